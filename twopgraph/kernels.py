@@ -1,0 +1,224 @@
+"""All numba kernels of twopgraph, each next to its plain NumPy/Python reference twin.
+
+Every kernel ``foo`` has a twin ``foo_ref`` that computes the same result the obvious way; the
+tests compare the two (also under ``NUMBA_DISABLE_JIT=1``). Kernels are compiled lazily on first
+call and cached on disk (``cache=True``); a kernel that cannot compile raises at that first call,
+there is no silent fallback.
+
+Randomness is counter-based: a draw is ``splitmix64(key ^ counter)``, where the key mixes the
+user seed, the batch and the layer, and the counter mixes the vertex id and the draw number. A
+result therefore depends only on (seed, batch, layer, vertex), never on the number of threads or
+the order in which they run.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+from numba import njit, prange
+
+_U64 = np.uint64
+_MASK64 = (1 << 64) - 1
+
+# ----------------------------------------------------------------------------------------------
+# Counter-based random numbers
+# ----------------------------------------------------------------------------------------------
+
+
+@njit(inline="always", cache=True)
+def _splitmix64(x):
+    x = (x + np.uint64(0x9E3779B97F4A7C15)) & np.uint64(0xFFFFFFFFFFFFFFFF)
+    z = x
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+def splitmix64_ref(x: int) -> int:
+    """Reference twin of the splitmix64 finaliser on Python ints (mod 2**64)."""
+    x = (x + 0x9E3779B97F4A7C15) & _MASK64
+    z = x
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return z ^ (z >> 31)
+
+
+def mix_key(*parts: int) -> int:
+    """Fold integers (seed, epoch, batch, layer, ...) into one 64-bit stream key."""
+    k = 0x2545F4914F6CDD1D
+    for p in parts:
+        k = splitmix64_ref(k ^ (int(p) & _MASK64))
+    return k
+
+
+@njit(inline="always", cache=True)
+def _draw(key, v, j):
+    # Stream for vertex v, draw j: two rounds so that nearby (v, j) pairs decorrelate.
+    return _splitmix64(key ^ _splitmix64(np.uint64(v) * np.uint64(0x100000001B3) + np.uint64(j)))
+
+
+def draw_ref(key: int, v: int, j: int) -> int:
+    return splitmix64_ref(key ^ splitmix64_ref((v * 0x100000001B3 + j) & _MASK64))
+
+
+# ----------------------------------------------------------------------------------------------
+# Neighbour sampling (uniform, without replacement; Floyd's algorithm)
+# ----------------------------------------------------------------------------------------------
+
+
+@njit(parallel=True, nogil=True, cache=True)
+def sample_neighbors(indptr, indices, nodes, fanout, key):
+    """Sample up to ``fanout`` distinct neighbours of each vertex in ``nodes``.
+
+    Returns ``(offsets, nbrs)``: the neighbours of ``nodes[i]`` are ``nbrs[offsets[i]:offsets[i+1]]``
+    (global ids, dtype of ``indices``). A vertex of degree d gives all d neighbours when
+    ``fanout < 0`` or ``d <= fanout``; otherwise ``fanout`` distinct ones, each neighbour being
+    taken with probability ``fanout / d`` (Floyd's algorithm, positions in CSR order).
+    """
+    n = nodes.shape[0]
+    counts = np.empty(n + 1, dtype=np.int64)
+    counts[0] = 0
+    for i in prange(n):
+        v = nodes[i]
+        d = indptr[v + 1] - indptr[v]
+        counts[i + 1] = d if (fanout < 0 or d <= fanout) else fanout
+    offsets = np.cumsum(counts)
+    nbrs = np.empty(offsets[n], dtype=indices.dtype)
+    for i in prange(n):
+        v = nodes[i]
+        start = indptr[v]
+        d = indptr[v + 1] - start
+        o = offsets[i]
+        if fanout < 0 or d <= fanout:
+            for j in range(d):
+                nbrs[o + j] = indices[start + j]
+        else:
+            # Floyd: for j in d-f..d-1 pick t in [0, j]; take t unless taken, else take j.
+            # Positions are kept in nbrs (as positions) and translated at the end.
+            f = fanout
+            c = 0
+            for j in range(d - f, d):
+                t = np.int64(_draw(key, v, j) % np.uint64(j + 1))
+                seen = False
+                for q in range(c):
+                    if nbrs[o + q] == t:
+                        seen = True
+                        break
+                nbrs[o + c] = j if seen else t
+                c += 1
+            for q in range(f):
+                nbrs[o + q] = indices[start + nbrs[o + q]]
+    return offsets, nbrs
+
+
+def sample_neighbors_ref(indptr, indices, nodes, fanout, key):
+    """Plain-Python twin of :func:`sample_neighbors` (same random stream, same output)."""
+    key = int(key)
+    offsets = [0]
+    out = []
+    for v in np.asarray(nodes).tolist():
+        start, end = int(indptr[v]), int(indptr[v + 1])
+        d = end - start
+        if fanout < 0 or d <= fanout:
+            chosen = list(range(d))
+        else:
+            chosen = []
+            for j in range(d - fanout, d):
+                t = draw_ref(key, v, j) % (j + 1)
+                chosen.append(j if t in chosen else t)
+        out.extend(int(indices[start + p]) for p in chosen)
+        offsets.append(len(out))
+    return np.asarray(offsets, dtype=np.int64), np.asarray(out, dtype=indices.dtype)
+
+
+# ----------------------------------------------------------------------------------------------
+# Relabelling: global ids -> batch-local ids (dst first, then new srcs in order of appearance)
+# ----------------------------------------------------------------------------------------------
+
+
+@njit(nogil=True, cache=True)
+def relabel(nbrs, node_map, num_known, frontier_out):
+    """Assign local ids to the vertices of ``nbrs`` not seen yet in this batch.
+
+    ``node_map`` (length N, -1 = unseen) maps global -> local id and is updated in place;
+    ``num_known`` local ids are already used. New vertices are appended to ``frontier_out`` in
+    order of first appearance and get ids ``num_known, num_known+1, ...``. Returns
+    ``(local_nbrs, num_new)`` where ``local_nbrs[e] = node_map[nbrs[e]]`` (int64).
+    """
+    m = nbrs.shape[0]
+    local = np.empty(m, dtype=np.int64)
+    nxt = num_known
+    for e in range(m):
+        g = nbrs[e]
+        x = node_map[g]
+        if x < 0:
+            x = nxt
+            node_map[g] = x
+            frontier_out[x - num_known] = g
+            nxt += 1
+        local[e] = x
+    return local, nxt - num_known
+
+
+def relabel_ref(nbrs, node_map, num_known, frontier_out):
+    """NumPy twin of :func:`relabel` (same in-place effects, same output)."""
+    nbrs = np.asarray(nbrs)
+    _, first = np.unique(nbrs, return_index=True)
+    first.sort()
+    cand = nbrs[first]
+    new = cand[node_map[cand] < 0]
+    node_map[new] = np.arange(num_known, num_known + new.shape[0])
+    frontier_out[: new.shape[0]] = new
+    return node_map[nbrs].astype(np.int64), new.shape[0]
+
+
+@njit(parallel=True, nogil=True, cache=True)
+def reset_map(node_map, nodes):
+    """Set ``node_map[nodes] = -1`` (undo a batch's relabelling in O(|nodes|))."""
+    for i in prange(nodes.shape[0]):
+        node_map[nodes[i]] = -1
+
+
+# ----------------------------------------------------------------------------------------------
+# Graph permutation (renumbering)
+# ----------------------------------------------------------------------------------------------
+
+
+@njit(parallel=True, nogil=True, cache=True)
+def permute_csr(indptr, indices, perm, inv):
+    """CSR of the graph renumbered so that new vertex i is old vertex ``perm[i]``.
+
+    ``inv`` is the inverse permutation (``inv[perm[i]] = i``). Rows of the result are sorted.
+    """
+    n = perm.shape[0]
+    deg = np.empty(n + 1, dtype=np.int64)
+    deg[0] = 0
+    for i in prange(n):
+        v = perm[i]
+        deg[i + 1] = indptr[v + 1] - indptr[v]
+    new_indptr = np.cumsum(deg)
+    new_indices = np.empty(indices.shape[0], dtype=indices.dtype)
+    for i in prange(n):
+        v = perm[i]
+        s = indptr[v]
+        d = indptr[v + 1] - s
+        o = new_indptr[i]
+        for j in range(d):
+            new_indices[o + j] = inv[indices[s + j]]
+        new_indices[o:o + d].sort()
+    return new_indptr, new_indices
+
+
+def permute_csr_ref(indptr, indices, perm, inv):
+    """NumPy twin of :func:`permute_csr`."""
+    deg = np.diff(indptr)[perm]
+    new_indptr = np.zeros(perm.shape[0] + 1, dtype=np.int64)
+    np.cumsum(deg, out=new_indptr[1:])
+    rows = [np.sort(inv[indices[indptr[v]:indptr[v + 1]]]) for v in perm]
+    new_indices = (np.concatenate(rows) if rows else np.empty(0)).astype(indices.dtype)
+    return new_indptr, new_indices
+
+
+def num_threads() -> int:
+    """Threads numba's parallel kernels use (``NUMBA_NUM_THREADS`` / ``numba.set_num_threads``)."""
+    return numba.get_num_threads()
