@@ -1,0 +1,262 @@
+#!/usr/bin/env python
+"""DGL baseline: neighbour-sampled GraphSAGE mini-batch training with DGL.
+
+Runs INSIDE the DGL virtualenv (see scripts/setup_dgl_baseline.sh); needs only numpy, torch,
+dgl (and scipy, pulled in by dgl). It must not import twopgraph.
+
+    $DGL_VENV/bin/python scripts/dgl_baseline.py --npz ../shared/datasets/cora.npz \
+        --fanouts 15,10,5 --batch-size 1024 --epochs 10 --mode both --json
+
+Measurements (see the project's DESIGN.md for the shared metric definitions):
+  sample_epoch_s        median over 3 epochs (after 1 warm-up epoch) of iterating the DataLoader
+                        only: sampling + block construction, no feature gather, no compute.
+  seeds_per_s           len(train_idx) / sample_epoch_s
+  input_nodes_per_batch mean |input_nodes| over the batches of one epoch
+  feature_rows          sum of |input_nodes| over one epoch
+  train_epoch_s         median over training epochs after the first of the full loop (sample,
+                        gather feat[input_nodes], forward, backward, step); all in train_epoch_s_all
+  val_acc, test_acc     final model, exact layer-wise full-neighbour inference (as DGL's
+                        GraphSAGE example `inference`)
+  peak_rss_mib          resource.getrusage(RUSAGE_SELF).ru_maxrss
+With --json exactly one JSON object is written to stdout; everything else goes to stderr.
+"""
+import argparse
+import json
+import os
+import random
+import resource
+import statistics
+import sys
+import time
+import warnings
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--npz", required=True, help="dataset .npz (indptr, indices, feat, label, *_idx)")
+    p.add_argument("--fanouts", default="15,10,5", help="comma-separated, fanouts[i] for GNN layer i (DGL order: layer 0 reads the input features; the seeds' own neighbours use the last fanout)")
+    p.add_argument("--batch-size", type=int, default=1024)
+    p.add_argument("--epochs", type=int, default=10, help="training epochs (mode train/both)")
+    p.add_argument("--hidden", type=int, default=256)
+    p.add_argument("--lr", type=float, default=0.003)
+    p.add_argument("--dropout", type=float, default=0.5)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--mode", choices=["sample", "train", "both"], default="both")
+    p.add_argument("--sample-epochs", type=int, default=3, help="timed sampling-only epochs (after 1 warm-up)")
+    p.add_argument("--eval-batch-size", type=int, default=4096, help="node chunk size of layer-wise inference")
+    p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    args = p.parse_args(argv)
+    args.fanouts = [int(x) for x in str(args.fanouts).split(",") if x.strip()]
+    if not args.fanouts or any(f == 0 or f < -1 for f in args.fanouts):
+        p.error("--fanouts must be positive integers (or -1 for all neighbours)")
+    if args.epochs < 1 and args.mode != "sample":
+        p.error("--epochs must be >= 1")
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+
+    # Thread counts must be fixed before torch/dgl start their OpenMP pools.
+    os.environ["OMP_NUM_THREADS"] = str(args.threads)
+    os.environ["MKL_NUM_THREADS"] = str(args.threads)
+    # With DGLBACKEND set, import dgl neither prints a notice nor writes ~/.dgl/config.json.
+    os.environ.setdefault("DGLBACKEND", "pytorch")
+
+    # Keep stdout clean for the JSON object: anything printed by libraries goes to stderr.
+    real_stdout = sys.stdout
+    sys.stdout = sys.stderr
+    warnings.filterwarnings("ignore")  # e.g. DGL's "CPU affinity opt is not enabled" warning
+
+    import numpy as np
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+    import dgl
+    import dgl.nn as dglnn
+
+    torch.set_num_threads(args.threads)
+    try:
+        dgl.utils.set_num_threads(args.threads)
+    except Exception:  # pragma: no cover - older/newer DGL without this helper
+        pass
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    dgl.seed(args.seed)
+
+    def log(msg):
+        print(msg, file=sys.stderr, flush=True)
+
+    # ---------------------------------------------------------------- data
+    t0 = time.perf_counter()
+    d = np.load(args.npz)
+    indptr = torch.from_numpy(np.ascontiguousarray(d["indptr"], dtype=np.int64))
+    indices = torch.from_numpy(np.ascontiguousarray(d["indices"], dtype=np.int64))
+    feat = torch.from_numpy(np.ascontiguousarray(d["feat"], dtype=np.float32))
+    label = torch.from_numpy(np.ascontiguousarray(d["label"], dtype=np.int64))
+    train_idx = torch.from_numpy(np.ascontiguousarray(d["train_idx"], dtype=np.int64))
+    val_idx = torch.from_numpy(np.ascontiguousarray(d["val_idx"], dtype=np.int64))
+    test_idx = torch.from_numpy(np.ascontiguousarray(d["test_idx"], dtype=np.int64))
+    num_nodes = int(indptr.numel() - 1)
+    num_classes = int(label.max()) + 1
+    # Row v of the CSR lists the neighbours of v. Build the graph in CSC form, so that the in-edges
+    # of v (what NeighborSampler samples, edge_dir='in') are exactly indices[indptr[v]:indptr[v+1]];
+    # the graph is symmetric, so this is the same graph as ('csr', ...), without a format conversion.
+    g = dgl.graph(("csc", (indptr, indices, torch.empty(0, dtype=torch.int64))), num_nodes=num_nodes)
+    g.create_formats_()  # materialise formats now, not inside the first timed epoch
+    load_s = time.perf_counter() - t0
+    log(f"[dgl_baseline] {os.path.basename(args.npz)}: {num_nodes} nodes, {g.num_edges()} edges, "
+        f"{feat.shape[1]} feats, {num_classes} classes, train/val/test "
+        f"{len(train_idx)}/{len(val_idx)}/{len(test_idx)} (load {load_s:.2f}s)")
+
+    sampler = dgl.dataloading.NeighborSampler(args.fanouts)
+
+    def make_loader():
+        return dgl.dataloading.DataLoader(
+            g, train_idx, sampler, batch_size=args.batch_size, shuffle=True,
+            drop_last=False, num_workers=0)
+
+    result = {
+        "dataset": os.path.splitext(os.path.basename(args.npz))[0],
+        "num_nodes": num_nodes,
+        "num_edges": int(g.num_edges()),
+        "num_train": int(len(train_idx)),
+        "load_s": load_s,
+    }
+
+    def epoch_rows(sizes):
+        return {"input_nodes_per_batch": float(np.mean(sizes)) if sizes else 0.0,
+                "feature_rows": int(np.sum(sizes)) if sizes else 0,
+                "num_batches": len(sizes)}
+
+    # ------------------------------------------------------- sampling only
+    if args.mode in ("sample", "both"):
+        loader = make_loader()
+        times, rows = [], []
+        for ep in range(1 + args.sample_epochs):
+            sizes = []
+            t = time.perf_counter()
+            for input_nodes, output_nodes, blocks in loader:
+                sizes.append(int(input_nodes.numel()))
+            dt = time.perf_counter() - t
+            if ep == 0:
+                log(f"[dgl_baseline] sample warm-up epoch {dt:.4f}s")
+                continue
+            times.append(dt)
+            rows.append(epoch_rows(sizes))
+            log(f"[dgl_baseline] sample epoch {ep}: {dt:.4f}s, {len(sizes)} batches, "
+                f"mean input nodes {np.mean(sizes):.1f}")
+        result["sample_epoch_s"] = statistics.median(times)
+        result["sample_epoch_s_all"] = times
+        result["seeds_per_s"] = len(train_idx) / result["sample_epoch_s"]
+        result["input_nodes_per_batch"] = float(np.mean([r["input_nodes_per_batch"] for r in rows]))
+        result["feature_rows"] = int(round(np.mean([r["feature_rows"] for r in rows])))
+        result["num_batches"] = rows[-1]["num_batches"]
+
+    # ------------------------------------------------------------ training
+    if args.mode in ("train", "both"):
+
+        class SAGE(nn.Module):
+            def __init__(self, in_size, hid_size, out_size, n_layers, dropout):
+                super().__init__()
+                sizes = [in_size] + [hid_size] * (n_layers - 1) + [out_size]
+                self.layers = nn.ModuleList(
+                    dglnn.SAGEConv(sizes[i], sizes[i + 1], "mean") for i in range(n_layers))
+                self.dropout = nn.Dropout(dropout)
+                self.hid_size, self.out_size = hid_size, out_size
+
+            def forward(self, blocks, x):
+                h = x
+                for l, (layer, block) in enumerate(zip(self.layers, blocks)):
+                    h = layer(block, h)
+                    if l != len(self.layers) - 1:
+                        h = F.relu(h)
+                        h = self.dropout(h)
+                return h
+
+            @torch.no_grad()
+            def inference(self, g, x, chunk):
+                """Exact layer-wise inference over all neighbours (DGL GraphSAGE example)."""
+                full = dgl.dataloading.MultiLayerFullNeighborSampler(1)
+                loader = dgl.dataloading.DataLoader(
+                    g, torch.arange(g.num_nodes()), full, batch_size=chunk,
+                    shuffle=False, drop_last=False, num_workers=0)
+                for l, layer in enumerate(self.layers):
+                    last = l == len(self.layers) - 1
+                    y = torch.empty(g.num_nodes(), self.out_size if last else self.hid_size)
+                    for input_nodes, output_nodes, blocks in loader:
+                        h = layer(blocks[0], x[input_nodes])
+                        if not last:
+                            h = F.relu(h)
+                            h = self.dropout(h)
+                        y[output_nodes] = h
+                    x = y
+                return x
+
+        model = SAGE(feat.shape[1], args.hidden, num_classes, len(args.fanouts), args.dropout)
+        opt = torch.optim.Adam(model.parameters(), lr=args.lr)
+        loader = make_loader()
+        train_times, last_sizes, loss_last = [], [], float("nan")
+        for ep in range(args.epochs):
+            model.train()
+            sizes, total_loss, nb = [], 0.0, 0
+            t = time.perf_counter()
+            for input_nodes, output_nodes, blocks in loader:
+                x = feat[input_nodes]
+                y = label[output_nodes]
+                out = model(blocks, x)
+                loss = F.cross_entropy(out, y)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                sizes.append(int(input_nodes.numel()))
+                total_loss += float(loss.detach())
+                nb += 1
+            dt = time.perf_counter() - t
+            train_times.append(dt)
+            last_sizes = sizes
+            loss_last = total_loss / max(nb, 1)
+            log(f"[dgl_baseline] train epoch {ep}: {dt:.4f}s, loss {loss_last:.4f}")
+        timed = train_times[1:] if len(train_times) > 1 else train_times
+        result["train_epoch_s"] = statistics.median(timed)
+        result["train_epoch_s_all"] = train_times
+        result["loss_last"] = loss_last
+        if "input_nodes_per_batch" not in result:  # mode=train: rows from the last training epoch
+            result.update(epoch_rows(last_sizes))
+
+        model.eval()
+        t = time.perf_counter()
+        logits = model.inference(g, feat, args.eval_batch_size)
+        result["eval_s"] = time.perf_counter() - t
+        pred = logits.argmax(1)
+        result["train_acc"] = float((pred[train_idx] == label[train_idx]).float().mean())
+        result["val_acc"] = float((pred[val_idx] == label[val_idx]).float().mean()) if len(val_idx) else float("nan")
+        result["test_acc"] = float((pred[test_idx] == label[test_idx]).float().mean()) if len(test_idx) else float("nan")
+
+    result["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    result["threads"] = args.threads
+    result["dgl_version"] = dgl.__version__
+    result["torch_version"] = torch.__version__
+    for k in ("npz", "fanouts", "batch_size", "epochs", "hidden", "lr", "dropout", "seed", "mode",
+              "sample_epochs", "eval_batch_size"):
+        result[k] = getattr(args, k)
+
+    sys.stdout = real_stdout
+    if args.json:
+        print(json.dumps(result))
+    else:
+        width = max(len(k) for k in result)
+        for k, v in result.items():
+            if isinstance(v, float):
+                v = f"{v:.4f}" if abs(v) < 1e6 else f"{v:.4g}"
+            elif isinstance(v, list):
+                v = ", ".join(f"{e:.4f}" if isinstance(e, float) else str(e) for e in v)
+            print(f"{k:<{width}}  {v}")
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

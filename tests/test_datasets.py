@@ -1,0 +1,339 @@
+"""Dataset registry: synthetic cache, .npz files, OGB through the real ``ogb`` package."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import os
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.error
+import urllib.request
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from twopgraph import datasets
+from twopgraph.datasets import dataset_path, list_datasets, load_dataset, resolve_data_root
+from twopgraph.errors import ConfigError, GraphFormatError, TwopgraphError
+from twopgraph.graph import CSRGraph, GraphData
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+# -- builders ----------------------------------------------------------------------------------
+def small_graphdata(n: int = 12, seed: int = 0) -> GraphData:
+    rng = np.random.default_rng(seed)
+    src, dst = rng.integers(0, n, 30), rng.integers(0, n, 30)
+    perm = rng.permutation(n)
+    return GraphData(graph=CSRGraph.from_edges(src, dst, num_nodes=n),
+                     feat=rng.standard_normal((n, 4)).astype(np.float32),
+                     label=rng.integers(0, 3, n).astype(np.int64),
+                     train_idx=np.sort(perm[:6]), val_idx=np.sort(perm[6:9]),
+                     test_idx=np.sort(perm[9:]))
+
+
+def _write_csv_gz(path: Path, rows, fmt: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    buf = io.StringIO()
+    np.savetxt(buf, np.asarray(rows).reshape(len(rows), -1), fmt=fmt, delimiter=",")
+    with gzip.open(path, "wt") as f:
+        f.write(buf.getvalue())
+
+
+def write_ogb_arxiv(root: Path, n: int = 30, f: int = 8, c: int = 3, seed: int = 0) -> dict:
+    """A tiny ogbn-arxiv in ogb's raw on-disk layout; returns what was written."""
+    rng = np.random.default_rng(seed)
+    folder = root / "ogbn_arxiv"
+    src, dst = rng.integers(0, n, 50), rng.integers(0, n, 50)
+    # a self loop, a duplicate and a reversed pair: the conversion must clean them up
+    src = np.concatenate([src, [3, 1, 1, 2]])
+    dst = np.concatenate([dst, [3, 2, 2, 1]])
+    feat = rng.standard_normal((n, f)).astype(np.float32)
+    label = rng.integers(0, c, n)
+    order = rng.permutation(n)  # splits written unsorted, as OGB's may be
+    split = {"train": order[:18], "valid": order[18:24], "test": order[24:]}
+    raw = folder / "raw"
+    _write_csv_gz(raw / "edge.csv.gz", np.stack([src, dst], 1), "%d")
+    _write_csv_gz(raw / "num-node-list.csv.gz", [n], "%d")
+    _write_csv_gz(raw / "num-edge-list.csv.gz", [src.shape[0]], "%d")
+    _write_csv_gz(raw / "node-feat.csv.gz", feat, "%.9g")
+    _write_csv_gz(raw / "node-label.csv.gz", label, "%d")
+    _write_csv_gz(raw / "node_year.csv.gz", rng.integers(2000, 2020, n), "%d")
+    for key, idx in split.items():
+        _write_csv_gz(folder / "split" / "time" / f"{key}.csv.gz", idx, "%d")
+    (folder / "RELEASE_v1.txt").write_text("")
+    return dict(n=n, src=src, dst=dst, feat=feat, label=label, split=split, folder=folder)
+
+
+def expected_edges(src, dst) -> set:
+    pairs = {(int(u), int(v)) for u, v in zip(src, dst) if u != v}
+    return pairs | {(v, u) for u, v in pairs}
+
+
+def csr_edges(g: CSRGraph) -> set:
+    rows = np.repeat(np.arange(g.num_nodes), g.degrees())
+    return set(zip(rows.tolist(), g.indices.tolist()))
+
+
+@pytest.fixture
+def offline(monkeypatch):
+    """No network, whatever the machine: every urlopen fails at once."""
+    def fail(*args, **kwargs):
+        raise urllib.error.URLError("network disabled in tests")
+    monkeypatch.setattr(urllib.request, "urlopen", fail)
+
+
+def assert_one_line(err) -> str:
+    msg = str(err.value)
+    assert "\n" not in msg
+    return msg
+
+
+# -- OGB ---------------------------------------------------------------------------------------
+def check_arxiv(data: GraphData, w: dict) -> None:
+    assert data.name == "ogbn-arxiv"
+    data.validate(check_symmetric=True)
+    assert data.num_nodes == w["n"]
+    assert csr_edges(data.graph) == expected_edges(w["src"], w["dst"])
+    assert data.feat.dtype == np.float32
+    np.testing.assert_allclose(data.feat, w["feat"], rtol=1e-6)
+    assert data.label.dtype == np.int64
+    np.testing.assert_array_equal(data.label, w["label"])
+    np.testing.assert_array_equal(data.train_idx, np.sort(w["split"]["train"]))
+    np.testing.assert_array_equal(data.val_idx, np.sort(w["split"]["valid"]))
+    np.testing.assert_array_equal(data.test_idx, np.sort(w["split"]["test"]))
+
+
+def test_ogb_raw_is_converted_and_cached(tmp_path, offline):
+    w = write_ogb_arxiv(tmp_path)
+    data = load_dataset("ogbn-arxiv", data_root=tmp_path, progress=False)
+    check_arxiv(data, w)
+    cache = dataset_path("ogbn-arxiv", tmp_path)
+    assert cache == w["folder"] / "twopgraph.npz" and cache.is_file()
+    assert (w["folder"] / "processed" / "data_processed").is_file()  # ogb really ran
+    # second load reads only our cache: ogb's files are gone and the network is off
+    for sub in ("raw", "processed", "split"):
+        for p in sorted((w["folder"] / sub).rglob("*"), reverse=True):
+            p.unlink() if p.is_file() else p.rmdir()
+    check_arxiv(load_dataset("ogbn-arxiv", data_root=tmp_path, progress=False), w)
+
+
+def test_ogb_processed_file_without_our_cache(tmp_path, offline):
+    # ogb's own second load fails under torch >= 2.6 (weights_only=True); ours must not.
+    w = write_ogb_arxiv(tmp_path)
+    load_dataset("ogbn-arxiv", data_root=tmp_path, progress=False)
+    (w["folder"] / "twopgraph.npz").unlink()
+    for p in (w["folder"] / "raw").iterdir():
+        p.unlink()  # proves the processed file, not the raw files, is read
+    check_arxiv(load_dataset("ogbn-arxiv", data_root=tmp_path, progress=False), w)
+    assert (w["folder"] / "twopgraph.npz").is_file()
+
+
+def test_ogb_folder_without_release_file_fails_fast(tmp_path):
+    w = write_ogb_arxiv(tmp_path)
+    (w["folder"] / "RELEASE_v1.txt").unlink()
+    with pytest.raises(TwopgraphError) as err:
+        load_dataset("ogbn-arxiv", data_root=tmp_path, progress=False)
+    assert "RELEASE_v1.txt" in assert_one_line(err)
+
+
+def test_ogb_release_error_never_reads_stdin(tmp_path):
+    # stdin is an open pipe nobody writes to: a prompt would hang until the timeout
+    w = write_ogb_arxiv(tmp_path)
+    (w["folder"] / "RELEASE_v1.txt").unlink()
+    code = textwrap.dedent(f"""
+        from twopgraph.datasets import load_dataset
+        from twopgraph.errors import TwopgraphError
+        try:
+            load_dataset("ogbn-arxiv", data_root={str(tmp_path)!r}, progress=False)
+        except TwopgraphError as e:
+            print("ERR", e)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], stdin=subprocess.PIPE, cwd=REPO,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("ERR ") and "RELEASE_v1.txt" in out.stdout
+
+
+def test_ogb_missing_download_offline_is_clear(tmp_path, offline):
+    t0 = time.monotonic()
+    with pytest.raises(TwopgraphError) as err:
+        load_dataset("ogbn-arxiv", data_root=tmp_path, progress=False)
+    msg = assert_one_line(err)
+    assert str(tmp_path / "ogbn_arxiv" / "raw") in msg and "URLError" in msg
+    assert time.monotonic() - t0 < 60
+    assert not (tmp_path / "ogbn_arxiv" / "twopgraph.npz").exists()
+
+
+def test_ogb_download_prompt_never_blocks(tmp_path, monkeypatch):
+    class BigResponse:  # what decide_download sees for a > 1 GB file: it then calls input()
+        def info(self):
+            return {"Content-Length": str(3 * 2**30)}
+    monkeypatch.setattr(urllib.request, "urlopen", lambda *a, **k: BigResponse())
+    stdin = sys.stdin
+    with pytest.raises(TwopgraphError) as err:
+        load_dataset("ogbn-products", data_root=tmp_path, progress=False)
+    assert "confirmation" in assert_one_line(err)
+    assert sys.stdin is stdin
+
+
+def test_ogb_download_flow(tmp_path, monkeypatch):
+    # a served zip laid out like OGB's arxiv.zip (folder "arxiv/", no processed/ in it)
+    src_root = tmp_path / "src"
+    w = write_ogb_arxiv(src_root)
+    archive = tmp_path / "arxiv.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        for p in w["folder"].rglob("*"):
+            z.write(p, "arxiv/" + p.relative_to(w["folder"]).as_posix())
+    payload = archive.read_bytes()
+
+    class Response(io.BytesIO):
+        def info(self):
+            return {"Content-Length": str(len(payload))}
+    monkeypatch.setattr(urllib.request, "urlopen", lambda *a, **k: Response(payload))
+    root = tmp_path / "data"
+    data = load_dataset("ogbn-arxiv", data_root=root, progress=False)
+    check_arxiv(data, w)
+    assert (root / "ogbn_arxiv" / "twopgraph.npz").is_file()
+
+
+def test_ogb_labels_nan_outside_splits():
+    labels = np.array([[1.0], [np.nan], [2.0]])
+    splits = {"train": np.array([0]), "valid": np.array([2]), "test": np.array([], np.int64)}
+    y = datasets._ogb_labels("x", labels, 3, splits)
+    assert y.dtype == np.int64 and y.tolist() == [1, 0, 2]
+    splits["train"] = np.array([0, 1])
+    with pytest.raises(GraphFormatError, match="train split have no label"):
+        datasets._ogb_labels("x", labels, 3, splits)
+
+
+# -- .npz files --------------------------------------------------------------------------------
+def assert_same(a: GraphData, b: GraphData) -> None:
+    for k in ("feat", "label", "train_idx", "val_idx", "test_idx"):
+        np.testing.assert_array_equal(getattr(a, k), getattr(b, k))
+    np.testing.assert_array_equal(a.graph.indptr, b.graph.indptr)
+    np.testing.assert_array_equal(a.graph.indices, b.graph.indices)
+
+
+def test_npz_round_trip_by_path_and_by_name(tmp_path):
+    data = small_graphdata()
+    path = data.save_npz(tmp_path / "mygraph.npz")
+    assert_same(load_dataset(str(path), data_root=tmp_path / "elsewhere"), data)
+    by_name = load_dataset("mygraph", data_root=tmp_path)
+    assert by_name.name == "mygraph"
+    assert_same(by_name, data)
+    assert_same(load_dataset("mygraph.npz", data_root=tmp_path), data)
+    assert dataset_path("mygraph", tmp_path) == tmp_path / "mygraph.npz"
+    assert dataset_path("nothing", tmp_path) is None
+
+
+def _save_raw(path: Path, **arrays) -> str:
+    np.savez(path, **arrays)
+    return str(path)
+
+
+def _arrays(data: GraphData) -> dict:
+    return dict(indptr=data.graph.indptr, indices=data.graph.indices, feat=data.feat,
+                label=data.label, train_idx=data.train_idx, val_idx=data.val_idx,
+                test_idx=data.test_idx)
+
+
+@pytest.mark.parametrize("case", ["missing_key", "index_range", "label_length", "feat_rows",
+                                  "garbage", "empty"])
+def test_bad_npz_raises_graph_format_error(tmp_path, case):
+    arr = _arrays(small_graphdata())
+    path = tmp_path / "bad.npz"
+    if case == "missing_key":
+        del arr["feat"]
+    elif case == "index_range":
+        arr["indices"] = arr["indices"].copy()
+        arr["indices"][0] = 99
+    elif case == "label_length":
+        arr["label"] = arr["label"][:-1]
+    elif case == "feat_rows":
+        arr["feat"] = arr["feat"][:-2]
+    if case == "garbage":
+        path.write_bytes(b"\x00this is not a zip file\xff" * 10)
+    elif case == "empty":
+        path.write_bytes(b"")
+    else:
+        _save_raw(path, **arr)
+    with pytest.raises(GraphFormatError) as err:
+        load_dataset(str(path))
+    assert str(path) in assert_one_line(err)
+
+
+def test_missing_npz_path(tmp_path):
+    with pytest.raises(TwopgraphError, match="not found"):
+        load_dataset(str(tmp_path / "nope.npz"), data_root=tmp_path)
+
+
+def test_unknown_name_lists_known_names(tmp_path):
+    small_graphdata().save_npz(tmp_path / "cora.npz")
+    with pytest.raises(ConfigError) as err:
+        load_dataset("no-such-graph", data_root=tmp_path)
+    msg = assert_one_line(err)
+    for name in ("no-such-graph", "synthetic-tiny", "ogbn-products", "ogbn-papers100M", "cora"):
+        assert name in msg
+
+
+# -- data root ----------------------------------------------------------------------------------
+def test_data_root_resolution(tmp_path, monkeypatch):
+    monkeypatch.delenv("TWOPGRAPH_DATA", raising=False)
+    assert resolve_data_root() == Path("datasets")
+    monkeypatch.setenv("TWOPGRAPH_DATA", str(tmp_path))
+    assert resolve_data_root() == tmp_path
+    assert resolve_data_root(tmp_path / "x") == tmp_path / "x"
+    data = small_graphdata()
+    data.save_npz(tmp_path / "envgraph.npz")
+    assert_same(load_dataset("envgraph"), data)
+    assert dataset_path("synthetic-tiny") == tmp_path / "synthetic-tiny.npz"
+
+
+# -- synthetic presets and listing --------------------------------------------------------------
+def test_synthetic_tiny_is_cached(tmp_path, monkeypatch):
+    from twopgraph import synthetic
+    first = load_dataset("synthetic-tiny", data_root=tmp_path, progress=False)
+    path = tmp_path / "synthetic-tiny.npz"
+    assert path.is_file() and dataset_path("synthetic-tiny", tmp_path) == path
+    assert not list(tmp_path.glob("*.tmp"))
+
+    def no_generation(*args, **kwargs):
+        raise AssertionError("generated again instead of reading the cache")
+    monkeypatch.setattr(synthetic, "generate", no_generation)
+    second = load_dataset("synthetic-tiny", data_root=tmp_path, progress=False)
+    assert second.name == "synthetic-tiny"
+    assert_same(first, second)
+
+
+def test_list_datasets(tmp_path):
+    small_graphdata().save_npz(tmp_path / "cora.npz")
+    small_graphdata().save_npz(tmp_path / "synthetic-tiny.npz")  # a preset's cache
+    rows = {d["name"]: d for d in list_datasets(tmp_path)}
+    for d in rows.values():
+        assert set(d) == {"name", "kind", "cached", "path", "description"}
+    assert rows["synthetic-tiny"]["kind"] == "synthetic" and rows["synthetic-tiny"]["cached"]
+    assert rows["synthetic-small"]["kind"] == "synthetic" and not rows["synthetic-small"]["cached"]
+    assert rows["ogbn-arxiv"] == dict(rows["ogbn-arxiv"], kind="ogb", cached=False,
+                                      path=str(tmp_path / "ogbn_arxiv" / "twopgraph.npz"))
+    assert rows["cora"]["kind"] == "npz" and rows["cora"]["cached"]
+    assert [d["name"] for d in list_datasets(tmp_path)].count("synthetic-tiny") == 1
+    assert {d["name"] for d in list_datasets(tmp_path / "missing")} >= set(datasets.OGB_DATASETS)
+
+
+def test_unwritable_root_is_a_user_error(tmp_path):
+    if os.geteuid() == 0:
+        pytest.skip("root can write anywhere")
+    root = tmp_path / "ro"
+    root.mkdir()
+    root.chmod(0o500)
+    try:
+        with pytest.raises(TwopgraphError, match="cannot write dataset cache"):
+            load_dataset("synthetic-tiny", data_root=root, progress=False)
+    finally:
+        root.chmod(0o700)

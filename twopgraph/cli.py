@@ -1,0 +1,204 @@
+"""The ``twopgraph`` command: ``train | bench | datasets | info``.
+
+Bad input (unknown dataset, unreadable file, malformed flag, incompatible checkpoint) prints one
+line ``twopgraph: error: ...`` on stderr and exits with code 2; no traceback, no output files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import statistics
+import sys
+import time
+
+from .errors import TwopgraphError
+
+log = logging.getLogger("twopgraph")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse whose usage errors are one line (exit 2)."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _add_data_args(p: argparse.ArgumentParser, default_dataset: str | None = "synthetic-small"):
+    p.add_argument("--dataset", default=default_dataset, required=default_dataset is None,
+                   help="synthetic-tiny | synthetic-small | synthetic-products | ogbn-arxiv | "
+                        "ogbn-products | ogbn-papers100M | a .npz path | NAME for "
+                        "DATA_ROOT/NAME.npz (default: %(default)s)")
+    p.add_argument("--data-root", default=None,
+                   help="where datasets are generated, cached and looked up; ogb's root "
+                        "(default: $TWOPGRAPH_DATA, else ./datasets)")
+
+
+def _add_sampling_args(p: argparse.ArgumentParser):
+    p.add_argument("--fanouts", default="15,10,5",
+                   help="neighbours per GNN layer, input layer first; -1 = all; the number "
+                        "of entries is the number of layers (default: %(default)s)")
+    p.add_argument("--batch-size", type=int, default=1024,
+                   help="seed vertices per mini-batch (default: %(default)s)")
+    p.add_argument("--schedule", default="random",
+                   help="seed scheduler: random (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="random seed of sampling, shuffling and model init (default: %(default)s)")
+    p.add_argument("--threads", type=int, default=0,
+                   help="torch and numba threads; 0 = all cores (default: %(default)s)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="twopgraph", description="Locality-aware mini-batch GNN training (2PGraph).")
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    t = sub.add_parser("train", help="train GraphSAGE/GCN with sampled mini-batches")
+    _add_data_args(t)
+    _add_sampling_args(t)
+    t.add_argument("--model", default="sage", help="sage | gcn (default: %(default)s)")
+    t.add_argument("--epochs", type=int, default=10, help="training epochs (default: %(default)s)")
+    t.add_argument("--hidden", type=int, default=256, help="hidden width (default: %(default)s)")
+    t.add_argument("--lr", type=float, default=0.003, help="Adam learning rate (default: %(default)s)")
+    t.add_argument("--weight-decay", type=float, default=0.0,
+                   help="Adam weight decay (default: %(default)s)")
+    t.add_argument("--dropout", type=float, default=0.5,
+                   help="dropout between layers (default: %(default)s)")
+    t.add_argument("--device", default="auto",
+                   help="cpu | cuda | cuda:N | auto (= cuda if available) (default: %(default)s)")
+    t.add_argument("--out", default="runs/train",
+                   help="output folder: metrics.json, checkpoint.pt (default: %(default)s)")
+    t.add_argument("--resume", action="store_true",
+                   help="continue from OUT/checkpoint.pt (same configuration; --epochs may grow)")
+    t.add_argument("--eval-every", type=int, default=1,
+                   help="exact evaluation every N epochs; 0 = after the last only "
+                        "(default: %(default)s)")
+    t.add_argument("--eval-batch-edges", type=int, default=4_000_000,
+                   help="edges per chunk of layer-wise inference (default: %(default)s)")
+    t.add_argument("--prefetch", type=int, default=2,
+                   help="batches sampled ahead in a background thread; 0 = none "
+                        "(default: %(default)s)")
+    t.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+    b = sub.add_parser("bench", help="benchmarks of twopgraph's components")
+    bsub = b.add_subparsers(dest="bench", required=True, parser_class=_Parser)
+    s = bsub.add_parser("sampler", help="sampling-only epochs: throughput and input sizes")
+    _add_data_args(s)
+    _add_sampling_args(s)
+    s.add_argument("--epochs", type=int, default=3,
+                   help="timed epochs; the median is reported (default: %(default)s)")
+    s.add_argument("--warmup", type=int, default=1,
+                   help="untimed epochs first (JIT compile, caches) (default: %(default)s)")
+    s.add_argument("--json", action="store_true", help="print one JSON line")
+
+    sub.add_parser("datasets", help="list known and cached datasets").add_argument(
+        "--data-root", default=None, help="data root (default: $TWOPGRAPH_DATA, else ./datasets)")
+    i = sub.add_parser("info", help="statistics of a dataset (generates/converts it if needed)")
+    _add_data_args(i, default_dataset=None)
+    i.add_argument("--json", action="store_true", help="print JSON")
+    return p
+
+
+def _apply_threads(n: int) -> None:
+    if n < 0:
+        raise TwopgraphError(f"threads must be >= 0, got {n}")
+    if n:
+        import numba
+        import torch
+        torch.set_num_threads(n)
+        numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
+
+
+def cmd_train(a) -> int:
+    from .train import TrainConfig, train
+    cfg = TrainConfig(
+        dataset=a.dataset, data_root=a.data_root, model=a.model, fanouts=a.fanouts,
+        batch_size=a.batch_size, epochs=a.epochs, hidden=a.hidden, lr=a.lr,
+        weight_decay=a.weight_decay, dropout=a.dropout, seed=a.seed, device=a.device, out=a.out,
+        resume=a.resume, schedule=a.schedule, eval_every=a.eval_every,
+        eval_batch_edges=a.eval_batch_edges, prefetch=a.prefetch, threads=a.threads,
+        progress=not a.no_progress)
+    res = train(cfg)
+    print(json.dumps({"val_acc": res.val_acc, "test_acc": res.test_acc,
+                      "metrics": str(res.out / "metrics.json")}))
+    return 0
+
+
+def cmd_bench_sampler(a) -> int:
+    from . import kernels
+    from .datasets import load_dataset
+    from .loader import sample_epoch
+    from .sampler import NeighborSampler, make_scheduler, parse_fanouts
+    if a.epochs <= 0 or a.warmup < 0:
+        raise TwopgraphError("epochs must be positive and warmup >= 0")
+    fanouts = parse_fanouts(a.fanouts)
+    _apply_threads(a.threads)
+    data = load_dataset(a.dataset, a.data_root)
+    sampler = NeighborSampler(data.graph, fanouts, seed=a.seed)
+    sched = make_scheduler(a.schedule, data.train_idx, a.batch_size, seed=a.seed)
+    times, stats = [], None
+    for e in range(a.warmup + a.epochs):
+        t = time.perf_counter()
+        stats = sample_epoch(sched, sampler, epoch=e)
+        if e >= a.warmup:
+            times.append(time.perf_counter() - t)
+    epoch_s = statistics.median(times)
+    res = {
+        "dataset": data.name, "schedule": a.schedule, "fanouts": fanouts,
+        "batch_size": a.batch_size, "threads": kernels.num_threads(),
+        "num_batches": stats.num_batches, "num_seeds": stats.num_seeds,
+        "seeds_per_s": stats.num_seeds / epoch_s, "sample_epoch_s": epoch_s,
+        "sample_epoch_s_all": times, "input_nodes_per_batch": stats.input_nodes_per_batch,
+        "feature_rows": stats.feature_rows,
+    }
+    if a.json:
+        print(json.dumps(res))
+    else:
+        for k, v in res.items():
+            print(f"{k:>22}  {v}")
+    return 0
+
+
+def cmd_datasets(a) -> int:
+    from .datasets import list_datasets, resolve_data_root
+    rows = list_datasets(a.data_root)
+    print(f"data root: {resolve_data_root(a.data_root)}")
+    print(f"{'name':<22} {'kind':<10} {'cached':<7} description")
+    for r in rows:
+        print(f"{r['name']:<22} {r['kind']:<10} {'yes' if r['cached'] else 'no':<7} "
+              f"{r.get('description', '')}")
+    return 0
+
+
+def cmd_info(a) -> int:
+    from .datasets import dataset_path, load_dataset
+    data = load_dataset(a.dataset, a.data_root)
+    info = data.summary()
+    path = dataset_path(a.dataset, a.data_root)
+    info["path"] = str(path) if path is not None else None
+    if a.json:
+        print(json.dumps(info))
+    else:
+        for k, v in info.items():
+            print(f"{k:>22}  {v}")
+    return 0
+
+
+COMMANDS = {"train": cmd_train, "datasets": cmd_datasets, "info": cmd_info,
+            ("bench", "sampler"): cmd_bench_sampler}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(message)s", datefmt="%H:%M:%S", stream=sys.stderr)
+    key = (args.command, args.bench) if args.command == "bench" else args.command
+    try:
+        return COMMANDS[key](args)
+    except TwopgraphError as e:
+        print(f"twopgraph: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("twopgraph: interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,8 @@
+"""Sampling: schedulers pick seeds, :class:`NeighborSampler` expands them into blocks."""
+
+from .minibatch import Block, MiniBatch
+from .neighbor import NeighborSampler, parse_fanouts
+from .schedule import SCHEDULERS, RandomScheduler, make_scheduler
+
+__all__ = ["Block", "MiniBatch", "NeighborSampler", "parse_fanouts", "SCHEDULERS",
+           "RandomScheduler", "make_scheduler"]

@@ -1,0 +1,372 @@
+"""The training loop: config, sampled training, exact layer-wise evaluation, checkpoints, metrics.
+
+Outputs in ``out`` (written by :func:`train`):
+
+- ``checkpoint.pt`` -- after every epoch, atomically (temp file + rename): model, optimizer,
+  torch RNG state, the epochs done and the config that matters for resuming;
+- ``metrics.json`` -- top-level ``val_acc``, ``test_acc`` (final model), ``epochs`` (one object
+  per epoch with the DESIGN.md metrics), the config and the dataset summary.
+
+Example::
+
+    >>> cfg = TrainConfig(dataset="synthetic-tiny", epochs=1, out="runs/doc")  # doctest: +SKIP
+    >>> result = train(cfg)                                                      # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from . import kernels
+from .errors import ConfigError
+from .graph import GraphData
+from .loader import EpochStats, HostFeatureGather, as_long_tensor, epoch_batches
+from .models import MODELS, BlockGNN, build_model
+from .sampler import SCHEDULERS, NeighborSampler, make_scheduler, parse_fanouts
+
+log = logging.getLogger("twopgraph")
+
+CHECKPOINT = "checkpoint.pt"
+METRICS = "metrics.json"
+CHECKPOINT_FORMAT = 1
+# Config fields that must match for --resume to continue a run (epochs may grow).
+RESUME_KEYS = ("dataset", "model", "fanouts", "batch_size", "hidden", "lr", "dropout", "seed",
+               "schedule", "weight_decay")
+
+
+@dataclass
+class TrainConfig:
+    """Every option of ``twopgraph train`` (CLI flags map 1:1 onto these fields).
+
+    ``fanouts[i]`` is the fanout of GNN layer i (layer 0 reads the input features), ``-1`` = all
+    neighbours; the number of layers is ``len(fanouts)``. ``lr`` is Adam's learning rate,
+    ``eval_every`` evaluates every N epochs (0 = only after the last), ``prefetch`` is the
+    number of batches sampled ahead in the background thread (0 = no background thread).
+    """
+
+    dataset: str = "synthetic-small"
+    data_root: str | None = None
+    model: str = "sage"
+    fanouts: list[int] = field(default_factory=lambda: [15, 10, 5])
+    batch_size: int = 1024
+    epochs: int = 10
+    hidden: int = 256
+    lr: float = 0.003
+    weight_decay: float = 0.0
+    dropout: float = 0.5
+    seed: int = 0
+    device: str = "auto"
+    out: str = "runs/train"
+    resume: bool = False
+    schedule: str = "random"
+    eval_every: int = 1
+    eval_batch_edges: int = 4_000_000
+    prefetch: int = 2
+    threads: int = 0
+    progress: bool = True
+
+    def validate(self) -> "TrainConfig":
+        """One pass over every field; raises :class:`ConfigError` naming the bad value."""
+        known = {f.name for f in fields(self)}
+        self.fanouts = parse_fanouts(self.fanouts)
+        if self.model not in MODELS:
+            raise ConfigError(f"unknown model {self.model!r}; known: {', '.join(MODELS)}")
+        if self.schedule not in SCHEDULERS:
+            raise ConfigError(
+                f"unknown schedule {self.schedule!r}; known: {', '.join(SCHEDULERS)}")
+        for name in ("batch_size", "epochs", "hidden"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v <= 0:
+                raise ConfigError(f"{name.replace('_', '-')} must be a positive integer, got {v!r}")
+        if not (self.lr > 0):
+            raise ConfigError(f"lr must be positive, got {self.lr}")
+        if not (0.0 <= self.dropout < 1.0):
+            raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}")
+        if self.weight_decay < 0:
+            raise ConfigError(f"weight-decay must be >= 0, got {self.weight_decay}")
+        for name in ("eval_every", "prefetch", "threads"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name.replace('_', '-')} must be >= 0")
+        if self.eval_batch_edges <= 0:
+            raise ConfigError("eval-batch-edges must be positive")
+        resolve_device(self.device)
+        assert known >= set(asdict(self))
+        return self
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "TrainConfig":
+        unknown = set(d) - {f.name for f in fields(cls)}
+        if unknown:
+            raise ConfigError(f"unknown config keys: {', '.join(sorted(unknown))}")
+        return cls(**d)
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` -> cuda when available else cpu; ``cuda`` without a GPU is an error."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name not in ("cpu", "cuda") and not name.startswith("cuda:"):
+        raise ConfigError(f"unknown device {name!r}; use cpu, cuda, cuda:N or auto")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError("device cuda requested but torch sees no CUDA GPU")
+    return torch.device(name)
+
+
+# ----------------------------------------------------------------------------------------------
+# evaluation
+# ----------------------------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def layerwise_inference(model: BlockGNN, sampler: NeighborSampler, feat: torch.Tensor,
+                        device: torch.device, batch_edges: int = 4_000_000) -> torch.Tensor:
+    """Exact full-neighbour inference, one layer at a time over all N vertices.
+
+    Each layer runs over ranges of dst vertices holding about ``batch_edges`` edges, reading
+    the previous layer's whole output (no sampling, no neighbourhood explosion). Returns the
+    logits (N x C, float32, on CPU).
+    """
+    was_training = model.training
+    model.eval()
+    g = sampler.graph
+    n = g.num_nodes
+    h = feat.to(device, torch.float32)
+    starts = _edge_balanced_ranges(g.indptr, batch_edges)
+    for i in range(model.num_layers):
+        out = None
+        for a, b in zip(starts[:-1], starts[1:]):
+            block = sampler.full_block(a, b).to(device)
+            y = model.layer(i, block, h, h[a:b])
+            if out is None:
+                out = torch.empty((n, y.shape[1]), dtype=y.dtype, device=device)
+            out[a:b] = y
+        h = out
+    model.train(was_training)
+    return h.cpu()
+
+
+def _edge_balanced_ranges(indptr: np.ndarray, batch_edges: int) -> list[int]:
+    n = indptr.shape[0] - 1
+    cuts = np.searchsorted(indptr, np.arange(batch_edges, int(indptr[-1]), batch_edges))
+    bounds = sorted(set([0, n] + [int(c) for c in cuts if 0 < c < n]))
+    return bounds
+
+
+def accuracy(logits: torch.Tensor, labels: torch.Tensor, idx: np.ndarray) -> float:
+    if idx.shape[0] == 0:
+        return float("nan")
+    idx_t = as_long_tensor(idx)
+    return float((logits[idx_t].argmax(1) == labels[idx_t]).float().mean())
+
+
+# ----------------------------------------------------------------------------------------------
+# checkpoints and files
+# ----------------------------------------------------------------------------------------------
+
+
+def atomic_write_bytes(path: Path, write) -> None:
+    """Write through ``write(file)`` into a temp file beside ``path``, then rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def write_json(path: Path, obj) -> None:
+    atomic_write_bytes(path, lambda f: f.write(
+        (json.dumps(obj, indent=2, default=_json_default) + "\n").encode()))
+
+
+def _json_default(o):
+    if isinstance(o, (np.integer,)):
+        return int(o)
+    if isinstance(o, (np.floating,)):
+        return float(o)
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def _resume_signature(cfg: TrainConfig, data: GraphData) -> dict:
+    sig = {k: getattr(cfg, k) for k in RESUME_KEYS}
+    sig.update(num_nodes=data.num_nodes, num_features=data.num_features,
+               num_classes=data.num_classes)
+    return sig
+
+
+def load_checkpoint(path: Path, cfg: TrainConfig, data: GraphData) -> dict:
+    """Read ``checkpoint.pt`` and refuse one written by another configuration."""
+    if not path.is_file():
+        raise ConfigError(f"--resume: no checkpoint at {path}")
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as e:  # corrupt or foreign file
+        raise ConfigError(f"--resume: cannot read checkpoint {path} ({type(e).__name__})") from None
+    if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT:
+        raise ConfigError(f"--resume: {path} is not a twopgraph checkpoint")
+    want = _resume_signature(cfg, data)
+    have = ckpt.get("signature", {})
+    diff = [k for k in want if have.get(k) != want[k]]
+    if diff:
+        what = ", ".join(f"{k}={have.get(k)!r} (now {want[k]!r})" for k in diff)
+        raise ConfigError(f"--resume: checkpoint {path} was written by another configuration: {what}")
+    if ckpt["epochs_done"] > cfg.epochs:
+        raise ConfigError(f"--resume: checkpoint already has {ckpt['epochs_done']} epochs, "
+                          f"more than --epochs {cfg.epochs}")
+    return ckpt
+
+
+# ----------------------------------------------------------------------------------------------
+# the loop
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class TrainResult:
+    val_acc: float
+    test_acc: float
+    epochs: list[dict]
+    out: Path
+    logits: torch.Tensor | None = None
+
+
+def train(cfg: TrainConfig, data: GraphData | None = None) -> TrainResult:
+    """Train per ``cfg`` (loading ``cfg.dataset`` unless ``data`` is given); see module doc."""
+    cfg.validate()
+    device = resolve_device(cfg.device)
+    if data is None:
+        from .datasets import load_dataset  # datasets sits beside graph; imported lazily
+        data = load_dataset(cfg.dataset, cfg.data_root, progress=cfg.progress)
+    out = Path(cfg.out)
+    ckpt = load_checkpoint(out / CHECKPOINT, cfg, data) if cfg.resume else None
+    if cfg.batch_size > data.train_idx.shape[0]:
+        log.warning("batch size %d exceeds the %d training vertices: one batch per epoch",
+                    cfg.batch_size, data.train_idx.shape[0])
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+        import numba
+        numba.set_num_threads(min(cfg.threads, numba.config.NUMBA_NUM_THREADS))
+
+    torch.manual_seed(cfg.seed)
+    np.random.seed(cfg.seed)
+    model = build_model(cfg.model, data.num_features, cfg.hidden, data.num_classes,
+                        len(cfg.fanouts), cfg.dropout).to(device)
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    epochs_log: list[dict] = []
+    start_epoch = 0
+    if ckpt is not None:
+        model.load_state_dict(ckpt["model"])
+        opt.load_state_dict(ckpt["optimizer"])
+        torch.set_rng_state(ckpt["torch_rng"])
+        epochs_log = list(ckpt["epochs_log"])
+        start_epoch = ckpt["epochs_done"]
+        log.info("resuming from %s after epoch %d", out / CHECKPOINT, start_epoch)
+
+    feat = torch.from_numpy(data.feat)
+    labels = torch.from_numpy(data.label)
+    labels_dev = labels.to(device)
+    sampler = NeighborSampler(data.graph, cfg.fanouts, seed=cfg.seed)
+    scheduler = make_scheduler(cfg.schedule, data.train_idx, cfg.batch_size, seed=cfg.seed)
+    gather = HostFeatureGather(feat, device)
+    out.mkdir(parents=True, exist_ok=True)
+    logits = None
+
+    for epoch in range(start_epoch, cfg.epochs):
+        rec = _train_epoch(model, opt, scheduler, sampler, gather, labels, epoch, device, cfg)
+        last = epoch == cfg.epochs - 1
+        if last or (cfg.eval_every and (epoch + 1) % cfg.eval_every == 0):
+            t = time.perf_counter()
+            logits = layerwise_inference(model, sampler, feat, device, cfg.eval_batch_edges)
+            rec["val_acc"] = accuracy(logits, labels, data.val_idx)
+            rec["test_acc"] = accuracy(logits, labels, data.test_idx)
+            rec["eval_s"] = time.perf_counter() - t
+        epochs_log.append(rec)
+        log.info("epoch %d  loss %.4f  val_acc %s  epoch_s %.2f  sample_s %.2f  load_s %.2f  "
+                 "compute_s %.2f  inputs/batch %.0f", epoch, rec["loss"],
+                 f"{rec['val_acc']:.4f}" if "val_acc" in rec else "-", rec["epoch_s"],
+                 rec["sample_s"], rec["load_s"], rec["compute_s"], rec["input_nodes_per_batch"])
+        state = {"format": CHECKPOINT_FORMAT, "signature": _resume_signature(cfg, data),
+                 "epochs_done": epoch + 1, "model": model.state_dict(),
+                 "optimizer": opt.state_dict(), "torch_rng": torch.get_rng_state(),
+                 "epochs_log": epochs_log}
+        atomic_write_bytes(out / CHECKPOINT, lambda f: torch.save(state, f))
+        _write_metrics(out, cfg, data, device, epochs_log)
+
+    if logits is None:  # resumed a finished run: evaluate the final model again
+        logits = layerwise_inference(model, sampler, feat, device, cfg.eval_batch_edges)
+    val_acc = accuracy(logits, labels, data.val_idx)
+    test_acc = accuracy(logits, labels, data.test_idx)
+    _write_metrics(out, cfg, data, device, epochs_log, val_acc, test_acc)
+    log.info("final  val_acc %.4f  test_acc %.4f  -> %s", val_acc, test_acc, out / METRICS)
+    return TrainResult(val_acc, test_acc, epochs_log, out, logits)
+
+
+def _train_epoch(model, opt, scheduler, sampler, gather, labels, epoch, device, cfg) -> dict:
+    stats = EpochStats()
+    model.train()
+    t0 = time.perf_counter()
+    compute_s = 0.0
+    loss_sum, correct, seen = 0.0, 0, 0
+    bar = None
+    if cfg.progress:
+        from tqdm import tqdm
+        bar = tqdm(total=scheduler.num_batches, desc=f"epoch {epoch}", unit="batch",
+                   leave=False, dynamic_ncols=True)
+    batches = epoch_batches(scheduler, sampler, gather, labels, epoch, stats, device,
+                            cfg.prefetch)
+    try:
+        for mb in batches:
+            tc = time.perf_counter()
+            opt.zero_grad(set_to_none=True)
+            logits = model(mb)
+            loss = F.cross_entropy(logits, mb.labels)
+            loss.backward()
+            opt.step()
+            n = mb.num_seeds
+            loss_sum += float(loss.detach()) * n
+            correct += int((logits.argmax(1) == mb.labels).sum())
+            seen += n
+            compute_s += time.perf_counter() - tc
+            if bar is not None:
+                el = time.perf_counter() - t0
+                bar.set_postfix(loss=f"{loss_sum / seen:.4f}", seeds_s=f"{seen / el:.0f}")
+                bar.update(1)
+    finally:
+        batches.close()
+        if bar is not None:
+            bar.close()
+    epoch_s = time.perf_counter() - t0
+    rec = {"epoch": epoch, "loss": loss_sum / max(seen, 1), "train_acc": correct / max(seen, 1),
+           "epoch_s": epoch_s, "compute_s": compute_s, "seeds_per_s": seen / epoch_s}
+    rec.update(stats.as_dict())
+    return rec
+
+
+def _write_metrics(out: Path, cfg: TrainConfig, data: GraphData, device, epochs_log,
+                   val_acc=None, test_acc=None) -> None:
+    last = next((e for e in reversed(epochs_log) if "val_acc" in e), {})
+    metrics = {
+        "val_acc": val_acc if val_acc is not None else last.get("val_acc"),
+        "test_acc": test_acc if test_acc is not None else last.get("test_acc"),
+        "final": val_acc is not None,
+        "epochs": epochs_log,
+        "config": asdict(cfg),
+        "dataset": data.summary(),
+        "device": str(device),
+        "threads": {"torch": torch.get_num_threads(), "numba": kernels.num_threads()},
+    }
+    write_json(out / METRICS, metrics)
