@@ -232,8 +232,8 @@ def main(argv=None):
         result["eval_s"] = time.perf_counter() - t
         pred = logits.argmax(1)
         result["train_acc"] = float((pred[train_idx] == label[train_idx]).float().mean())
-        result["val_acc"] = float((pred[val_idx] == label[val_idx]).float().mean()) if len(val_idx) else float("nan")
-        result["test_acc"] = float((pred[test_idx] == label[test_idx]).float().mean()) if len(test_idx) else float("nan")
+        result["val_acc"] = float((pred[val_idx] == label[val_idx]).float().mean()) if len(val_idx) else None
+        result["test_acc"] = float((pred[test_idx] == label[test_idx]).float().mean()) if len(test_idx) else None
 
     result["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     result["threads"] = args.threads

@@ -104,6 +104,7 @@ def check_arxiv(data: GraphData, w: dict) -> None:
     np.testing.assert_allclose(data.feat, w["feat"], rtol=1e-6)
     assert data.label.dtype == np.int64
     np.testing.assert_array_equal(data.label, w["label"])
+    assert data.num_classes == 40  # ogbn-arxiv's class count, even if few labels occur
     np.testing.assert_array_equal(data.train_idx, np.sort(w["split"]["train"]))
     np.testing.assert_array_equal(data.val_idx, np.sort(w["split"]["valid"]))
     np.testing.assert_array_equal(data.test_idx, np.sort(w["split"]["test"]))

@@ -213,6 +213,7 @@ def _load_ogb(name: str, root: Path, progress: bool) -> GraphData:
         graph, labels = _run_ogb(name, root, meta, progress)
     split = _read_ogb_split(folder / "split" / meta["split"], name)
     data = _ogb_to_graphdata(name, graph, labels, split, progress)
+    data.num_classes = max(data.num_classes, int(meta["num classes"]))
     del graph, labels
     _save_cache(data, cache)
     return data

@@ -71,7 +71,8 @@ class GCNConv(nn.Module):
     def __init__(self, in_dim: int, out_dim: int):
         super().__init__()
         self.in_dim, self.out_dim = in_dim, out_dim
-        self.lin = nn.Linear(in_dim, out_dim, bias=True)
+        self.lin = nn.Linear(in_dim, out_dim, bias=False)
+        self.bias = nn.Parameter(torch.zeros(out_dim))
 
     def forward(self, block: Block, h_src: torch.Tensor, h_dst: torch.Tensor) -> torch.Tensor:
         cnt = block.sampled_deg()
@@ -82,8 +83,8 @@ class GCNConv(nn.Module):
         w = w.to(h_src.dtype)
         self_term = h_dst / (dst_deg + 1.0).to(h_dst.dtype).unsqueeze(1)
         if self.in_dim > self.out_dim:
-            return _spmm(block, w, self.lin(h_src)) + self.lin(self_term)
-        return self.lin(_spmm(block, w, h_src) + self_term)
+            return _spmm(block, w, self.lin(h_src)) + self.lin(self_term) + self.bias
+        return self.lin(_spmm(block, w, h_src) + self_term) + self.bias
 
 
 class BlockGNN(nn.Module):

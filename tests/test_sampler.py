@@ -1,0 +1,119 @@
+"""NeighborSampler output structure, reproducibility, and the schedulers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from twopgraph.errors import ConfigError
+from twopgraph.sampler import NeighborSampler, RandomScheduler, make_scheduler, parse_fanouts
+from conftest import random_graph
+
+
+def _edges_ok(graph, mb):
+    """Every block edge is a real graph edge, mapped through input_nodes."""
+    ids = mb.input_nodes.numpy()
+    for b in mb.blocks:
+        ei = b.edge_index.numpy()
+        src, dst = ids[ei[0]], ids[ei[1]]
+        for s, d in zip(src, dst):
+            assert s in set(graph.neighbors(d).tolist())
+
+
+def test_minibatch_structure():
+    g = random_graph(300, 2000, seed=1)
+    s = NeighborSampler(g, [4, 3, 2], seed=0)
+    seeds = np.array([5, 17, 42, 0], dtype=np.int64)
+    mb = s.sample(seeds, key=3)
+    assert mb.input_nodes[:4].tolist() == seeds.tolist()
+    assert len(mb.input_nodes.unique()) == len(mb.input_nodes)
+    assert len(mb.blocks) == 3
+    assert mb.blocks[-1].num_dst == 4
+    assert mb.blocks[0].num_src == len(mb.input_nodes)
+    for lower, upper in zip(mb.blocks[:-1], mb.blocks[1:]):
+        assert lower.num_dst == upper.num_src  # dst of a layer = src of the next
+    deg = g.degrees()
+    for b, f in zip(mb.blocks, [4, 3, 2]):
+        cnt = b.sampled_deg().numpy()
+        dst_ids = mb.input_nodes[:b.num_dst].numpy()
+        np.testing.assert_array_equal(cnt, np.minimum(deg[dst_ids], f))
+        assert b.edge_index.shape == (2, b.num_edges)
+        assert b.size == (b.num_src, b.num_dst)
+        assert int(b.indices.max()) < b.num_src
+        np.testing.assert_array_equal(b.src_deg.numpy(), deg[mb.input_nodes[:b.num_src].numpy()])
+    _edges_ok(g, mb)
+
+
+def test_all_neighbours_fanout():
+    g = random_graph(100, 400, seed=2)
+    s = NeighborSampler(g, [-1])
+    mb = s.sample(np.arange(10))
+    b = mb.blocks[0]
+    ids = mb.input_nodes.numpy()
+    for i in range(10):
+        got = sorted(ids[b.indices[b.indptr[i]:b.indptr[i + 1]].numpy()].tolist())
+        assert got == sorted(g.neighbors(i).tolist())
+
+
+def test_reproducible_and_key_dependent():
+    g = random_graph(500, 5000, seed=3)
+    seeds = np.arange(0, 500, 7)
+    a = NeighborSampler(g, [5, 5], seed=1).sample(seeds, key=10)
+    b = NeighborSampler(g, [5, 5], seed=1).sample(seeds, key=10)
+    c = NeighborSampler(g, [5, 5], seed=1).sample(seeds, key=11)
+    d = NeighborSampler(g, [5, 5], seed=2).sample(seeds, key=10)
+    assert torch.equal(a.input_nodes, b.input_nodes)
+    for x, y in zip(a.blocks, b.blocks):
+        assert torch.equal(x.indices, y.indices) and torch.equal(x.indptr, y.indptr)
+    assert not torch.equal(a.input_nodes, c.input_nodes)
+    assert not torch.equal(a.input_nodes, d.input_nodes)
+
+
+def test_sampler_map_is_reset_between_batches():
+    g = random_graph(200, 1500, seed=4)
+    s = NeighborSampler(g, [3, 3])
+    first = s.sample(np.arange(10), key=0)
+    s.sample(np.arange(50, 80), key=1)
+    again = s.sample(np.arange(10), key=0)
+    assert torch.equal(first.input_nodes, again.input_nodes)
+
+
+@pytest.mark.parametrize("bad", [np.array([1, 1]), np.array([-1]), np.array([10**6]),
+                                 np.array([], dtype=np.int64)])
+def test_bad_seeds(bad):
+    s = NeighborSampler(random_graph(50, 100), [2])
+    with pytest.raises(ConfigError):
+        s.sample(bad)
+
+
+@pytest.mark.parametrize("text,ok", [("15,10,5", [15, 10, 5]), ("-1", [-1]), ("3, 2", [3, 2])])
+def test_parse_fanouts(text, ok):
+    assert parse_fanouts(text) == ok
+
+
+@pytest.mark.parametrize("text", ["", "a,b", "15,,5", "0,1", "-2", "1.5"])
+def test_parse_fanouts_rejects(text):
+    with pytest.raises(ConfigError):
+        parse_fanouts(text)
+
+
+def test_random_scheduler_covers_train_set_once_per_epoch():
+    train = np.random.default_rng(0).choice(1000, 333, replace=False)
+    s = RandomScheduler(train, batch_size=50, seed=3)
+    for epoch in range(3):
+        batches = list(s.batches(epoch))
+        assert len(batches) == s.num_batches == 7
+        assert all(len(b) == 50 for b in batches[:-1])
+        allb = np.concatenate(batches)
+        assert sorted(allb.tolist()) == sorted(train.tolist())
+    e0 = np.concatenate(list(s.batches(0)))
+    assert np.array_equal(e0, np.concatenate(list(RandomScheduler(train, 50, seed=3).batches(0))))
+    assert not np.array_equal(e0, np.concatenate(list(s.batches(1))))
+
+
+def test_scheduler_errors():
+    with pytest.raises(ConfigError):
+        RandomScheduler(np.arange(10), batch_size=0)
+    with pytest.raises(ConfigError):
+        make_scheduler("nope", np.arange(10), 4)
