@@ -59,8 +59,8 @@ class SyntheticSpec:
     class; ``degree_exponent`` [2.3] exponent gamma of the degree tail ``P(d) ~ d^-gamma``;
     ``max_degree_ratio`` [300] cap on a vertex's expected degree relative to the mean;
     ``community_size_sigma`` [1.0] log-normal spread of community sizes; ``class_skew`` [0.8]
-    Zipf exponent of class frequencies; ``label_noise`` [0.25] probability of a uniformly random
-    label; ``class_signal`` [1.0], ``community_signal`` [0.5], ``feature_noise`` [0.25]
+    Zipf exponent of class frequencies; ``label_noise`` [0.15] probability of a uniformly random
+    label; ``class_signal`` [1.0], ``community_signal`` [0.5], ``feature_noise`` [0.5]
     (per-dimension standard deviation) of the features. ``seed`` [0]; ``name`` becomes
     ``GraphData.name``.
 
@@ -86,10 +86,10 @@ class SyntheticSpec:
     community_size_sigma: float = 1.0
     min_community_size: int = 8
     class_skew: float = 0.8
-    label_noise: float = 0.25
+    label_noise: float = 0.15
     class_signal: float = 1.0
     community_signal: float = 0.5
-    feature_noise: float = 0.25
+    feature_noise: float = 0.5
     seed: int = 0
     name: str = "synthetic"
     description: str = ""
@@ -144,6 +144,7 @@ SYNTHETIC_PRESETS: dict[str, SyntheticSpec] = {
     "synthetic-tiny": _preset(
         "synthetic-tiny", num_nodes=2_000, num_edges=10_000, num_features=16, num_classes=5,
         num_communities=20, train_frac=0.5, val_frac=0.25, max_degree_ratio=25.0,
+        feature_noise=0.8,
         description="2k vertices, 10k edges, 5 classes: unit tests (generates in ~10 ms)"),
     "synthetic-small": _preset(
         "synthetic-small", num_nodes=100_000, num_edges=1_200_000, num_features=100,

@@ -1,0 +1,313 @@
+"""The ``twopgraph`` command: train / bench sampler / datasets / info, and its error contract
+(bad input -> exit 2, one ``twopgraph: error:`` line on stderr, no traceback, no output)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from twopgraph.cli import main
+from conftest import random_graph
+
+TRAIN_FAST = ["--epochs", "1", "--hidden", "16", "--fanouts", "5,5", "--batch-size", "256",
+              "--no-progress", "--device", "cpu"]
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory) -> Path:
+    """A data root shared by the module (synthetic-tiny is generated into it once)."""
+    return tmp_path_factory.mktemp("data")
+
+
+def run_cli(argv, capsys) -> tuple[int, str, str]:
+    """``main(argv)`` in-process -> (exit code, stdout, stderr); argparse exits are caught."""
+    capsys.readouterr()
+    try:
+        rc = main([str(a) for a in argv])
+    except SystemExit as e:
+        rc = e.code
+    cap = capsys.readouterr()
+    return rc, cap.out, cap.err
+
+
+def assert_user_error(rc, out, err):
+    assert rc == 2, (rc, out, err)
+    assert "Traceback" not in err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1, err
+    assert lines[0].startswith("twopgraph: error:"), err
+    assert out.strip() == "", out
+
+
+def json_lines(text: str) -> list[dict]:
+    return [json.loads(ln) for ln in text.splitlines() if ln.strip().startswith("{")]
+
+
+# -- train -----------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def trained(root, tmp_path_factory):
+    """One successful ``twopgraph train`` on synthetic-tiny: (rc, stdout, stderr, out)."""
+    import contextlib
+    import io
+    out = tmp_path_factory.mktemp("train") / "out"
+    so, se = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(so), contextlib.redirect_stderr(se):
+        rc = main(["train", "--dataset", "synthetic-tiny", *TRAIN_FAST, "--out", str(out),
+                   "--data-root", str(root)])
+    return rc, so.getvalue(), se.getvalue(), out
+
+
+def test_train_ok(trained):
+    rc, out_text, err, out = trained
+    assert rc == 0, err
+    lines = json_lines(out_text)
+    assert len(lines) == 1, out_text
+    res = lines[0]
+    assert 0.0 <= res["val_acc"] <= 1.0 and 0.0 <= res["test_acc"] <= 1.0
+    assert Path(res["metrics"]) == out / "metrics.json"
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["val_acc"] == pytest.approx(res["val_acc"])
+    assert m["test_acc"] == pytest.approx(res["test_acc"])
+    assert len(m["epochs"]) == 1
+    assert m["config"]["hidden"] == 16 and m["config"]["fanouts"] == [5, 5]
+    assert (out / "checkpoint.pt").is_file()
+    assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]
+    assert "Traceback" not in err
+
+
+def test_resume_other_config_exit_2_files_unchanged(trained, root, tmp_path, capsys):
+    out = tmp_path / "out"
+    shutil.copytree(trained[3], out)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    for extra in (["--hidden", "32"], ["--model", "gcn"]):
+        argv = ["train", "--dataset", "synthetic-tiny", *TRAIN_FAST, *extra, "--epochs", "2",
+                "--resume", "--out", out, "--data-root", root]
+        assert_user_error(*run_cli(argv, capsys))
+        assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+def test_resume_same_config_continues(trained, root, tmp_path, capsys):
+    out = tmp_path / "out"
+    shutil.copytree(trained[3], out)
+    argv = ["train", "--dataset", "synthetic-tiny", *TRAIN_FAST, "--epochs", "2", "--resume",
+            "--out", out, "--data-root", root]
+    rc, o, err = run_cli(argv, capsys)
+    assert rc == 0, err
+    assert len(json_lines(o)) == 1
+    m = json.loads((out / "metrics.json").read_text())
+    assert [e["epoch"] for e in m["epochs"]] == [0, 1]
+
+
+def test_resume_without_checkpoint_exit_2(root, tmp_path, capsys):
+    out = tmp_path / "out"
+    argv = ["train", "--dataset", "synthetic-tiny", *TRAIN_FAST, "--resume", "--out", out,
+            "--data-root", root]
+    assert_user_error(*run_cli(argv, capsys))
+    assert not out.exists()
+
+
+# -- bad input: exit 2, one line, no output folder ---------------------------------------------------
+def _npz_arrays(n: int = 50) -> dict:
+    g = random_graph(n=n, m=200, seed=1)
+    rng = np.random.default_rng(0)
+    perm = rng.permutation(n)
+    return dict(indptr=g.indptr, indices=g.indices,
+                feat=rng.normal(size=(n, 4)).astype(np.float32),
+                label=rng.integers(0, 3, n).astype(np.int64),
+                train_idx=np.sort(perm[:25]), val_idx=np.sort(perm[25:40]),
+                test_idx=np.sort(perm[40:]))
+
+
+def _bad_npz(kind: str, path: Path) -> Path:
+    arr = _npz_arrays()
+    if kind == "garbage":
+        path.write_bytes(b"\x00\x01garbage, not a zip file at all" * 10)
+        return path
+    if kind == "missing_key":
+        del arr["label"]
+    elif kind == "index_out_of_range":
+        arr["indices"] = arr["indices"].copy()
+        arr["indices"][3] = 50 + 7
+    elif kind == "label_length":
+        arr["label"] = arr["label"][:-1]
+    elif kind == "split_out_of_range":
+        arr["test_idx"] = np.append(arr["test_idx"], 1000)
+    np.savez(path, **arr)
+    return path
+
+
+def test_good_npz_trains(tmp_path, capsys):
+    path = tmp_path / "good.npz"
+    np.savez(path, **_npz_arrays())
+    out = tmp_path / "out"
+    rc, o, err = run_cli(["train", "--dataset", path, *TRAIN_FAST, "--fanouts", "3",
+                          "--batch-size", "8", "--out", out, "--data-root", tmp_path], capsys)
+    assert rc == 0, err
+    assert len(json_lines(o)) == 1
+    assert (out / "metrics.json").is_file()
+
+
+@pytest.mark.parametrize("kind", ["missing_key", "index_out_of_range", "label_length",
+                                  "split_out_of_range", "garbage"])
+def test_bad_npz_exit_2(kind, tmp_path, capsys):
+    path = _bad_npz(kind, tmp_path / f"{kind}.npz")
+    out = tmp_path / "out"
+    argv = ["train", "--dataset", path, *TRAIN_FAST, "--out", out, "--data-root", tmp_path]
+    assert_user_error(*run_cli(argv, capsys))
+    assert not out.exists()
+    # info reads the same file and fails the same way
+    assert_user_error(*run_cli(["info", "--dataset", path, "--data-root", tmp_path], capsys))
+
+
+BAD_TRAIN_ARGS = {
+    "unknown_dataset": ["--dataset", "no-such-dataset"],
+    "missing_npz": ["--dataset", "nowhere/absent.npz"],
+    "batch_size_0": ["--batch-size", "0"],
+    "batch_size_neg": ["--batch-size", "-5"],
+    "fanouts_x": ["--fanouts", "1,x"],
+    "fanouts_0": ["--fanouts", "0"],
+    "fanouts_empty": ["--fanouts", ""],
+    "fanouts_neg": ["--fanouts", "5,-2"],
+    "epochs_0": ["--epochs", "0"],
+    "hidden_0": ["--hidden", "0"],
+    "unknown_model": ["--model", "gat"],
+    "unknown_schedule": ["--schedule", "nope"],
+    "unknown_device": ["--device", "tpu"],
+    "prefetch_neg": ["--prefetch", "-1"],
+}
+
+
+@pytest.mark.parametrize("name", list(BAD_TRAIN_ARGS))
+def test_bad_train_args_exit_2(name, root, tmp_path, capsys):
+    out = tmp_path / "out"
+    argv = ["train", "--dataset", "synthetic-tiny", *TRAIN_FAST, "--out", out,
+            "--data-root", root, *BAD_TRAIN_ARGS[name]]
+    assert_user_error(*run_cli(argv, capsys))
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("extra", [["--batch-size", "ten"], ["--epochs", "1.5"],
+                                   ["--no-such-flag"]])
+def test_argparse_errors_exit_2_one_line(extra, root, tmp_path, capsys):
+    """Usage errors caught by argparse itself: exit 2, one line, no traceback, no output.
+
+    (argparse names the sub-command: ``twopgraph train: error: ...``.)"""
+    out = tmp_path / "out"
+    rc, o, err = run_cli(["train", "--dataset", "synthetic-tiny", *TRAIN_FAST, "--out", out,
+                          "--data-root", root, *extra], capsys)
+    assert rc == 2 and "Traceback" not in err and o == ""
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("twopgraph") and "error:" in lines[0], err
+    assert not out.exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+def test_device_cuda_without_cuda_exit_2(root, tmp_path, capsys):
+    out = tmp_path / "out"
+    argv = ["train", "--dataset", "synthetic-tiny", *TRAIN_FAST, "--device", "cuda",
+            "--out", out, "--data-root", root]
+    rc, o, err = run_cli(argv, capsys)
+    assert_user_error(rc, o, err)
+    assert "cuda" in err.lower()
+    assert not out.exists()
+
+
+# -- bench sampler ---------------------------------------------------------------------------------
+def test_bench_sampler_json(root, capsys):
+    rc, o, err = run_cli(["bench", "sampler", "--dataset", "synthetic-tiny", "--fanouts", "5,5",
+                          "--batch-size", "256", "--json", "--epochs", "1", "--warmup", "0",
+                          "--data-root", root], capsys)
+    assert rc == 0, err
+    lines = [ln for ln in o.splitlines() if ln.strip()]
+    assert len(lines) == 1, o
+    res = json.loads(lines[0])
+    for k in ("seeds_per_s", "sample_epoch_s", "input_nodes_per_batch", "feature_rows"):
+        assert isinstance(res[k], (int, float)) and res[k] > 0, k
+    # synthetic-tiny: 2000 vertices, half of them training seeds -> 4 batches of <= 256
+    assert res["num_seeds"] == 1000
+    assert res["num_batches"] == 4
+    assert res["feature_rows"] == pytest.approx(res["input_nodes_per_batch"] * res["num_batches"])
+    # every batch's inputs hold its seeds and at most all vertices
+    assert res["num_seeds"] <= res["feature_rows"] <= 2000 * res["num_batches"]
+    assert res["fanouts"] == [5, 5]
+
+
+@pytest.mark.parametrize("extra", [["--fanouts", "1,x"], ["--epochs", "0"],
+                                   ["--batch-size", "0"], ["--dataset", "no-such-dataset"]])
+def test_bench_sampler_bad_input_exit_2(extra, root, capsys):
+    argv = ["bench", "sampler", "--dataset", "synthetic-tiny", "--fanouts", "5,5", "--json",
+            "--epochs", "1", "--warmup", "0", "--data-root", root, *extra]
+    assert_user_error(*run_cli(argv, capsys))
+
+
+# -- datasets / info -------------------------------------------------------------------------------
+def test_datasets_lists_presets_and_ogb(tmp_path, capsys):
+    rc, o, err = run_cli(["datasets", "--data-root", tmp_path / "empty"], capsys)
+    assert rc == 0, err
+    names = {ln.split()[0] for ln in o.splitlines() if ln.strip()}
+    assert {"synthetic-tiny", "synthetic-small", "ogbn-products", "ogbn-arxiv"} <= names
+    assert not (tmp_path / "empty").exists()  # listing creates nothing
+
+
+def test_info_json(root, capsys):
+    rc, o, err = run_cli(["info", "--dataset", "synthetic-tiny", "--json", "--data-root", root],
+                         capsys)
+    assert rc == 0, err
+    lines = [ln for ln in o.splitlines() if ln.strip()]
+    assert len(lines) == 1, o
+    info = json.loads(lines[0])
+    assert info["num_nodes"] == 2000
+    assert info["num_edges_undirected"] > 0 and info["num_features"] == 16
+    assert info["train"] + info["val"] + info["test"] <= 2000
+    assert Path(info["path"]) == root / "synthetic-tiny.npz"
+    assert (root / "synthetic-tiny.npz").is_file()
+    # after generation, `datasets` reports it as cached
+    rc, o, _ = run_cli(["datasets", "--data-root", root], capsys)
+    row = next(ln for ln in o.splitlines() if ln.split()[:1] == ["synthetic-tiny"])
+    assert row.split()[2] == "yes"
+
+
+def test_info_requires_dataset(capsys):
+    rc, o, err = run_cli(["info"], capsys)
+    assert rc == 2 and "Traceback" not in err
+
+
+# -- real processes ---------------------------------------------------------------------------------
+def _run_module(args, cwd) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONWARNINGS="ignore", TWOPGRAPH_DATA=str(cwd / "envroot"))
+    return subprocess.run([sys.executable, "-m", "twopgraph", *map(str, args)], cwd=cwd,
+                          env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_subprocess_missing_npz_exit_2(tmp_path):
+    p = _run_module(["train", "--dataset", "/nonexistent.npz", "--out", tmp_path / "out",
+                     "--no-progress"], tmp_path)
+    assert p.returncode == 2, p.stderr
+    assert "Traceback" not in p.stderr
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, p.stderr
+    assert lines[0].startswith("twopgraph: error:")
+    assert "/nonexistent.npz" in lines[0]
+    assert p.stdout.strip() == ""
+    assert not (tmp_path / "out").exists()
+    assert not (tmp_path / "runs").exists()
+
+
+def test_subprocess_train_ok_stdout_is_one_json_line(root, tmp_path):
+    p = _run_module(["train", "--dataset", "synthetic-tiny", *TRAIN_FAST, "--out",
+                     tmp_path / "out", "--data-root", root], tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert "Traceback" not in p.stderr
+    lines = [ln for ln in p.stdout.splitlines() if ln.strip()]
+    assert len(lines) == 1, p.stdout  # logs go to stderr, stdout is machine-readable
+    res = json.loads(lines[0])
+    assert {"val_acc", "test_acc"} <= set(res)
+    assert (tmp_path / "out" / "metrics.json").is_file()
