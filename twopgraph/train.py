@@ -356,6 +356,15 @@ def _train_epoch(model, opt, scheduler, sampler, gather, labels, epoch, device, 
     return rec
 
 
+def peak_rss_mib() -> float | None:
+    """Peak resident memory of this process so far, MiB (None where unsupported)."""
+    try:
+        import resource
+    except ImportError:
+        return None
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
 def _write_metrics(out: Path, cfg: TrainConfig, data: GraphData, device, epochs_log,
                    val_acc=None, test_acc=None) -> None:
     last = next((e for e in reversed(epochs_log) if "val_acc" in e), {})
@@ -368,5 +377,6 @@ def _write_metrics(out: Path, cfg: TrainConfig, data: GraphData, device, epochs_
         "dataset": data.summary(),
         "device": str(device),
         "threads": {"torch": torch.get_num_threads(), "numba": kernels.num_threads()},
+        "peak_rss_mib": peak_rss_mib(),
     }
     write_json(out / METRICS, metrics)
