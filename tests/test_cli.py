@@ -220,6 +220,34 @@ def test_device_cuda_without_cuda_exit_2(root, tmp_path, capsys):
     assert not out.exists()
 
 
+# Known bugs (see the report of the session that wrote these tests): they currently end in a
+# traceback; xfail (not strict) so that the suite stays green until they are fixed.
+@pytest.mark.xfail(reason="graph.py load_npz/validate: 'num_classes' not checked (scalar, "
+                          "> max label) -> IndexError/TypeError traceback")
+@pytest.mark.parametrize("num_classes", [np.int64(2), np.array([3, 4])])
+def test_npz_bad_num_classes_exit_2(num_classes, tmp_path, capsys):
+    arr = _npz_arrays()  # labels 0..2
+    arr["num_classes"] = num_classes
+    path = tmp_path / "nc.npz"
+    np.savez(path, **arr)
+    out = tmp_path / "out"
+    argv = ["train", "--dataset", path, *TRAIN_FAST, "--fanouts", "3", "--batch-size", "8",
+            "--out", out, "--data-root", tmp_path]
+    assert_user_error(*run_cli(argv, capsys))
+    assert not out.exists()
+
+
+@pytest.mark.xfail(reason="train.py: --out naming a file -> FileExistsError traceback from "
+                          "out.mkdir; --weight-decay nan passes validate -> ValueError from Adam")
+@pytest.mark.parametrize("extra", [["--out", "FILE"], ["--weight-decay", "nan"]])
+def test_bad_out_or_weight_decay_exit_2(extra, root, tmp_path, capsys):
+    (tmp_path / "FILE").write_text("x")
+    extra = [str(tmp_path / e) if e == "FILE" else e for e in extra]
+    argv = ["train", "--dataset", "synthetic-tiny", *TRAIN_FAST, "--out", tmp_path / "out",
+            "--data-root", root, *extra]
+    assert_user_error(*run_cli(argv, capsys))
+
+
 # -- bench sampler ---------------------------------------------------------------------------------
 def test_bench_sampler_json(root, capsys):
     rc, o, err = run_cli(["bench", "sampler", "--dataset", "synthetic-tiny", "--fanouts", "5,5",

@@ -8,8 +8,12 @@ The model is a hierarchical, degree-corrected stochastic block model:
   ``degree_exponent``, capped at ``max_degree_ratio`` times the mean). A vertex starts
   ``Poisson(w)``-many edges (at least one); the other end is drawn proportionally to weight,
   inside the source's community with probability ``p_in``, among the communities of the same
-  class with probability ``p_class``, anywhere otherwise. Self loops and duplicates are
-  dropped, and sampling is topped up until exactly ``num_edges`` undirected edges remain.
+  class with probability ``p_class``, anywhere otherwise. A share ``local_frac`` of the
+  in-community edges stays within ``local_window`` vertices of the source in the community's
+  (hidden) order, which gives the nested, multi-scale locality of real graphs (and their
+  clustering): METIS finds good cuts at any number of parts, not only at community borders.
+  Self loops and duplicates are dropped, and sampling is topped up until exactly
+  ``num_edges`` undirected edges remain.
 * **Labels** follow the community's class, except that with probability ``label_noise`` a
   vertex takes a uniformly random class.
 * **Features** are ``class_signal`` x (centroid of the vertex's label) + ``community_signal``
@@ -56,7 +60,8 @@ class SyntheticSpec:
 
     Structure knobs (defaults in brackets): ``p_in`` [0.8] probability that an edge stays in
     its source's community, ``p_class`` [0.08] that it goes to another community of the same
-    class; ``degree_exponent`` [2.3] exponent gamma of the degree tail ``P(d) ~ d^-gamma``;
+    class; ``local_frac`` [0.6] share of the in-community edges that go to one of the
+    ``local_window`` [16] vertices on either side of the source; ``degree_exponent`` [2.3] exponent gamma of the degree tail ``P(d) ~ d^-gamma``;
     ``max_degree_ratio`` [300] cap on a vertex's expected degree relative to the mean;
     ``community_size_sigma`` [1.0] log-normal spread of community sizes; ``class_skew`` [0.8]
     Zipf exponent of class frequencies; ``label_noise`` [0.15] probability of a uniformly random
@@ -81,6 +86,8 @@ class SyntheticSpec:
     test_frac: float | None = None
     p_in: float = 0.8
     p_class: float = 0.08
+    local_frac: float = 0.6
+    local_window: int = 16
     degree_exponent: float = 2.3
     max_degree_ratio: float = 300.0
     community_size_sigma: float = 1.0
@@ -96,7 +103,7 @@ class SyntheticSpec:
 
     def __post_init__(self):
         for f in ("num_nodes", "num_edges", "num_features", "num_classes", "num_communities",
-                  "min_community_size", "seed"):
+                  "min_community_size", "local_window", "seed"):
             v = getattr(self, f)
             if not isinstance(v, (int, np.integer)) or isinstance(v, bool):
                 raise ConfigError(f"SyntheticSpec.{f} must be an int, got {v!r}")
@@ -118,12 +125,15 @@ class SyntheticSpec:
         test = 0.0 if self.test_frac is None else self.test_frac
         for f, v in (("train_frac", self.train_frac), ("val_frac", self.val_frac),
                      ("test_frac", test), ("p_in", self.p_in), ("p_class", self.p_class),
+                     ("local_frac", self.local_frac),
                      ("label_noise", self.label_noise)):
             if not 0.0 <= v <= 1.0:
                 raise ConfigError(f"SyntheticSpec.{f} must be in [0, 1], got {v}")
         if self.train_frac <= 0 or self.train_frac + self.val_frac + test > 1.0 + 1e-9:
             raise ConfigError("SyntheticSpec: need train_frac > 0 and train+val+test <= 1, got "
                               f"{self.train_frac} + {self.val_frac} + {test}")
+        if self.local_window < 1:
+            raise ConfigError(f"SyntheticSpec.local_window must be >= 1, got {self.local_window}")
         if self.p_in + self.p_class > 1.0 + 1e-9:
             raise ConfigError(f"SyntheticSpec: p_in + p_class must be <= 1, got "
                               f"{self.p_in} + {self.p_class}")
@@ -356,18 +366,28 @@ def _sample_round(spec: SyntheticSpec, layout: _Layout, inv: np.ndarray,
     cls_lo = stub_ptr[layout.comm_start[layout.class_start[cls_of]]]
     cls_hi = stub_ptr[layout.comm_start[layout.class_start[cls_of + 1]]]
     del stub_ptr
-    p_in, p_cls = spec.p_in, spec.p_in + spec.p_class
+    p_local, p_in, p_cls = spec.p_in * spec.local_frac, spec.p_in, spec.p_in + spec.p_class
+    half = max(1, int(round(spec.local_window * total / n)))  # window half-width in stubs
     out = []
     for a in range(0, total, _CHUNK):
         s = src[a:a + _CHUNK]
         c = layout.vertex_comm[s]
         mode = rng.random(s.shape[0])
+        r = rng.random(s.shape[0])
         lo = np.where(mode < p_in, comm_lo[c], np.where(mode < p_cls, cls_lo[c], 0))
         hi = np.where(mode < p_in, comm_hi[c], np.where(mode < p_cls, cls_hi[c], total))
-        del c, mode
-        pos = lo + (rng.random(s.shape[0]) * (hi - lo)).astype(np.int64)
+        del c
+        pos = lo + (r * (hi - lo)).astype(np.int64)
         np.minimum(pos, hi - 1, out=pos)
-        del lo, hi
+        # Local edges: a stub at most `half` stubs away, wrapping around the community.
+        li = np.flatnonzero(mode < p_local)
+        del mode
+        if li.shape[0]:
+            off = np.rint((2.0 * r[li] - 1.0) * half).astype(np.int64)
+            lo_l = lo[li]
+            pos[li] = lo_l + (li + (a + off) - lo_l) % (hi[li] - lo_l)
+            del off, lo_l
+        del lo, hi, r, li
         u = inv[s]
         v = inv[src[pos]]
         del pos
