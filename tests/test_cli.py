@@ -220,10 +220,6 @@ def test_device_cuda_without_cuda_exit_2(root, tmp_path, capsys):
     assert not out.exists()
 
 
-# Known bugs (see the report of the session that wrote these tests): they currently end in a
-# traceback; xfail (not strict) so that the suite stays green until they are fixed.
-@pytest.mark.xfail(reason="graph.py load_npz/validate: 'num_classes' not checked (scalar, "
-                          "> max label) -> IndexError/TypeError traceback")
 @pytest.mark.parametrize("num_classes", [np.int64(2), np.array([3, 4])])
 def test_npz_bad_num_classes_exit_2(num_classes, tmp_path, capsys):
     arr = _npz_arrays()  # labels 0..2
@@ -237,8 +233,6 @@ def test_npz_bad_num_classes_exit_2(num_classes, tmp_path, capsys):
     assert not out.exists()
 
 
-@pytest.mark.xfail(reason="train.py: --out naming a file -> FileExistsError traceback from "
-                          "out.mkdir; --weight-decay nan passes validate -> ValueError from Adam")
 @pytest.mark.parametrize("extra", [["--out", "FILE"], ["--weight-decay", "nan"]])
 def test_bad_out_or_weight_decay_exit_2(extra, root, tmp_path, capsys):
     (tmp_path / "FILE").write_text("x")

@@ -22,7 +22,7 @@ class _Parser(argparse.ArgumentParser):
     """argparse whose usage errors are one line (exit 2)."""
 
     def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+        self.exit(2, f"twopgraph: error: {message} (see `{self.prog} --help`)\n")
 
 
 def _add_data_args(p: argparse.ArgumentParser, default_dataset: str | None = "synthetic-small"):

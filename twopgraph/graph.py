@@ -165,6 +165,13 @@ def inverse_permutation(perm: np.ndarray) -> np.ndarray:
     return inv
 
 
+def _scalar_int(arr: dict, key: str, path) -> int:
+    v = arr[key]
+    if v.shape != () or not np.issubdtype(v.dtype, np.integer):
+        raise GraphFormatError(f"{path}: '{key}' must be an integer scalar")
+    return int(v)
+
+
 @dataclass
 class GraphData:
     """A graph with node features, labels and the train/val/test split.
@@ -215,6 +222,9 @@ class GraphData:
             raise GraphFormatError(f"label must be integer, got {self.label.dtype}")
         if n and self.label.min() < 0:
             raise GraphFormatError("label has negative entries")
+        if n and self.label.max() >= self.num_classes:
+            raise GraphFormatError(f"label has class {int(self.label.max())} but num_classes "
+                                   f"is {self.num_classes}")
         owner = np.zeros(n, dtype=np.int8)
         for k, name in enumerate(SPLITS, start=1):
             idx = getattr(self, name)
@@ -327,7 +337,7 @@ class GraphData:
             test_idx=arr["test_idx"].astype(np.int64, copy=False),
             name=name if name is not None else path.stem,
             node_ids=arr["node_ids"].astype(np.int64) if "node_ids" in arr else None,
-            num_classes=int(arr["num_classes"]) if "num_classes" in arr else -1,
+            num_classes=_scalar_int(arr, "num_classes", path) if "num_classes" in arr else -1,
         )
         if validate:
             try:

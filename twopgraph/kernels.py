@@ -222,3 +222,63 @@ def permute_csr_ref(indptr, indices, perm, inv):
 def num_threads() -> int:
     """Threads numba's parallel kernels use (``NUMBA_NUM_THREADS`` / ``numba.set_num_threads``)."""
     return numba.get_num_threads()
+
+
+# ----------------------------------------------------------------------------------------------
+# Cluster-contiguous renumbering (partition/renumber.py)
+# ----------------------------------------------------------------------------------------------
+
+
+@njit(parallel=True, nogil=True, cache=True)
+def cluster_bfs_order(indptr, indices, parts, members, cluster_start):
+    """Vertices cluster by cluster, each cluster in BFS order over its own induced subgraph.
+
+    ``members`` lists the vertices sorted by cluster (ascending ids within a cluster) and
+    ``cluster_start`` (C+1) delimits each cluster's range in it. Cluster ``c`` fills
+    ``order[cluster_start[c]:cluster_start[c+1]]``: a BFS from its lowest unvisited id,
+    following only edges inside ``c``, restarted at the next unvisited member until all are
+    placed. Clusters run in parallel (a vertex is only ever touched by its own cluster).
+    """
+    n = parts.shape[0]
+    order = np.empty(n, dtype=np.int64)
+    visited = np.zeros(n, dtype=np.uint8)
+    for c in prange(cluster_start.shape[0] - 1):
+        pos = cluster_start[c]
+        head = pos
+        for k in range(cluster_start[c], cluster_start[c + 1]):
+            r = members[k]
+            if visited[r]:
+                continue
+            visited[r] = 1
+            order[pos] = r
+            pos += 1
+            while head < pos:
+                u = order[head]
+                head += 1
+                for j in range(indptr[u], indptr[u + 1]):
+                    w = indices[j]
+                    if parts[w] == c and visited[w] == 0:
+                        visited[w] = 1
+                        order[pos] = w
+                        pos += 1
+    return order
+
+
+def cluster_bfs_order_ref(indptr, indices, parts, members, cluster_start):
+    """Plain-Python twin of :func:`cluster_bfs_order`."""
+    from collections import deque
+    order, visited = [], set()
+    for c in range(cluster_start.shape[0] - 1):
+        for r in members[cluster_start[c]:cluster_start[c + 1]]:
+            if r in visited:
+                continue
+            visited.add(r)
+            queue = deque([r])
+            while queue:
+                u = queue.popleft()
+                order.append(u)
+                for w in indices[indptr[u]:indptr[u + 1]]:
+                    if parts[w] == c and w not in visited:
+                        visited.add(int(w))
+                        queue.append(w)
+    return np.asarray(order, dtype=np.int64)

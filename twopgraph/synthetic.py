@@ -58,10 +58,11 @@ class SyntheticSpec:
     ``min_community_size`` each). Splits: ``train_frac``, ``val_frac``, and ``test_frac``
     (``None``: all remaining vertices).
 
-    Structure knobs (defaults in brackets): ``p_in`` [0.8] probability that an edge stays in
-    its source's community, ``p_class`` [0.08] that it goes to another community of the same
-    class; ``local_frac`` [0.6] share of the in-community edges that go to one of the
-    ``local_window`` [16] vertices on either side of the source; ``degree_exponent`` [2.3] exponent gamma of the degree tail ``P(d) ~ d^-gamma``;
+    Structure knobs (defaults in brackets): ``p_in`` [0.9] probability that an edge stays in
+    its source's community, ``p_class`` [0.05] that it goes to another community of the same
+    class; ``local_frac`` [0.7] share of the in-community edges that go to one of the
+    ``local_window`` [16] vertices on either side of the source; ``degree_exponent`` [2.3]
+    exponent gamma of the degree tail ``P(d) ~ d^-gamma``;
     ``max_degree_ratio`` [300] cap on a vertex's expected degree relative to the mean;
     ``community_size_sigma`` [1.0] log-normal spread of community sizes; ``class_skew`` [0.8]
     Zipf exponent of class frequencies; ``label_noise`` [0.15] probability of a uniformly random
@@ -84,9 +85,9 @@ class SyntheticSpec:
     train_frac: float
     val_frac: float
     test_frac: float | None = None
-    p_in: float = 0.8
-    p_class: float = 0.08
-    local_frac: float = 0.6
+    p_in: float = 0.9
+    p_class: float = 0.05
+    local_frac: float = 0.7
     local_window: int = 16
     degree_exponent: float = 2.3
     max_degree_ratio: float = 300.0
@@ -258,7 +259,7 @@ def _generate(spec: SyntheticSpec, progress: bool) -> GraphData:
         stages.done()
 
         stages.start("edges")
-        keys = _sample_edge_keys(spec, layout, inv, rng_edges)
+        keys = _sample_edge_keys(spec, layout, inv, rng_edges, stages)
         stages.done()
         del inv
 
@@ -315,7 +316,7 @@ def _make_layout(spec: SyntheticSpec, rng: np.random.Generator) -> _Layout:
 
 
 def _sample_edge_keys(spec: SyntheticSpec, layout: _Layout, inv: np.ndarray,
-                      rng: np.random.Generator) -> np.ndarray:
+                      rng: np.random.Generator, stages: _Stages) -> np.ndarray:
     """Sorted unique undirected keys ``min*N + max`` (new ids), exactly ``num_edges`` of them.
 
     Samples in rounds: the first aims a little above the target; each later round tops up the
@@ -326,6 +327,7 @@ def _sample_edge_keys(spec: SyntheticSpec, layout: _Layout, inv: np.ndarray,
     keys = np.empty(0, dtype=np.int64)
     want = target * 1.03
     for rnd in range(_MAX_ROUNDS):
+        stages.start(f"edges {keys.shape[0] / target:.0%}, round {rnd + 1}")
         new, drawn = _sample_round(spec, layout, inv, rng, want, floor_one=(rnd == 0))
         before = keys.shape[0]
         keys = _sorted_unique(np.concatenate([keys, new]) if before else new)

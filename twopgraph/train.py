@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import tempfile
 import time
@@ -88,12 +89,18 @@ class TrainConfig:
             v = getattr(self, name)
             if not isinstance(v, int) or v <= 0:
                 raise ConfigError(f"{name.replace('_', '-')} must be a positive integer, got {v!r}")
-        if not (self.lr > 0):
-            raise ConfigError(f"lr must be positive, got {self.lr}")
+        if not (math.isfinite(self.lr) and self.lr > 0):
+            raise ConfigError(f"lr must be a positive finite number, got {self.lr}")
         if not (0.0 <= self.dropout < 1.0):
             raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}")
-        if self.weight_decay < 0:
-            raise ConfigError(f"weight-decay must be >= 0, got {self.weight_decay}")
+        if not (math.isfinite(self.weight_decay) and self.weight_decay >= 0):
+            raise ConfigError(f"weight-decay must be a finite number >= 0, got {self.weight_decay}")
+        out = Path(self.out)
+        for parent in (out, *out.parents):
+            if parent.exists():
+                if not parent.is_dir():
+                    raise ConfigError(f"--out {self.out}: {parent} exists and is not a folder")
+                break
         for name in ("eval_every", "prefetch", "threads"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name.replace('_', '-')} must be >= 0")
@@ -162,9 +169,10 @@ def _edge_balanced_ranges(indptr: np.ndarray, batch_edges: int) -> list[int]:
     return bounds
 
 
-def accuracy(logits: torch.Tensor, labels: torch.Tensor, idx: np.ndarray) -> float:
+def accuracy(logits: torch.Tensor, labels: torch.Tensor, idx: np.ndarray) -> float | None:
+    """Fraction of ``idx`` whose argmax matches its label; None for an empty split."""
     if idx.shape[0] == 0:
-        return float("nan")
+        return None
     idx_t = as_long_tensor(idx)
     return float((logits[idx_t].argmax(1) == labels[idx_t]).float().mean())
 
@@ -282,7 +290,10 @@ def train(cfg: TrainConfig, data: GraphData | None = None) -> TrainResult:
     sampler = NeighborSampler(data.graph, cfg.fanouts, seed=cfg.seed)
     scheduler = make_scheduler(cfg.schedule, data.train_idx, cfg.batch_size, seed=cfg.seed)
     gather = HostFeatureGather(feat, device)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"--out {out}: cannot create the folder ({e.strerror})") from None
     logits = None
 
     for epoch in range(start_epoch, cfg.epochs):
@@ -297,7 +308,7 @@ def train(cfg: TrainConfig, data: GraphData | None = None) -> TrainResult:
         epochs_log.append(rec)
         log.info("epoch %d  loss %.4f  val_acc %s  epoch_s %.2f  sample_s %.2f  load_s %.2f  "
                  "compute_s %.2f  inputs/batch %.0f", epoch, rec["loss"],
-                 f"{rec['val_acc']:.4f}" if "val_acc" in rec else "-", rec["epoch_s"],
+                 _fmt(rec.get("val_acc")), rec["epoch_s"],
                  rec["sample_s"], rec["load_s"], rec["compute_s"], rec["input_nodes_per_batch"])
         state = {"format": CHECKPOINT_FORMAT, "signature": _resume_signature(cfg, data),
                  "epochs_done": epoch + 1, "model": model.state_dict(),
@@ -310,9 +321,13 @@ def train(cfg: TrainConfig, data: GraphData | None = None) -> TrainResult:
         logits = layerwise_inference(model, sampler, feat, device, cfg.eval_batch_edges)
     val_acc = accuracy(logits, labels, data.val_idx)
     test_acc = accuracy(logits, labels, data.test_idx)
-    _write_metrics(out, cfg, data, device, epochs_log, val_acc, test_acc)
-    log.info("final  val_acc %.4f  test_acc %.4f  -> %s", val_acc, test_acc, out / METRICS)
+    _write_metrics(out, cfg, data, device, epochs_log, (val_acc, test_acc))
+    log.info("final  val_acc %s  test_acc %s  -> %s", _fmt(val_acc), _fmt(test_acc), out / METRICS)
     return TrainResult(val_acc, test_acc, epochs_log, out, logits)
+
+
+def _fmt(v) -> str:
+    return "-" if v is None else f"{v:.4f}"
 
 
 def _train_epoch(model, opt, scheduler, sampler, gather, labels, epoch, device, cfg) -> dict:
@@ -366,12 +381,14 @@ def peak_rss_mib() -> float | None:
 
 
 def _write_metrics(out: Path, cfg: TrainConfig, data: GraphData, device, epochs_log,
-                   val_acc=None, test_acc=None) -> None:
+                   final: tuple | None = None) -> None:
+    """``final`` = (val_acc, test_acc) of the final model; before that, the last evaluated."""
     last = next((e for e in reversed(epochs_log) if "val_acc" in e), {})
+    val_acc, test_acc = final if final is not None else (last.get("val_acc"), last.get("test_acc"))
     metrics = {
-        "val_acc": val_acc if val_acc is not None else last.get("val_acc"),
-        "test_acc": test_acc if test_acc is not None else last.get("test_acc"),
-        "final": val_acc is not None,
+        "val_acc": val_acc,
+        "test_acc": test_acc,
+        "final": final is not None,
         "epochs": epochs_log,
         "config": asdict(cfg),
         "dataset": data.summary(),

@@ -1,0 +1,220 @@
+"""METIS clustering (through ``pymetis``) with an on-disk cache.
+
+:func:`cluster_graph` splits a graph into ``num_clusters`` parts with few cut edges; with
+``train_idx`` given it balances the *training* vertices across parts as well as all vertices
+(METIS multi-constraint vertex weights ``[1, is_train]``), so every cluster contributes about
+the same number of seeds to an epoch.
+
+Cache format (one file per result, written atomically): ``<cache_dir>/metis-<key>.npz`` with
+``parts`` (int32, N: the cluster of each vertex), ``edge_cut`` (undirected edges between
+clusters), ``num_clusters``, ``seconds`` (METIS wall time when it was computed) and
+``format`` (:data:`CACHE_FORMAT`). ``key`` is a hash of the CSR arrays, the training ids
+(when balancing), ``num_clusters``, the seed, the METIS options and the format version, so a
+stale or foreign result is never read back: another graph simply gets another file.
+
+Example::
+
+    >>> from twopgraph.graph import CSRGraph
+    >>> g = CSRGraph.from_edges([0, 1, 2, 3, 4, 5], [1, 2, 0, 4, 5, 3], num_nodes=6)
+    >>> c = cluster_graph(g, 2)
+    >>> c.num_clusters, c.edge_cut, sorted(np.bincount(c.parts).tolist())
+    (2, 0, [3, 3])
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import ConfigError
+from ..graph import CSRGraph
+
+log = logging.getLogger("twopgraph")
+
+CACHE_FORMAT = 1
+# Training vertices a cluster should hold by default: a batch then draws seeds from about
+# batch_size / DEFAULT_TRAIN_PER_CLUSTER clusters (see LocalityScheduler for the trade-off).
+DEFAULT_TRAIN_PER_CLUSTER = 64
+# METIS imbalance tolerance in 1/1000 (ufactor): 30 = parts up to 3% over the mean (METIS'
+# own default for k-way).
+DEFAULT_UFACTOR = 30
+
+
+@dataclass(frozen=True)
+class Clustering:
+    """The cluster of every vertex: ``parts`` int64 (N), ids in ``[0, num_clusters)``.
+
+    ``edge_cut`` counts undirected edges whose ends lie in different clusters; ``seconds`` is
+    the METIS wall time (of the run that computed it, also when read from the cache);
+    ``from_cache`` says whether this call read the cache; ``key`` is the cache key.
+    """
+
+    parts: np.ndarray
+    num_clusters: int
+    edge_cut: int
+    seconds: float = 0.0
+    from_cache: bool = False
+    key: str = ""
+
+    def sizes(self) -> np.ndarray:
+        """Vertices per cluster (int64, num_clusters)."""
+        return np.bincount(self.parts, minlength=self.num_clusters)
+
+    def permute(self, perm: np.ndarray) -> "Clustering":
+        """The same clustering for a renumbered graph (new vertex ``i`` = old ``perm[i]``)."""
+        return Clustering(self.parts[perm], self.num_clusters, self.edge_cut, self.seconds,
+                          self.from_cache, self.key)
+
+    def summary(self) -> dict:
+        sizes = self.sizes()
+        return {"num_clusters": self.num_clusters, "edge_cut": self.edge_cut,
+                "metis_s": round(self.seconds, 3), "from_cache": self.from_cache,
+                "cluster_size_min": int(sizes.min()), "cluster_size_max": int(sizes.max())}
+
+
+def default_num_clusters(num_nodes: int, num_train: int, batch_size: int,
+                         train_per_cluster: int = DEFAULT_TRAIN_PER_CLUSTER) -> int:
+    """Clusters holding about ``min(train_per_cluster, batch_size)`` training vertices each.
+
+    At least 1, at most ``num_nodes``; e.g. 196k training vertices -> 3062 clusters.
+    """
+    per = max(1, min(train_per_cluster, batch_size))
+    return int(max(1, min(num_nodes, round(num_train / per))))
+
+
+def edge_cut(graph: CSRGraph, parts: np.ndarray) -> int:
+    """Undirected edges of a symmetric ``graph`` whose ends are in different ``parts``."""
+    parts = np.asarray(parts)
+    deg = graph.degrees()
+    cut = 0
+    step = 1 << 20  # vertices per chunk: bounds the temporaries on large graphs
+    for a in range(0, graph.num_nodes, step):
+        b = min(a + step, graph.num_nodes)
+        s, e = int(graph.indptr[a]), int(graph.indptr[b])
+        src = np.repeat(parts[a:b], deg[a:b])
+        cut += int(np.count_nonzero(src != parts[graph.indices[s:e]]))
+    return cut // 2
+
+
+def graph_hash(graph: CSRGraph) -> str:
+    """blake2b of the CSR arrays (dtype-independent: ids hashed as int64 chunks)."""
+    h = hashlib.blake2b(digest_size=16)
+    h.update(np.int64(graph.num_nodes).tobytes())
+    h.update(np.ascontiguousarray(graph.indptr, dtype=np.int64).data)
+    step = 1 << 24
+    for a in range(0, graph.num_edges, step):
+        h.update(np.ascontiguousarray(graph.indices[a:a + step], dtype=np.int64).data)
+    return h.hexdigest()
+
+
+def cluster_graph(graph: CSRGraph, num_clusters: int, *, train_idx: np.ndarray | None = None,
+                  seed: int = 0, ufactor: int = DEFAULT_UFACTOR,
+                  cache_dir: str | os.PathLike | None = None) -> Clustering:
+    """METIS k-way partition of the symmetric ``graph`` into ``num_clusters`` clusters.
+
+    ``train_idx`` (optional): also balance the number of training vertices per cluster.
+    ``seed`` is METIS' random seed; ``ufactor`` its imbalance tolerance (1/1000).
+    ``cache_dir`` (optional): read the result from / write it to this folder (see the module
+    docstring); without it METIS always runs. Raises :class:`ConfigError` for a bad
+    ``num_clusters``.
+    """
+    n = graph.num_nodes
+    if isinstance(num_clusters, bool) or not isinstance(num_clusters, (int, np.integer)):
+        raise ConfigError(f"num-clusters must be an integer, got {num_clusters!r}")
+    if not 1 <= num_clusters <= max(n, 1):
+        raise ConfigError(f"num-clusters must be in [1, {n}] (the number of vertices), "
+                          f"got {num_clusters}")
+    num_clusters = int(num_clusters)
+    if train_idx is not None:
+        train_idx = np.asarray(train_idx, dtype=np.int64)
+    key = _cache_key(graph, num_clusters, train_idx, seed, ufactor)
+    path = Path(cache_dir) / f"metis-{key}.npz" if cache_dir is not None else None
+    if path is not None and path.is_file():
+        cached = _read_cache(path, n, num_clusters)
+        if cached is not None:
+            parts, cut, seconds = cached
+            log.info("clusters: %d (edge cut %d) read from %s", num_clusters, cut, path)
+            return Clustering(parts, num_clusters, cut, seconds, True, key)
+    t = time.perf_counter()
+    parts, cut = _metis(graph, num_clusters, train_idx, seed, ufactor)
+    seconds = time.perf_counter() - t
+    log.info("clusters: METIS split %d vertices into %d clusters in %.1f s, edge cut %d "
+             "(%.1f%% of edges)", n, num_clusters, seconds, cut,
+             100.0 * cut / max(graph.num_edges // 2, 1))
+    if path is not None:
+        _write_cache(path, parts, cut, num_clusters, seconds)
+    return Clustering(parts, num_clusters, cut, seconds, False, key)
+
+
+def _cache_key(graph: CSRGraph, k: int, train_idx, seed: int, ufactor: int) -> str:
+    h = hashlib.blake2b(digest_size=12)
+    h.update(graph_hash(graph).encode())
+    if train_idx is not None:
+        h.update(b"train")
+        h.update(np.ascontiguousarray(train_idx, dtype=np.int64).data)
+    h.update(json.dumps({"k": k, "seed": int(seed), "ufactor": int(ufactor),
+                         "format": CACHE_FORMAT}, sort_keys=True).encode())
+    return h.hexdigest()
+
+
+def _metis(graph: CSRGraph, k: int, train_idx, seed: int, ufactor: int):
+    n = graph.num_nodes
+    if k == 1 or n == 0:
+        return np.zeros(n, dtype=np.int64), 0
+    import pymetis
+    idx = pymetis.zero_copy_dtype()
+    xadj = np.ascontiguousarray(graph.indptr, dtype=idx)
+    adjncy = np.ascontiguousarray(graph.indices, dtype=idx)
+    vweights = None
+    if train_idx is not None and train_idx.shape[0]:
+        w = np.ones((n, 2), dtype=idx)  # constraint 0: all vertices, 1: training vertices
+        w[:, 1] = 0
+        w[train_idx, 1] = 1
+        vweights = w.ravel()
+    opts = pymetis.Options(seed=int(seed), ufactor=int(ufactor))
+    cut, parts = pymetis.part_graph(k, pymetis.CSRAdjacency(xadj, adjncy), vweights=vweights,
+                                    options=opts, recursive=False)
+    del adjncy, xadj
+    return np.asarray(parts, dtype=np.int64), int(cut)
+
+
+def _read_cache(path: Path, n: int, k: int):
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            if int(z["format"]) != CACHE_FORMAT or int(z["num_clusters"]) != k:
+                return None
+            parts = z["parts"].astype(np.int64)
+            cut, seconds = int(z["edge_cut"]), float(z["seconds"])
+    except (OSError, ValueError, KeyError, EOFError) as e:
+        log.warning("ignoring unreadable cluster cache %s (%s)", path, type(e).__name__)
+        return None
+    if parts.shape != (n,) or (n and (parts.min() < 0 or parts.max() >= k)):
+        log.warning("ignoring inconsistent cluster cache %s", path)
+        return None
+    return parts, cut, seconds
+
+
+def _write_cache(path: Path, parts: np.ndarray, cut: int, k: int, seconds: float) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                np.savez(f, parts=parts.astype(np.int32), edge_cut=np.int64(cut),
+                         num_clusters=np.int64(k), seconds=np.float64(seconds),
+                         format=np.int64(CACHE_FORMAT))
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+    except OSError as e:  # a read-only data root costs a METIS rerun, not the run
+        log.warning("could not write the cluster cache %s (%s)", path, e.strerror or e)
