@@ -23,7 +23,7 @@ def test_from_edges_rejects_out_of_range():
 
 
 @pytest.mark.parametrize("indptr,indices,msg", [
-    ([0, 2, 1], [0, 1], "monotone"),
+    ([0, 2, 1, 2], [0, 1], "monotone"),
     ([0, 1, 3], [1, 0], "sizes disagree"),
     ([0, 1, 2], [1, 7], "out of range"),
     ([1, 1, 2], [1, 0], "indptr\\[0\\]"),
