@@ -58,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_data_args(t)
     _add_sampling_args(t)
     t.add_argument("--model", default="sage", help="sage | gcn (default: %(default)s)")
-    t.add_argument("--epochs", type=int, default=10, help="training epochs (default: %(default)s)")
+    t.add_argument("--epochs", type=int, default=5, help="training epochs (default: %(default)s)")
     t.add_argument("--hidden", type=int, default=256, help="hidden width (default: %(default)s)")
     t.add_argument("--lr", type=float, default=0.003, help="Adam learning rate (default: %(default)s)")
     t.add_argument("--weight-decay", type=float, default=0.0,

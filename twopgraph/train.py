@@ -60,7 +60,7 @@ class TrainConfig:
     model: str = "sage"
     fanouts: list[int] = field(default_factory=lambda: [15, 10, 5])
     batch_size: int = 1024
-    epochs: int = 10
+    epochs: int = 5
     hidden: int = 256
     lr: float = 0.003
     weight_decay: float = 0.0

@@ -2,7 +2,7 @@
 
 from .minibatch import Block, MiniBatch
 from .neighbor import NeighborSampler, parse_fanouts
-from .schedule import SCHEDULERS, RandomScheduler, make_scheduler
+from .schedule import SCHEDULERS, LocalityScheduler, RandomScheduler, make_scheduler
 
 __all__ = ["Block", "MiniBatch", "NeighborSampler", "parse_fanouts", "SCHEDULERS",
-           "RandomScheduler", "make_scheduler"]
+           "RandomScheduler", "LocalityScheduler", "make_scheduler"]
