@@ -41,8 +41,20 @@ def _add_sampling_args(p: argparse.ArgumentParser):
                         "of entries is the number of layers (default: %(default)s)")
     p.add_argument("--batch-size", type=int, default=1024,
                    help="seed vertices per mini-batch (default: %(default)s)")
-    p.add_argument("--schedule", default="random",
-                   help="seed scheduler: random (default: %(default)s)")
+    p.add_argument("--schedule", default="locality",
+                   help="seed scheduler: locality (batches from METIS clusters, label-balanced) "
+                        "| random (uniform shuffle) (default: %(default)s)")
+    p.add_argument("--num-clusters", type=int, default=0,
+                   help="METIS clusters for --schedule locality and --renumber; fewer = more "
+                        "locality, less batch diversity; 0 = about 64 training vertices per "
+                        "cluster (default: %(default)s)")
+    p.add_argument("--renumber", action=argparse.BooleanOptionalAction, default=True,
+                   help="renumber the graph so that each cluster is a contiguous id range "
+                        "(results stay in original ids) (default: on)")
+    p.add_argument("--balance", type=int, default=16,
+                   help="locality: label-balancing pool, the next cluster of a batch is the "
+                        "best of this many; 1 = plain shuffled cluster order "
+                        "(default: %(default)s)")
     p.add_argument("--seed", type=int, default=0,
                    help="random seed of sampling, shuffling and model init (default: %(default)s)")
     p.add_argument("--threads", type=int, default=0,
@@ -80,6 +92,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="batches sampled ahead in a background thread; 0 = none "
                         "(default: %(default)s)")
     t.add_argument("--no-progress", action="store_true", help="no progress bars")
+    t.add_argument("--cache-policy", default="none",
+                   help="device feature cache: none | degree (PaGraph) | presample (GNNLab) | "
+                        "layer (2PGraph: layer-aware + schedule lookahead) (default: %(default)s)")
+    t.add_argument("--cache-ratio", type=float, default=None,
+                   help="cache budget as a fraction of the feature rows, in [0, 1] "
+                        "(default: what fits: CUDA free memory after a training margin; CPU all)")
+    t.add_argument("--cache-gb", type=float, default=None,
+                   help="cache budget in GiB (instead of --cache-ratio)")
+    t.add_argument("--feat-dtype", default="float32",
+                   help="stored/transferred feature type: float32 | float16 | bfloat16 (halves "
+                        "the bytes; the model computes in float32) (default: %(default)s)")
 
     b = sub.add_parser("bench", help="benchmarks of twopgraph's components")
     bsub = b.add_subparsers(dest="bench", required=True, parser_class=_Parser)
@@ -91,6 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--warmup", type=int, default=1,
                    help="untimed epochs first (JIT compile, caches) (default: %(default)s)")
     s.add_argument("--json", action="store_true", help="print one JSON line")
+    from . import bench_cache
+    bench_cache.add_parser(bsub)
 
     sub.add_parser("datasets", help="list known and cached datasets").add_argument(
         "--data-root", default=None, help="data root (default: $TWOPGRAPH_DATA, else ./datasets)")
@@ -116,9 +141,11 @@ def cmd_train(a) -> int:
         dataset=a.dataset, data_root=a.data_root, model=a.model, fanouts=a.fanouts,
         batch_size=a.batch_size, epochs=a.epochs, hidden=a.hidden, lr=a.lr,
         weight_decay=a.weight_decay, dropout=a.dropout, seed=a.seed, device=a.device, out=a.out,
-        resume=a.resume, schedule=a.schedule, eval_every=a.eval_every,
+        resume=a.resume, schedule=a.schedule, num_clusters=a.num_clusters,
+        renumber=a.renumber, balance=a.balance, eval_every=a.eval_every,
         eval_batch_edges=a.eval_batch_edges, prefetch=a.prefetch, threads=a.threads,
-        progress=not a.no_progress)
+        progress=not a.no_progress, cache_policy=a.cache_policy, cache_ratio=a.cache_ratio,
+        cache_gb=a.cache_gb, feat_dtype=a.feat_dtype)
     res = train(cfg)
     print(json.dumps({"val_acc": res.val_acc, "test_acc": res.test_acc,
                       "metrics": str(res.out / "metrics.json")}))
@@ -129,14 +156,27 @@ def cmd_bench_sampler(a) -> int:
     from . import kernels
     from .datasets import load_dataset
     from .loader import sample_epoch
-    from .sampler import NeighborSampler, make_scheduler, parse_fanouts
+    from .datasets import resolve_data_root
+    from .partition import prepare_locality
+    from .sampler import SCHEDULERS, NeighborSampler, make_scheduler, parse_fanouts
     if a.epochs <= 0 or a.warmup < 0:
         raise TwopgraphError("epochs must be positive and warmup >= 0")
     fanouts = parse_fanouts(a.fanouts)
     _apply_threads(a.threads)
+    if a.schedule not in SCHEDULERS:
+        raise TwopgraphError(f"unknown schedule {a.schedule!r}; known: {', '.join(SCHEDULERS)}")
+    if a.batch_size <= 0:
+        raise TwopgraphError(f"batch size must be positive, got {a.batch_size}")
     data = load_dataset(a.dataset, a.data_root)
+    prep = prepare_locality(
+        data, batch_size=a.batch_size, num_clusters=a.num_clusters,
+        need_clusters=getattr(SCHEDULERS[a.schedule], "needs_clusters", False),
+        renumber_graph=a.renumber, cache_dir=resolve_data_root(a.data_root) / "clusters")
+    data = prep.data
     sampler = NeighborSampler(data.graph, fanouts, seed=a.seed)
-    sched = make_scheduler(a.schedule, data.train_idx, a.batch_size, seed=a.seed)
+    sched = make_scheduler(a.schedule, data.train_idx, a.batch_size, seed=a.seed,
+                           balance=a.balance, labels=data.label,
+                           parts=None if prep.clustering is None else prep.clustering.parts)
     times, stats = [], None
     for e in range(a.warmup + a.epochs):
         t = time.perf_counter()
@@ -150,7 +190,7 @@ def cmd_bench_sampler(a) -> int:
         "num_batches": stats.num_batches, "num_seeds": stats.num_seeds,
         "seeds_per_s": stats.num_seeds / epoch_s, "sample_epoch_s": epoch_s,
         "sample_epoch_s_all": times, "input_nodes_per_batch": stats.input_nodes_per_batch,
-        "feature_rows": stats.feature_rows,
+        "feature_rows": stats.feature_rows, "locality": prep.summary(),
     }
     if a.json:
         print(json.dumps(res))
@@ -185,8 +225,13 @@ def cmd_info(a) -> int:
     return 0
 
 
+def cmd_bench_cache(a) -> int:
+    from .bench_cache import cmd_bench_cache as run
+    return run(a)
+
+
 COMMANDS = {"train": cmd_train, "datasets": cmd_datasets, "info": cmd_info,
-            ("bench", "sampler"): cmd_bench_sampler}
+            ("bench", "sampler"): cmd_bench_sampler, ("bench", "cache"): cmd_bench_cache}
 
 
 def main(argv: list[str] | None = None) -> int:

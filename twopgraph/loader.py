@@ -1,10 +1,14 @@
 """The mini-batch pipeline as plain generator stages, with a prefetch thread around it.
 
-    schedule -> sample -> gather features + labels -> (prefetch queue) -> to device
+    schedule -> sample -> lookahead window -> gather features + labels -> (prefetch) -> device
 
 Sampling (numba, GIL released) and gathering (torch index_select, GIL released) of the next
-batches run in a background thread while the main thread trains on the current one. Times and
-row/byte counts of each stage are accumulated in :class:`EpochStats` (DESIGN.md metrics).
+batches run in a background thread while the main thread trains on the current one. The
+lookahead stage keeps the cache policy's window of sampled batches (``policy.lookahead``, 0 for
+static policies) and announces each batch to the cache as soon as it is sampled, so the
+``layer`` policy knows which rows the upcoming batches need before it evicts anything. Sampling
+is deterministic per (seed, epoch, batch), so looking ahead never changes the batches. Times
+and row/byte counts of each stage are accumulated in :class:`EpochStats` (DESIGN.md metrics).
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
+from collections import deque
 from dataclasses import asdict, dataclass
 from typing import Iterator
 
@@ -19,17 +24,26 @@ import numpy as np
 import torch
 
 from . import kernels
+from .cache import FeatureCache
+from .cache.none import NoCache
 from .sampler.minibatch import MiniBatch
 
 
 @dataclass
 class EpochStats:
-    """Per-epoch counters; times in seconds, bytes in bytes, rows in feature rows."""
+    """Per-epoch counters; times in seconds, bytes in bytes, rows in feature rows.
+
+    ``h2d_bytes`` counts every feature byte copied host->device in the epoch (cache refills
+    included); the one-off initial fill of the cache is ``cache_fill_bytes``, apart.
+    """
 
     num_batches: int = 0
     num_seeds: int = 0
     feature_rows: int = 0
+    cache_hits: int = 0
     h2d_bytes: int = 0
+    cache_fill_bytes: int = 0
+    cache_budget_rows: int = 0
     row_bytes: int = 0
     sample_s: float = 0.0
     load_s: float = 0.0
@@ -39,6 +53,10 @@ class EpochStats:
         return self.feature_rows / self.num_batches if self.num_batches else 0.0
 
     @property
+    def hit_rate(self) -> float:
+        return self.cache_hits / self.feature_rows if self.feature_rows else 0.0
+
+    @property
     def transfer_ratio(self) -> float:
         full = self.feature_rows * self.row_bytes
         return self.h2d_bytes / full if full else 0.0
@@ -46,30 +64,15 @@ class EpochStats:
     def as_dict(self) -> dict:
         d = asdict(self)
         d["input_nodes_per_batch"] = self.input_nodes_per_batch
+        d["hit_rate"] = self.hit_rate
         d["transfer_ratio"] = self.transfer_ratio
         return d
 
 
-class HostFeatureGather:
-    """No-cache feature loading: every input row is copied from the host table each batch.
-
-    ``feat`` is the host table (torch, N x F); rows go to ``device`` (for CPU the "device" is
-    host memory and the same accounting applies: h2d_bytes = rows x bytes per row).
-    """
-
-    def __init__(self, feat: torch.Tensor, device: torch.device):
-        self.feat = feat
-        self.device = torch.device(device)
-        self.row_bytes = feat.shape[1] * feat.element_size()
-
-    def gather(self, input_nodes: torch.Tensor, stats: EpochStats) -> torch.Tensor:
-        rows = torch.index_select(self.feat, 0, input_nodes)
-        if self.device.type == "cuda":
-            rows = rows.pin_memory().to(self.device, non_blocking=True)
-        stats.feature_rows += int(input_nodes.shape[0])
-        stats.h2d_bytes += int(input_nodes.shape[0]) * self.row_bytes
-        stats.row_bytes = self.row_bytes
-        return rows
+def HostFeatureGather(feat: torch.Tensor, device) -> FeatureCache:
+    """No-cache feature loading (every input row copied every batch): a
+    :class:`~twopgraph.cache.FeatureCache` with the ``none`` policy."""
+    return FeatureCache(feat, NoCache(), 0, device, out_dtype=None)
 
 
 def sampled_batches(scheduler, sampler, epoch: int, stats: EpochStats) -> Iterator[MiniBatch]:
@@ -84,16 +87,40 @@ def sampled_batches(scheduler, sampler, epoch: int, stats: EpochStats) -> Iterat
         yield mb
 
 
-def with_features(batches: Iterator[MiniBatch], gather, labels: torch.Tensor | None,
-                  stats: EpochStats) -> Iterator[MiniBatch]:
-    """Stage 3: input features (timed into load_s) and seed labels."""
+def lookahead(batches: Iterator[MiniBatch], depth: int | None, announce) -> Iterator[MiniBatch]:
+    """Stage 2b: keep ``depth`` sampled batches ahead of the one yielded, calling
+    ``announce(input_nodes)`` for each batch as soon as it is sampled (stream order)."""
+    if depth is None:
+        raise ValueError("a policy that needs the whole stream (lookahead None) cannot train")
+    buf: deque[MiniBatch] = deque()
+    for mb in batches:
+        announce(mb.input_nodes)
+        buf.append(mb)
+        if len(buf) > depth:
+            yield buf.popleft()
+    while buf:
+        yield buf.popleft()
+
+
+def with_features(batches: Iterator[MiniBatch], cache: FeatureCache, labels: torch.Tensor | None,
+                  stats: EpochStats) -> Iterator[tuple[MiniBatch, object]]:
+    """Stage 3: input features through the cache (timed into load_s, counted into the cache
+    figures) and seed labels. Yields ``(batch, ready_event)``; the event is ``None`` on CPU."""
+    stats.row_bytes = cache.row_bytes
+    stats.cache_budget_rows = cache.budget
     for mb in batches:
         t = time.perf_counter()
-        mb.features = gather.gather(mb.input_nodes, stats)
+        before = cache.counters.copy()
+        mb.features, ready = cache.gather(mb.input_nodes)
         stats.load_s += time.perf_counter() - t
+        c = cache.counters - before
+        stats.feature_rows += c.feature_rows
+        stats.cache_hits += c.cache_hits
+        stats.h2d_bytes += c.h2d_rows * cache.row_bytes
+        stats.cache_fill_bytes += c.fill_rows * cache.row_bytes
         if labels is not None:
             mb.labels = labels[mb.seeds]
-        yield mb
+        yield mb, ready
 
 
 _DONE = object()
@@ -142,11 +169,20 @@ def prefetch(it: Iterator, depth: int = 2) -> Iterator:
                 th.join(timeout=0.05)
 
 
-def epoch_batches(scheduler, sampler, gather, labels, epoch: int, stats: EpochStats,
-                  device, prefetch_depth: int = 2) -> Iterator[MiniBatch]:
-    """The whole pipeline for one epoch; yields mini-batches ready on ``device``."""
-    it = with_features(sampled_batches(scheduler, sampler, epoch, stats), gather, labels, stats)
-    for mb in prefetch(it, prefetch_depth):
+def epoch_batches(scheduler, sampler, cache: FeatureCache, labels, epoch: int,
+                  stats: EpochStats, device, prefetch_depth: int = 2) -> Iterator[MiniBatch]:
+    """The whole pipeline for one epoch; yields mini-batches ready on ``device``.
+
+    ``cache`` is a :class:`~twopgraph.cache.FeatureCache` (``HostFeatureGather`` for none).
+    """
+    cache.begin_stream()  # forget batches an interrupted epoch announced but never used
+    it = sampled_batches(scheduler, sampler, epoch, stats)
+    it = lookahead(it, cache.policy.lookahead, cache.announce)
+    it = with_features(it, cache, labels, stats)
+    device = torch.device(device)
+    for mb, ready in prefetch(it, prefetch_depth):
+        if ready is not None:  # features were copied on the cache's stream
+            torch.cuda.current_stream(device).wait_event(ready)
         yield mb.to(device, non_blocking=True)
 
 

@@ -31,8 +31,10 @@ import torch.nn.functional as F
 from . import kernels
 from .errors import ConfigError
 from .graph import GraphData
-from .loader import EpochStats, HostFeatureGather, as_long_tensor, epoch_batches
+from .cache import FEAT_DTYPES, POLICIES, PolicyContext, build_feature_cache
+from .loader import EpochStats, as_long_tensor, epoch_batches
 from .models import MODELS, BlockGNN, build_model
+from .partition import prepare_locality, to_original_order
 from .sampler import SCHEDULERS, NeighborSampler, make_scheduler, parse_fanouts
 
 log = logging.getLogger("twopgraph")
@@ -42,7 +44,7 @@ METRICS = "metrics.json"
 CHECKPOINT_FORMAT = 1
 # Config fields that must match for --resume to continue a run (epochs may grow).
 RESUME_KEYS = ("dataset", "model", "fanouts", "batch_size", "hidden", "lr", "dropout", "seed",
-               "schedule", "weight_decay")
+               "schedule", "weight_decay", "num_clusters", "renumber", "balance", "feat_dtype")
 
 
 @dataclass
@@ -53,6 +55,15 @@ class TrainConfig:
     neighbours; the number of layers is ``len(fanouts)``. ``lr`` is Adam's learning rate,
     ``eval_every`` evaluates every N epochs (0 = only after the last), ``prefetch`` is the
     number of batches sampled ahead in the background thread (0 = no background thread).
+    ``schedule`` ``locality`` (default) builds batches from METIS clusters (``num_clusters``,
+    0 = about 64 training vertices per cluster; ``balance`` = label-balancing pool, 1 = plain
+    cluster order, see :class:`~twopgraph.sampler.schedule.LocalityScheduler`); ``renumber``
+    makes each cluster a contiguous id range (results are still reported in original ids).
+    ``cache_policy`` (none | degree | presample | layer) picks the device feature cache, its
+    budget is ``cache_ratio`` (fraction of feature rows) or ``cache_gb`` (GiB), by default what
+    fits (CUDA: free memory after a training margin; CPU: every row); ``feat_dtype`` is how
+    features are stored and copied (float16/bfloat16 halve the bytes; the model computes in
+    float32 and is evaluated on the same rounded features).
     """
 
     dataset: str = "synthetic-small"
@@ -69,7 +80,14 @@ class TrainConfig:
     device: str = "auto"
     out: str = "runs/train"
     resume: bool = False
-    schedule: str = "random"
+    schedule: str = "locality"
+    num_clusters: int = 0
+    renumber: bool = True
+    balance: int = 16
+    cache_policy: str = "none"
+    cache_ratio: float | None = None
+    cache_gb: float | None = None
+    feat_dtype: str = "float32"
     eval_every: int = 1
     eval_batch_edges: int = 4_000_000
     prefetch: int = 2
@@ -101,6 +119,29 @@ class TrainConfig:
                 if not parent.is_dir():
                     raise ConfigError(f"--out {self.out}: {parent} exists and is not a folder")
                 break
+        if isinstance(self.num_clusters, bool) or not isinstance(self.num_clusters, int) \
+                or self.num_clusters < 0:
+            raise ConfigError(f"num-clusters must be an integer >= 0 (0 = automatic), "
+                              f"got {self.num_clusters!r}")
+        if isinstance(self.balance, bool) or not isinstance(self.balance, int) or self.balance < 1:
+            raise ConfigError(f"balance must be an integer >= 1, got {self.balance!r}")
+        if not isinstance(self.renumber, bool):
+            raise ConfigError(f"renumber must be true or false, got {self.renumber!r}")
+        if self.cache_policy not in POLICIES:
+            raise ConfigError(f"unknown cache policy {self.cache_policy!r}; known: "
+                              f"{', '.join(POLICIES)}")
+        if self.feat_dtype not in FEAT_DTYPES:
+            raise ConfigError(f"unknown feat dtype {self.feat_dtype!r}; known: "
+                              f"{', '.join(FEAT_DTYPES)}")
+        if self.cache_ratio is not None and self.cache_gb is not None:
+            raise ConfigError("give cache-ratio or cache-gb, not both")
+        if self.cache_ratio is not None and not (
+                isinstance(self.cache_ratio, (int, float)) and 0.0 <= self.cache_ratio <= 1.0):
+            raise ConfigError(f"cache-ratio must be in [0, 1], got {self.cache_ratio!r}")
+        if self.cache_gb is not None and not (
+                isinstance(self.cache_gb, (int, float)) and math.isfinite(self.cache_gb)
+                and self.cache_gb >= 0):
+            raise ConfigError(f"cache-gb must be a finite number >= 0, got {self.cache_gb!r}")
         for name in ("eval_every", "prefetch", "threads"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name.replace('_', '-')} must be >= 0")
@@ -284,12 +325,21 @@ def train(cfg: TrainConfig, data: GraphData | None = None) -> TrainResult:
         start_epoch = ckpt["epochs_done"]
         log.info("resuming from %s after epoch %d", out / CHECKPOINT, start_epoch)
 
+    prep = _prepare_locality(cfg, data)
+    data = prep.data
     feat = torch.from_numpy(data.feat)
     labels = torch.from_numpy(data.label)
     labels_dev = labels.to(device)
     sampler = NeighborSampler(data.graph, cfg.fanouts, seed=cfg.seed)
-    scheduler = make_scheduler(cfg.schedule, data.train_idx, cfg.batch_size, seed=cfg.seed)
-    gather = HostFeatureGather(feat, device)
+    scheduler = make_scheduler(
+        cfg.schedule, data.train_idx, cfg.batch_size, seed=cfg.seed, balance=cfg.balance,
+        parts=None if prep.clustering is None else prep.clustering.parts, labels=data.label)
+    ctx = PolicyContext(data.graph, data.train_idx, cfg.fanouts, cfg.batch_size,
+                        scheduler=scheduler, sampler=sampler, seed=cfg.seed)
+    gather = build_feature_cache(cfg.cache_policy, torch.from_numpy(data.feat), ctx, device,
+                                 ratio=cfg.cache_ratio, gb=cfg.cache_gb, dtype=cfg.feat_dtype)
+    if cfg.feat_dtype != "float32":  # evaluate on the features the model was trained on
+        feat = torch.from_numpy(data.feat).to(gather.dtype).to(torch.float32)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -323,7 +373,18 @@ def train(cfg: TrainConfig, data: GraphData | None = None) -> TrainResult:
     test_acc = accuracy(logits, labels, data.test_idx)
     _write_metrics(out, cfg, data, device, epochs_log, (val_acc, test_acc))
     log.info("final  val_acc %s  test_acc %s  -> %s", _fmt(val_acc), _fmt(test_acc), out / METRICS)
+    if prep.perm is not None:  # report per-vertex results in the caller's ids
+        logits = to_original_order(logits, prep.perm)
     return TrainResult(val_acc, test_acc, epochs_log, out, logits)
+
+
+def _prepare_locality(cfg: TrainConfig, data: GraphData):
+    """METIS clusters (cached under DATA_ROOT/clusters) and renumbering, when asked for."""
+    from .datasets import resolve_data_root
+    return prepare_locality(
+        data, batch_size=cfg.batch_size, num_clusters=cfg.num_clusters,
+        need_clusters=getattr(SCHEDULERS[cfg.schedule], "needs_clusters", False),
+        renumber_graph=cfg.renumber, cache_dir=resolve_data_root(cfg.data_root) / "clusters")
 
 
 def _fmt(v) -> str:

@@ -11,7 +11,7 @@ Example::
     >>> w.announce(np.array([1, 2])); w.announce(np.array([2, 3]))
     >>> w.next_use[[1, 2, 3, 4]].tolist() == [0, 0, 1, NO_USE]
     True
-    >>> w.consume(); w.next_use[[1, 2, 3]].tolist() == [NO_USE, 1, 1]
+    >>> _ = w.consume(); w.next_use[[1, 2, 3]].tolist() == [NO_USE, 1, 1]
     True
 """
 

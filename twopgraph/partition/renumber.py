@@ -21,12 +21,19 @@ Example::
 
 from __future__ import annotations
 
+import logging
+import time
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 
 from .. import kernels
+from ..errors import ConfigError
 from ..graph import CSRGraph, GraphData
-from .cluster import Clustering
+from .cluster import Clustering, cluster_graph, default_num_clusters
+
+log = logging.getLogger("twopgraph")
 
 
 def cluster_permutation(graph: CSRGraph, clustering: Clustering) -> np.ndarray:
@@ -64,3 +71,49 @@ def to_original_order(values, perm: np.ndarray):
     out = np.empty_like(values)
     out[perm] = values
     return out
+
+
+@dataclass
+class LocalityPrep:
+    """What :func:`prepare_locality` did: the (renumbered) data, its clustering in the same
+    ids, ``perm`` (None without renumbering) and the wall times in seconds."""
+
+    data: GraphData
+    clustering: Clustering | None
+    perm: np.ndarray | None
+    cluster_s: float = 0.0
+    renumber_s: float = 0.0
+
+    def summary(self) -> dict:
+        out = {"renumbered": self.perm is not None, "cluster_s": round(self.cluster_s, 3),
+               "renumber_s": round(self.renumber_s, 3)}
+        if self.clustering is not None:
+            out.update(self.clustering.summary())
+        return out
+
+
+def prepare_locality(data: GraphData, *, batch_size: int, num_clusters: int = 0,
+                     need_clusters: bool = True, renumber_graph: bool = True,
+                     cache_dir=None) -> LocalityPrep:
+    """Cluster ``data`` (when ``need_clusters`` or ``renumber_graph``) and renumber it.
+
+    ``num_clusters`` 0 picks :func:`default_num_clusters` from the training set and
+    ``batch_size``. METIS balances training vertices across clusters, uses seed 0 (so runs with
+    different ``--seed`` share one cached clustering) and caches in ``cache_dir``.
+    """
+    if not (need_clusters or renumber_graph):
+        return LocalityPrep(data, None, None)
+    if num_clusters < 0:
+        raise ConfigError(f"num-clusters must be >= 0 (0 = automatic), got {num_clusters}")
+    k = num_clusters or default_num_clusters(data.num_nodes, int(data.train_idx.shape[0]),
+                                             batch_size)
+    t = time.perf_counter()
+    clustering = cluster_graph(data.graph, k, train_idx=data.train_idx, cache_dir=cache_dir)
+    cluster_s = time.perf_counter() - t
+    if not renumber_graph:
+        return LocalityPrep(data, clustering, None, cluster_s)
+    t = time.perf_counter()
+    data, clustering, perm = renumber(data, clustering)
+    renumber_s = time.perf_counter() - t
+    log.info("renumbered %d vertices cluster by cluster in %.1f s", data.num_nodes, renumber_s)
+    return LocalityPrep(data, clustering, perm, cluster_s, renumber_s)

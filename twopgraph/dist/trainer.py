@@ -1,0 +1,347 @@
+"""Data-parallel training over self-dependence partitions (one rank per part, DDP).
+
+Each rank loads only its own part (:func:`~twopgraph.partition.selfdep.load_part`), runs its own
+locality scheduler, sampler and feature cache on it, and trains a DDP replica: the only traffic
+between ranks in training is the gradient all-reduce. The pieces are those of single-process
+training (:mod:`twopgraph.train`: model, epoch pipeline, checkpoints, metrics), with:
+
+- **batches**: the global ``batch_size`` B is split over the W ranks, ``ceil(B / W)`` seeds per
+  rank and step; every rank runs the same number of steps per epoch (that of the part with the
+  most training vertices), a part with fewer wraps around into a fresh shuffle of its own seeds.
+  DDP averages the gradients, so one step sees about B seeds, as in a single-process run.
+- **seeds**: model init from ``seed`` (DDP also broadcasts rank 0's weights); dropout from
+  (``seed``, rank, epoch), so a resumed run continues the same streams.
+- **files**: rank 0 alone logs and writes ``OUT/metrics.json`` and ``OUT/checkpoint.pt``
+  (atomically, after every epoch). ``resume`` makes every rank read that checkpoint (with
+  several machines ``OUT`` must be on a shared file system).
+- **accounting** (per rank under ``ranks`` and in total per epoch): the DESIGN.md metrics plus
+  ``remote_graph_requests`` = expansions of a sampled vertex whose row the part holds only in
+  part (truncated at the boundary: the requests an exact sampler would send to another worker),
+  ``remote_feature_bytes`` = expected bytes of the feature rows those requests would bring
+  (sum over them of ``min(fanout, d) (d - d_local) / d`` rows), both 0 when hops >= layers, and
+  ``halo_input_rows`` = input rows of replicated (not owned) vertices, which a partition without
+  replication would have to fetch remotely. Totals sum counts over ranks and take the slowest
+  rank's times; ``input_nodes_per_batch`` is per rank and step.
+- **robustness**: collectives time out after ``timeout_s``; a rank that loses its peers raises
+  :class:`~twopgraph.errors.TwopgraphError` (one line) instead of hanging.
+
+Example (inside ``torchrun --nproc-per-node 4``)::
+
+    >>> res = train_distributed(TrainConfig(epochs=2), "parts/small-4")   # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from .. import kernels
+from ..cache import PolicyContext, build_feature_cache
+from ..errors import ConfigError, TwopgraphError
+from ..models import build_model
+from ..partition.selfdep import Part, load_part, read_meta
+from ..sampler import NeighborSampler, make_scheduler
+from ..train import (CHECKPOINT, CHECKPOINT_FORMAT, METRICS, RESUME_KEYS, TrainConfig,
+                     _train_epoch, atomic_write_bytes, peak_rss_mib, write_json)
+from .env import DEFAULT_TIMEOUT_S, DistEnv, detect, process_group, rank_device
+from .evaluate import evaluate_distributed, global_degrees
+
+log = logging.getLogger("twopgraph")
+
+# Config fields a distributed --resume must match; the partition (and so the dataset, the
+# clusters and the numbering) is matched through its partition_id.
+DIST_RESUME_KEYS = tuple(k for k in RESUME_KEYS if k not in ("dataset", "num_clusters",
+                                                             "renumber"))
+SUM_KEYS = ("num_batches", "num_seeds", "feature_rows", "cache_hits", "h2d_bytes",
+            "cache_fill_bytes", "cache_budget_rows", "remote_graph_requests",
+            "remote_feature_bytes", "halo_input_rows")
+MAX_KEYS = ("epoch_s", "sample_s", "load_s", "compute_s")
+
+
+class PartSampler:
+    """A :class:`~twopgraph.sampler.NeighborSampler` over a part's local graph that also counts
+    what exact sampling would have needed from other workers (see the module docstring).
+
+    GCN's normalisation reads full-graph degrees, which the part stores (a halo vertex's local
+    row may be truncated), so the sampler is given those instead of the local ones.
+    """
+
+    def __init__(self, part: Part, fanouts, seed: int = 0):
+        self.inner = NeighborSampler(part.data.graph, fanouts, seed=seed)
+        self.inner._deg = np.asarray(part.degree, dtype=np.float32)
+        self.graph, self.fanouts, self.seed = self.inner.graph, self.inner.fanouts, seed
+        self.num_owned = part.num_owned
+        self._degree = np.asarray(part.degree, dtype=np.int64)
+        self._missing = self._degree - self.graph.degrees()  # > 0: truncated row
+        self.remote_graph_requests = 0
+        self.remote_feature_rows = 0.0
+        self.halo_input_rows = 0
+
+    @property
+    def num_layers(self) -> int:
+        return self.inner.num_layers
+
+    def sample(self, seeds, key: int = 0):
+        mb = self.inner.sample(seeds, key)
+        ids = mb.input_nodes.numpy()
+        for fanout, block in zip(self.fanouts, mb.blocks):
+            dst = ids[:block.num_dst]
+            miss = self._missing[dst]
+            cut = miss > 0
+            if cut.any():
+                d = self._degree[dst[cut]]
+                take = d if fanout < 0 else np.minimum(fanout, d)
+                self.remote_graph_requests += int(cut.sum())
+                self.remote_feature_rows += float((take * miss[cut] / d).sum())
+        self.halo_input_rows += int(np.count_nonzero(ids >= self.num_owned))
+        return mb
+
+    def counters(self) -> tuple[int, float, int]:
+        return self.remote_graph_requests, self.remote_feature_rows, self.halo_input_rows
+
+
+class FixedSteps:
+    """A scheduler that yields exactly ``num_batches`` batches per epoch from ``inner``,
+    starting fresh shuffles of ``inner`` (epochs ``epoch + k * 100003``) when it runs out."""
+
+    def __init__(self, inner, num_batches: int):
+        self.inner, self.num_batches = inner, int(num_batches)
+
+    def __getattr__(self, name):  # batch_size, train_idx, ... of the wrapped scheduler
+        if name == "inner":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+    def batches(self, epoch: int):
+        done, k = 0, 0
+        while done < self.num_batches:
+            for seeds in self.inner.batches(epoch + k * 100003):
+                yield seeds
+                done += 1
+                if done == self.num_batches:
+                    return
+            k += 1
+
+
+@dataclass
+class DistResult:
+    val_acc: float | None
+    test_acc: float | None
+    epochs: list[dict]
+    out: Path
+    rank: int
+    model: torch.nn.Module
+
+
+def train_distributed(cfg: TrainConfig, partitions, *, timeout_s: float = DEFAULT_TIMEOUT_S,
+                      env: DistEnv | None = None) -> DistResult:
+    """Train per ``cfg`` on the partition folder ``partitions`` as rank ``env.rank`` of
+    ``env.world_size`` (default: from the torchrun variables). The partition must have
+    ``world_size`` parts; ``cfg.dataset``, ``num_clusters`` and ``renumber`` are taken from it.
+    Every rank returns the same accuracies; ``model`` is its replica (identical on all ranks).
+    """
+    cfg.validate()
+    env = detect() if env is None else env
+    meta = read_meta(partitions)
+    if meta["num_parts"] != env.world_size:
+        raise ConfigError(f"{partitions} has {meta['num_parts']} parts but the run has "
+                          f"{env.world_size} processes; use --nproc {meta['num_parts']} "
+                          f"(or torchrun --nproc-per-node {meta['num_parts']})")
+    if meta["hops"] < len(cfg.fanouts) and env.is_main:
+        log.warning("partition hops %d < %d layers: sampling is truncated at part boundaries "
+                    "(less replication, approximate neighbourhoods; see remote_graph_requests)",
+                    meta["hops"], len(cfg.fanouts))
+    device = rank_device(cfg.device, env)
+    _set_threads(cfg.threads, device, env)
+    if not env.is_main:
+        log.setLevel(logging.WARNING)
+    with process_group(env, device, timeout_s) as backend:
+        try:
+            return _run(cfg, Path(partitions), meta, env, device, backend)
+        except dist.DistError as e:
+            raise _lost_peer(env, timeout_s, e) from None
+        except RuntimeError as e:
+            if not any(s in str(e) for s in ("Gloo", "gloo", "NCCL", "onnection", "imed out",
+                                              "Timeout")):
+                raise
+            raise _lost_peer(env, timeout_s, e) from None
+
+
+def _lost_peer(env: DistEnv, timeout_s: float, e: BaseException) -> TwopgraphError:
+    first = (str(e).strip().splitlines() or [""])[0][:200]
+    return TwopgraphError(f"rank {env.rank}/{env.world_size}: another rank failed or did not "
+                          f"answer within {timeout_s:g} s; stopping ({type(e).__name__}: {first})")
+
+
+def _set_threads(threads: int, device, env: DistEnv) -> None:
+    """``threads`` or, on CPU, the cores shared fairly among this machine's ranks."""
+    n = threads or (max(1, (os.cpu_count() or 1) // env.local_world_size)
+                    if device.type == "cpu" else 0)
+    if n:
+        import numba
+        torch.set_num_threads(n)
+        numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
+
+
+def _signature(cfg: TrainConfig, meta: dict, world: int) -> dict:
+    sig = {k: getattr(cfg, k) for k in DIST_RESUME_KEYS}
+    sig.update(partition_id=meta["partition_id"], world_size=world)
+    return sig
+
+
+def _load_checkpoint(path: Path, sig: dict, epochs: int) -> dict:
+    if not path.is_file():
+        raise ConfigError(f"--resume: no checkpoint at {path}")
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as e:  # corrupt or foreign file
+        raise ConfigError(f"--resume: cannot read checkpoint {path} ({type(e).__name__})") from None
+    if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT \
+            or ckpt.get("kind") != "distributed":
+        raise ConfigError(f"--resume: {path} is not a checkpoint of a distributed twopgraph run")
+    have = ckpt.get("signature", {})
+    diff = [k for k in sig if have.get(k) != sig[k]]
+    if diff:
+        what = ", ".join(f"{k}={have.get(k)!r} (now {sig[k]!r})" for k in diff)
+        raise ConfigError(f"--resume: checkpoint {path} was written by another configuration: {what}")
+    if ckpt["epochs_done"] > epochs:
+        raise ConfigError(f"--resume: checkpoint already has {ckpt['epochs_done']} epochs, "
+                          f"more than --epochs {epochs}")
+    return ckpt
+
+
+def _run(cfg: TrainConfig, folder: Path, meta: dict, env: DistEnv, device, backend) -> DistResult:
+    world, rank = env.world_size, env.rank
+    out = Path(cfg.out)
+    sig = _signature(cfg, meta, world)
+    ckpt = _load_checkpoint(out / CHECKPOINT, sig, cfg.epochs) if cfg.resume else None
+    t = time.perf_counter()
+    part = load_part(folder, rank, meta, mmap=False)
+    data = part.data
+    log.info("rank %d: part %d loaded in %.1f s: %d vertices (%d owned), %d edges, %d train",
+             rank, rank, time.perf_counter() - t, data.num_nodes, part.num_owned,
+             data.graph.num_edges, data.train_idx.shape[0])
+
+    torch.manual_seed(cfg.seed)  # the same initial weights on every rank
+    model = build_model(cfg.model, data.num_features, cfg.hidden, data.num_classes,
+                        len(cfg.fanouts), cfg.dropout).to(device)
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    epochs_log: list[dict] = []
+    start_epoch = 0
+    if ckpt is not None:
+        model.load_state_dict(ckpt["model"])
+        opt.load_state_dict(ckpt["optimizer"])
+        epochs_log, start_epoch = list(ckpt["epochs_log"]), ckpt["epochs_done"]
+        log.info("resuming from %s after epoch %d", out / CHECKPOINT, start_epoch)
+    ddp = DDP(model)
+
+    local_bs = -(-cfg.batch_size // world)
+    steps = max(-(-p["num_train"] // local_bs) for p in meta["parts"])
+    sampler = PartSampler(part, cfg.fanouts, seed=cfg.seed)
+    scheduler = FixedSteps(make_scheduler(
+        cfg.schedule, data.train_idx, local_bs, seed=cfg.seed, balance=cfg.balance,
+        parts=np.asarray(part.cluster, dtype=np.int64), labels=data.label), steps)
+    feat = torch.from_numpy(data.feat)
+    labels = torch.from_numpy(data.label)
+    ctx = PolicyContext(data.graph, data.train_idx, cfg.fanouts, local_bs,
+                        scheduler=scheduler, sampler=sampler, seed=cfg.seed)
+    gather = build_feature_cache(cfg.cache_policy, feat, ctx, device, ratio=cfg.cache_ratio,
+                                 gb=cfg.cache_gb, dtype=cfg.feat_dtype)
+    eval_feat = feat if cfg.feat_dtype == "float32" else feat.to(gather.dtype).to(torch.float32)
+    gdeg = global_degrees(part, device)
+    if env.is_main:
+        out.mkdir(parents=True, exist_ok=True)
+    epoch_cfg = replace(cfg, progress=cfg.progress and env.is_main)
+    val_acc = test_acc = None
+    evaluated = False
+
+    for epoch in range(start_epoch, cfg.epochs):
+        torch.manual_seed(kernels.mix_key(cfg.seed, rank, epoch) & 0x7FFFFFFFFFFFFFFF)
+        before = sampler.counters()
+        rec = _train_epoch(ddp, opt, scheduler, sampler, gather, labels, epoch, device,
+                           epoch_cfg)
+        after = sampler.counters()
+        rec.update(rank=rank, remote_graph_requests=after[0] - before[0],
+                   remote_feature_bytes=int(round((after[1] - before[1]) * gather.row_bytes)),
+                   halo_input_rows=after[2] - before[2])
+        ranks = [None] * world
+        dist.all_gather_object(ranks, rec)
+        total = _total(ranks)
+        last = epoch == cfg.epochs - 1
+        evaluated = False
+        if last or (cfg.eval_every and (epoch + 1) % cfg.eval_every == 0):
+            t = time.perf_counter()
+            val_acc, test_acc = evaluate_distributed(model, part, eval_feat, labels, device,
+                                                     cfg.eval_batch_edges, gdeg)
+            evaluated = True
+            total.update(val_acc=val_acc, test_acc=test_acc, eval_s=time.perf_counter() - t)
+        total["ranks"] = ranks
+        epochs_log.append(total)
+        if env.is_main:
+            log.info("epoch %d  loss %.4f  val_acc %s  epoch_s %.2f  inputs/batch %.0f  "
+                     "remote_graph_requests %d  halo_input_rows %d", epoch, total["loss"],
+                     "-" if val_acc is None or not evaluated else f"{val_acc:.4f}",
+                     total["epoch_s"], total["input_nodes_per_batch"],
+                     total["remote_graph_requests"], total["halo_input_rows"])
+            state = {"format": CHECKPOINT_FORMAT, "kind": "distributed", "signature": sig,
+                     "epochs_done": epoch + 1, "model": model.state_dict(),
+                     "optimizer": opt.state_dict(), "epochs_log": epochs_log}
+            atomic_write_bytes(out / CHECKPOINT, lambda f: torch.save(state, f))
+            _write_metrics(out, cfg, meta, env, backend, device, epochs_log)
+
+    if not evaluated:  # resumed a finished run: evaluate the final model again
+        val_acc, test_acc = evaluate_distributed(model, part, eval_feat, labels, device,
+                                                 cfg.eval_batch_edges, gdeg)
+    rss = [None] * world
+    dist.all_gather_object(rss, peak_rss_mib())
+    if env.is_main:
+        _write_metrics(out, cfg, meta, env, backend, device, epochs_log, (val_acc, test_acc),
+                       rss)
+        log.info("final  val_acc %s  test_acc %s  -> %s", val_acc, test_acc, out / METRICS)
+    return DistResult(val_acc, test_acc, epochs_log, out, rank, model)
+
+
+def _total(ranks: list[dict]) -> dict:
+    """One epoch record for the whole job from the per-rank ones (see module docstring)."""
+    tot = {"epoch": ranks[0]["epoch"], "world_size": len(ranks)}
+    for k in SUM_KEYS:
+        tot[k] = sum(r[k] for r in ranks)
+    for k in MAX_KEYS:
+        tot[k] = max(r[k] for r in ranks)
+    seeds = max(tot["num_seeds"], 1)
+    tot["loss"] = sum(r["loss"] * r["num_seeds"] for r in ranks) / seeds
+    tot["train_acc"] = sum(r["train_acc"] * r["num_seeds"] for r in ranks) / seeds
+    tot["row_bytes"] = ranks[0]["row_bytes"]
+    tot["input_nodes_per_batch"] = tot["feature_rows"] / max(tot["num_batches"], 1)
+    tot["hit_rate"] = tot["cache_hits"] / max(tot["feature_rows"], 1)
+    full = tot["feature_rows"] * tot["row_bytes"]
+    tot["transfer_ratio"] = tot["h2d_bytes"] / full if full else 0.0
+    tot["seeds_per_s"] = tot["num_seeds"] / tot["epoch_s"] if tot["epoch_s"] else 0.0
+    return tot
+
+
+def _write_metrics(out: Path, cfg: TrainConfig, meta: dict, env: DistEnv, backend: str, device,
+                   epochs_log, final: tuple | None = None, rss=None) -> None:
+    last = next((e for e in reversed(epochs_log) if "val_acc" in e), {})
+    val_acc, test_acc = final if final is not None else (last.get("val_acc"), last.get("test_acc"))
+    write_json(out / METRICS, {
+        "val_acc": val_acc, "test_acc": test_acc, "final": final is not None,
+        "epochs": epochs_log, "config": asdict(cfg),
+        "distributed": {"world_size": env.world_size, "backend": backend,
+                        "batch_size_per_rank": -(-cfg.batch_size // env.world_size)},
+        "partition": {k: meta[k] for k in ("partition_id", "num_parts", "hops",
+                                           "replication_factor", "edge_cut",
+                                           "edge_cut_fraction", "num_clusters")}
+        | {"source": meta["source"]["name"]},
+        "device": str(device), "threads": {"torch": torch.get_num_threads(),
+                                           "numba": kernels.num_threads()},
+        "peak_rss_mib": rss if rss is not None else peak_rss_mib(),
+    })

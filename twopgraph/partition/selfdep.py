@@ -1,0 +1,393 @@
+"""Self-dependence partitions (2PGraph): each worker's training vertices together with everything
+their H-hop sampling can reach, renumbered locally, so that training needs no communication.
+
+:func:`partition_selfdep` splits the graph into ``P`` parts with METIS, balancing training
+vertices (and all vertices) across parts. Part ``i``'s *self-dependence cluster* is
+
+    owned(i)  U  { v : dist(v, train(i)) <= H }
+
+(``owned`` = the vertices METIS gave to part ``i``; ``train(i)`` = its training vertices). Its
+induced subgraph is stored with local ids: **owned vertices first, then the halo**, each group in
+the order of the fine METIS clusters of the locality scheduler (cluster-contiguous, BFS order
+inside a cluster; the same clusters ``twopgraph train`` uses, shared through the cluster cache).
+Each local row lists its in-part neighbours **in the same relative order as the source row**, so
+with complete rows a position sampled in the local row is the same neighbour as in the source row.
+
+``H`` versus the number of GNN layers ``L``: a vertex within ``H - 1`` hops of a training vertex
+has its complete row in the part, so with ``H >= L`` sampling inside a part is exactly sampling
+on the whole graph (remote counters 0). ``H < L`` is allowed and trades accuracy for memory: the
+halo (replication) shrinks, and rows of vertices at distance ``>= H`` are truncated at the
+boundary, i.e. their sampled neighbourhoods are drawn from the in-part neighbours only. The
+trainer counts those truncated expansions as ``remote_graph_requests``.
+
+Exact (full-neighbour) evaluation needs the full row of every owned vertex, which the halo may
+not hold (an owned test vertex far from any training vertex); these rows are stored apart, in
+global ids (``owned_indptr`` / ``owned_indices``: structure only, no replicated features).
+
+On-disk layout (``OUT/``), every array a plain ``.npy`` file that can be memory-mapped::
+
+    meta.json            format (FORMAT_VERSION), partition_id, source {name, hash (blake2b of
+                         the CSR), num_nodes, num_edges, num_features, num_classes, path, size,
+                         mtime_ns}, num_parts, hops, seed, num_clusters, replication_factor
+                         (= sum of part sizes / N), edge_cut (undirected edges between parts),
+                         edge_cut_fraction, seconds, and parts: one object per part with
+                         num_nodes, num_owned, num_halo, num_edges, num_train, num_val,
+                         num_test, num_incomplete (vertices whose row is truncated)
+    part{i}/part.json    part, partition_id (must equal meta's), num_nodes, num_owned
+    part{i}/indptr.npy   int64 (n+1)   local CSR (n = num_nodes of the part)
+    part{i}/indices.npy  int32 (E_i)   local neighbour ids
+    part{i}/feat.npy     (n x F)       features, dtype of the source
+    part{i}/label.npy    int64 (n)
+    part{i}/train_idx.npy, val_idx.npy, test_idx.npy   int64, local ids of *owned* vertices
+    part{i}/node_ids.npy int64 (n)     local -> global (source) id
+    part{i}/degree.npy   int64 (n)     full-graph degree of each local vertex
+    part{i}/cluster.npy  int32 (n)     fine METIS cluster of each local vertex (scheduler)
+    part{i}/owned_indptr.npy   int64 (num_owned+1)  full rows of the owned vertices ...
+    part{i}/owned_indices.npy  int32/int64          ... in global ids (exact evaluation)
+
+A folder is written under a temporary name and renamed when complete. :func:`read_meta` /
+:func:`load_part` refuse, with a one-line :class:`~twopgraph.errors.TwopgraphError`, a folder
+of another format, a part of another partitioning run, arrays whose sizes disagree with
+``meta.json``, and a partition whose source ``.npz`` changed since it was written.
+
+Example::
+
+    >>> meta = partition_selfdep(data, num_parts=4, hops=3, out="parts/small-4")  # doctest: +SKIP
+    >>> part = load_part("parts/small-4", 0)                                       # doctest: +SKIP
+    >>> part.data.graph.num_nodes, part.num_owned, meta["replication_factor"]      # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import ConfigError, TwopgraphError
+from ..graph import SPLITS, CSRGraph, GraphData
+from .cluster import cluster_graph, default_num_clusters, graph_hash
+from .renumber import cluster_permutation
+
+log = logging.getLogger("twopgraph")
+
+FORMAT_VERSION = 1
+META = "meta.json"
+PART_JSON = "part.json"
+# Batch size the default fine clustering is sized for (about 64 training vertices per cluster,
+# the same clusters, and cache entry, as `twopgraph train --batch-size 1024`).
+DEFAULT_CLUSTER_BATCH = 1024
+# Entries gathered per chunk when extracting rows: bounds the temporaries on large graphs.
+_CHUNK = 1 << 24
+_ARRAYS = ("indptr", "indices", "feat", "label", *SPLITS, "node_ids", "degree", "cluster",
+           "owned_indptr", "owned_indices")
+
+
+class PartitionError(TwopgraphError):
+    """A partition folder is missing, stale, damaged or does not fit the run."""
+
+
+@dataclass
+class Part:
+    """One part as a rank trains on it.
+
+    ``data`` is the local graph with its node data (``data.node_ids`` = global ids, splits =
+    local ids of owned vertices); local ids ``< num_owned`` are owned. ``degree`` holds
+    full-graph degrees, ``complete[v]`` says whether local row ``v`` is the whole source row,
+    ``cluster`` the fine cluster of each local vertex. Arrays are memory-mapped by default.
+    """
+
+    index: int
+    data: GraphData
+    num_owned: int
+    degree: np.ndarray
+    cluster: np.ndarray
+    owned_indptr: np.ndarray
+    owned_indices: np.ndarray
+    meta: dict
+
+    @property
+    def num_global_nodes(self) -> int:
+        return int(self.meta["source"]["num_nodes"])
+
+    @property
+    def complete(self) -> np.ndarray:
+        return self.data.graph.degrees() == self.degree
+
+
+# ----------------------------------------------------------------------------------------------
+# writing
+# ----------------------------------------------------------------------------------------------
+
+
+def partition_selfdep(data: GraphData, num_parts: int, hops: int, out, *, seed: int = 0,
+                      num_clusters: int = 0, cache_dir=None, source_path=None) -> dict:
+    """Write the ``num_parts``-way self-dependence partition of ``data`` with ``hops``-hop halos
+    to ``out`` (layout in the module docstring); returns the ``meta.json`` contents.
+
+    ``seed`` is METIS' seed for the part split; ``num_clusters`` the number of fine clusters
+    for the locality scheduler (0 = about 64 training vertices per cluster); ``cache_dir``
+    caches both METIS results (see :func:`~twopgraph.partition.cluster_graph`);
+    ``source_path`` (the dataset's ``.npz``) lets a later load detect that it changed. An
+    existing ``out`` is replaced only if it is a twopgraph partition (or empty).
+    """
+    n = data.num_nodes
+    if isinstance(num_parts, bool) or not isinstance(num_parts, (int, np.integer)) \
+            or not 1 <= num_parts <= max(1, int(data.train_idx.shape[0])):
+        raise ConfigError(f"num-parts must be an integer in [1, {data.train_idx.shape[0]}] "
+                          f"(the training vertices), got {num_parts!r}")
+    if isinstance(hops, bool) or not isinstance(hops, (int, np.integer)) or hops < 0:
+        raise ConfigError(f"hops must be an integer >= 0, got {hops!r}")
+    if isinstance(num_clusters, bool) or not isinstance(num_clusters, (int, np.integer)) \
+            or num_clusters < 0:
+        raise ConfigError(f"num-clusters must be an integer >= 0, got {num_clusters!r}")
+    out = Path(out)
+    _check_replaceable(out)
+    num_parts, hops = int(num_parts), int(hops)
+    g = data.graph
+    t0 = time.perf_counter()
+    split = cluster_graph(g, num_parts, train_idx=data.train_idx, seed=seed, cache_dir=cache_dir)
+    owner = split.parts
+    k = num_clusters or default_num_clusters(n, int(data.train_idx.shape[0]),
+                                             DEFAULT_CLUSTER_BATCH)
+    fine = cluster_graph(g, int(k), train_idx=data.train_idx, cache_dir=cache_dir)
+    rank = np.empty(n, dtype=np.int64)  # position of each vertex in cluster-BFS order
+    rank[cluster_permutation(g, fine)] = np.arange(n, dtype=np.int64)
+    metis_s = time.perf_counter() - t0
+    reached = _halos(g, owner, data.train_idx, num_parts, hops)
+    src_hash = graph_hash(g)
+    pid = hashlib.blake2b(json.dumps([src_hash, num_parts, hops, int(seed), int(k),
+                                      FORMAT_VERSION, time.time_ns()]).encode(),
+                          digest_size=8).hexdigest()
+    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    try:
+        part_meta = [_write_part(tmp / f"part{p}", p, pid, data, owner == p, reached[:, p],
+                                 rank, fine.parts) for p in range(num_parts)]
+        total = sum(m["num_nodes"] for m in part_meta)
+        cut = split.edge_cut
+        meta = {
+            "format": FORMAT_VERSION, "partition_id": pid,
+            "source": _source_info(data, src_hash, source_path),
+            "num_parts": num_parts, "hops": hops, "seed": int(seed), "num_clusters": int(k),
+            "replication_factor": total / max(n, 1),
+            "edge_cut": int(cut), "edge_cut_fraction": cut / max(g.num_edges // 2, 1),
+            "metis_s": round(metis_s, 3), "seconds": round(time.perf_counter() - t0, 3),
+            "parts": part_meta,
+        }
+        (tmp / META).write_text(json.dumps(meta, indent=2) + "\n")
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    log.info("partition: %d parts, %d hops, replication factor %.3f, edge cut %d (%.1f%%), "
+             "%.1f s -> %s", num_parts, hops, meta["replication_factor"], cut,
+             100 * meta["edge_cut_fraction"], meta["seconds"], out)
+    return meta
+
+
+def _check_replaceable(out: Path) -> None:
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise ConfigError(f"--out {out} exists and is not a folder")
+    if any(out.iterdir()) and not (out / META).is_file():
+        raise ConfigError(f"--out {out} is a non-empty folder that is not a twopgraph partition; "
+                          "refusing to replace it")
+
+
+def _halos(g: CSRGraph, owner: np.ndarray, train_idx: np.ndarray, num_parts: int,
+           hops: int) -> np.ndarray:
+    """``reached[v, p]``: v is within ``hops`` hops of a training vertex of part ``p`` (N x P
+    bool). One sparse-times-dense product per hop covers all parts at once."""
+    n = g.num_nodes
+    reached = np.zeros((n, num_parts), dtype=bool)
+    reached[train_idx, owner[train_idx]] = True
+    if hops == 0:
+        return reached
+    import scipy.sparse as sp
+    adj = sp.csr_matrix((np.ones(g.num_edges, dtype=np.float32), g.indices, g.indptr),
+                        shape=(n, n))
+    for _ in range(hops):  # symmetric graph: (A x)[v] > 0 <=> v has a neighbour in x
+        reached |= (adj @ reached.astype(np.float32)) > 0
+    return reached
+
+
+def _gather_rows(indptr: np.ndarray, indices: np.ndarray, rows: np.ndarray, g2l=None):
+    """Rows ``rows`` of a CSR, concatenated in order; with ``g2l`` (global -> local id, -1 =
+    absent) the entries are mapped and the absent ones dropped, keeping each row's order.
+    Returns ``(indptr, indices)`` (int64, and int32 when mapped else the dtype of indices)."""
+    deg = indptr[rows + 1] - indptr[rows]
+    counts = np.empty(rows.shape[0], dtype=np.int64)
+    chunks = []
+    cum = np.cumsum(deg)
+    a = 0
+    while a < rows.shape[0]:
+        b = int(np.searchsorted(cum, (cum[a - 1] if a else 0) + _CHUNK, side="right"))
+        b = max(b, a + 1)
+        r, d = rows[a:b], deg[a:b]
+        tot = int(d.sum())
+        first = np.repeat(indptr[r] - np.concatenate([[0], np.cumsum(d)[:-1]]), d)
+        ent = indices[first + np.arange(tot, dtype=np.int64)]
+        if g2l is not None:
+            loc = g2l[ent]
+            keep = loc >= 0
+            ent = loc[keep]
+            row_of = np.repeat(np.arange(b - a), d)[keep]
+            counts[a:b] = np.bincount(row_of, minlength=b - a)
+        else:
+            counts[a:b] = d
+        chunks.append(ent)
+        a = b
+    out_ptr = np.zeros(rows.shape[0] + 1, dtype=np.int64)
+    np.cumsum(counts, out=out_ptr[1:])
+    dtype = np.int32 if g2l is not None else indices.dtype
+    ent = np.concatenate(chunks).astype(dtype, copy=False) if chunks else \
+        np.empty(0, dtype=dtype)
+    return out_ptr, ent
+
+
+def _write_part(folder: Path, p: int, pid: str, data: GraphData, owned: np.ndarray,
+                reached: np.ndarray, rank: np.ndarray, fine_parts: np.ndarray) -> dict:
+    g = data.graph
+    own = np.flatnonzero(owned)
+    halo = np.flatnonzero(reached & ~owned)
+    own = own[np.argsort(rank[own], kind="stable")]
+    halo = halo[np.argsort(rank[halo], kind="stable")]
+    l2g = np.concatenate([own, halo]).astype(np.int64)
+    nloc = l2g.shape[0]
+    g2l = np.full(g.num_nodes, -1, dtype=np.int32 if nloc < 2**31 else np.int64)
+    g2l[l2g] = np.arange(nloc, dtype=g2l.dtype)
+    indptr, indices = _gather_rows(g.indptr, g.indices, l2g, g2l)
+    o_indptr, o_indices = _gather_rows(g.indptr, g.indices, own)
+    degree = (g.indptr[l2g + 1] - g.indptr[l2g]).astype(np.int64)
+    arrays = {"indptr": indptr, "indices": indices, "feat": data.feat[l2g],
+              "label": data.label[l2g].astype(np.int64), "node_ids": l2g, "degree": degree,
+              "cluster": fine_parts[l2g].astype(np.int32), "owned_indptr": o_indptr,
+              "owned_indices": o_indices}
+    for s in SPLITS:
+        idx = getattr(data, s)
+        loc = g2l[idx[owned[idx]]].astype(np.int64)
+        arrays[s] = np.sort(loc)
+    folder.mkdir(parents=True)
+    for name, arr in arrays.items():
+        np.save(folder / f"{name}.npy", np.ascontiguousarray(arr))
+    info = {"part": p, "partition_id": pid, "num_nodes": int(nloc), "num_owned": int(own.shape[0]),
+            "num_halo": int(halo.shape[0]), "num_edges": int(indices.shape[0]),
+            "num_train": int(arrays["train_idx"].shape[0]),
+            "num_val": int(arrays["val_idx"].shape[0]),
+            "num_test": int(arrays["test_idx"].shape[0]),
+            "num_incomplete": int(np.count_nonzero(np.diff(indptr) != degree))}
+    (folder / PART_JSON).write_text(json.dumps(info, indent=2) + "\n")
+    return info
+
+
+def _source_info(data: GraphData, src_hash: str, source_path) -> dict:
+    info = {"name": data.name, "hash": src_hash, "num_nodes": data.num_nodes,
+            "num_edges": data.graph.num_edges, "num_features": data.num_features,
+            "num_classes": int(data.num_classes), "path": None, "size": None, "mtime_ns": None}
+    if source_path is not None and Path(source_path).is_file():
+        st = Path(source_path).stat()
+        info.update(path=str(Path(source_path).resolve()), size=st.st_size,
+                    mtime_ns=st.st_mtime_ns)
+    return info
+
+
+# ----------------------------------------------------------------------------------------------
+# reading
+# ----------------------------------------------------------------------------------------------
+
+
+def read_meta(folder) -> dict:
+    """``meta.json`` of a partition folder, checked (format, part folders, source file)."""
+    folder = Path(folder)
+    path = folder / META
+    if not path.is_file():
+        raise PartitionError(f"{folder} is not a twopgraph partition (no {META}); "
+                             "write one with `twopgraph partition`")
+    try:
+        meta = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise PartitionError(f"{path}: unreadable ({type(e).__name__}); re-run "
+                             "`twopgraph partition`") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT_VERSION:
+        fmt = meta.get("format") if isinstance(meta, dict) else None
+        raise PartitionError(f"{folder}: partition format {fmt!r}, this twopgraph reads "
+                             f"{FORMAT_VERSION}; re-run `twopgraph partition`")
+    try:
+        src, num_parts = meta["source"], int(meta["num_parts"])
+        if len(meta["parts"]) != num_parts:
+            raise KeyError("parts")
+    except (KeyError, TypeError, ValueError):
+        raise PartitionError(f"{path}: incomplete meta.json; re-run `twopgraph partition`") \
+            from None
+    if src.get("path") and Path(src["path"]).is_file():
+        st = Path(src["path"]).stat()
+        if st.st_size != src["size"] or st.st_mtime_ns != src["mtime_ns"]:
+            raise PartitionError(f"{folder} is stale: its source {src['path']} changed since it "
+                                 "was partitioned; re-run `twopgraph partition`")
+    return meta
+
+
+def source_matches(folder, data: GraphData, num_parts: int, hops: int) -> bool:
+    """Whether ``folder`` already holds the partition of ``data`` with these settings."""
+    try:
+        meta = read_meta(folder)
+    except PartitionError:
+        return False
+    return (meta["num_parts"] == num_parts and meta["hops"] == hops
+            and meta["source"]["hash"] == graph_hash(data.graph))
+
+
+def load_part(folder, index: int, meta: dict | None = None, mmap: bool = True) -> Part:
+    """Part ``index`` of the partition in ``folder`` (arrays memory-mapped unless ``mmap`` is
+    False); refuses parts of another run or whose arrays disagree with ``meta.json``."""
+    folder = Path(folder)
+    meta = read_meta(folder) if meta is None else meta
+    p = int(index)
+    if not 0 <= p < meta["num_parts"]:
+        raise PartitionError(f"{folder} has {meta['num_parts']} parts, no part {p}")
+    pdir = folder / f"part{p}"
+    try:
+        info = json.loads((pdir / PART_JSON).read_text())
+    except (OSError, ValueError):
+        raise PartitionError(f"{pdir}: missing or unreadable {PART_JSON}; re-run "
+                             "`twopgraph partition`") from None
+    if info.get("partition_id") != meta["partition_id"]:
+        raise PartitionError(f"{pdir} belongs to another partitioning run than {folder / META} "
+                             "(stale folder); re-run `twopgraph partition`")
+    arr = {}
+    for name in _ARRAYS:
+        try:
+            arr[name] = np.load(pdir / f"{name}.npy", mmap_mode="r" if mmap else None,
+                                allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise PartitionError(f"{pdir}/{name}.npy: missing or unreadable "
+                                 f"({type(e).__name__}); re-run `twopgraph partition`") from None
+    n, own, src = info["num_nodes"], info["num_owned"], meta["source"]
+    want = {"indptr": (n + 1,), "feat": (n, src["num_features"]), "label": (n,),
+            "node_ids": (n,), "degree": (n,), "cluster": (n,), "owned_indptr": (own + 1,),
+            "indices": (int(arr["indptr"][-1]),) if arr["indptr"].shape[0] else None,
+            "owned_indices": (int(arr["owned_indptr"][-1]),)
+            if arr["owned_indptr"].shape[0] else None}
+    for name, shape in want.items():
+        if arr[name].shape != shape:
+            raise PartitionError(f"{pdir}/{name}.npy has shape {arr[name].shape}, expected "
+                                 f"{shape} (stale or damaged partition); re-run "
+                                 "`twopgraph partition`")
+    data = GraphData(CSRGraph(arr["indptr"], arr["indices"]), arr["feat"], arr["label"],
+                     *(np.asarray(arr[s]) for s in SPLITS), name=f"{src['name']}/part{p}",
+                     node_ids=arr["node_ids"], num_classes=int(src["num_classes"]))
+    return Part(p, data, int(own), arr["degree"], arr["cluster"], arr["owned_indptr"],
+                arr["owned_indices"], meta)
+
