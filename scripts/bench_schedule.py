@@ -111,11 +111,11 @@ def main(argv=None) -> int:
     plain = LocalityPrep(data, clustering, None)
     res["one_off"] = prep.summary()
     for schedule in ("random", "locality"):
-        for renumber, pr in ((False, plain), (True, prep)):
-            name = f"{schedule}{' +renumber' if renumber else ''}"
+        for renum, pr in ((False, plain), (True, prep)):
+            name = f"{schedule}{' +renumber' if renum else ''}"
             row = sampling(data, pr, schedule, a, fanouts)
-            if renumber or schedule == "random":  # accuracy does not depend on the numbering
-                row.update(accuracy(data, a, schedule, renumber, a.num_clusters))
+            if renum == (schedule == "locality"):  # random as DGL does it, locality as default
+                row.update(accuracy(data, a, schedule, renum, a.num_clusters))
             res["rows"][name] = row
             print(name, json.dumps(row), file=sys.stderr, flush=True)
 
@@ -143,7 +143,8 @@ def main(argv=None) -> int:
 
     base = res["rows"]["random"]
     print(f"\n{data.name}  fanouts {a.fanouts}  batch {a.batch_size}  threads {a.threads}  "
-          f"clusters {res['one_off'].get('num_clusters')}  edge cut {res['one_off'].get('edge_cut')}")
+          f"clusters {res['one_off'].get('num_clusters')}  "
+          f"edge cut {res['one_off'].get('edge_cut')}")
     print(f"one-off METIS {res['one_off']['cluster_s']:.1f} s + renumbering "
           f"{res['one_off']['renumber_s']:.1f} s")
     print(f"{'schedule':<22}{'sample_epoch_s':>15}{'vs random':>10}{'vs DGL':>8}"

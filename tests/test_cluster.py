@@ -72,7 +72,9 @@ def test_cluster_graph_rejects_bad_counts(cdata):
 
 def test_default_num_clusters():
     assert default_num_clusters(2_449_029, 195_922, 1024) == 3061
-    assert default_num_clusters(100, 50, 8) == 6  # small batches: clusters of one batch
+    assert default_num_clusters(7650, 4590, 1024) == 956  # small graph: the floor N/8
+    assert default_num_clusters(100_000, 20_000, 1024) == 2048  # the floor min_clusters
+    assert default_num_clusters(100, 50, 8) == 12  # N/8
     assert default_num_clusters(10, 1000, 1024) == 10
 
 

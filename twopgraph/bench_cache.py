@@ -232,9 +232,9 @@ def plot(rows: list[dict], path: Path, title: str = "") -> None:
             if not pts:
                 continue
             x = [a for a, _, _ in pts]
-            if p == "optimal":
-                kw = dict(color="black", linestyle=":" if s == "random" else "-.", linewidth=2,
-                          label=f"optimal (floor) / {s}")
+            if p == "optimal":  # wide and pale, drawn below: policies that reach it stay visible
+                kw = dict(color="black", linestyle=styles.get(s, "-"), linewidth=6, alpha=0.25,
+                          zorder=1, label=f"optimal (floor) / {s}")
             else:
                 kw = dict(color=colors[p], linestyle=styles.get(s, "-"),
                           marker=markers.get(s, "^"), label=f"{p} / {s}")

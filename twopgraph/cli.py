@@ -47,7 +47,7 @@ def _add_sampling_args(p: argparse.ArgumentParser):
     p.add_argument("--num-clusters", type=int, default=0,
                    help="METIS clusters for --schedule locality and --renumber; fewer = more "
                         "locality, less batch diversity; 0 = about 64 training vertices per "
-                        "cluster (default: %(default)s)")
+                        "cluster, at least min(2048, N/8) clusters (default: %(default)s)")
     p.add_argument("--renumber", action=argparse.BooleanOptionalAction, default=True,
                    help="renumber the graph so that each cluster is a contiguous id range "
                         "(results stay in original ids) (default: on)")
@@ -103,6 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--feat-dtype", default="float32",
                    help="stored/transferred feature type: float32 | float16 | bfloat16 (halves "
                         "the bytes; the model computes in float32) (default: %(default)s)")
+    from .dist import commands as dist_commands
+    dist_commands.add_train_args(t)
+    dist_commands.add_partition_parser(sub)
 
     b = sub.add_parser("bench", help="benchmarks of twopgraph's components")
     bsub = b.add_subparsers(dest="bench", required=True, parser_class=_Parser)
@@ -146,6 +149,10 @@ def cmd_train(a) -> int:
         eval_batch_edges=a.eval_batch_edges, prefetch=a.prefetch, threads=a.threads,
         progress=not a.no_progress, cache_policy=a.cache_policy, cache_ratio=a.cache_ratio,
         cache_gb=a.cache_gb, feat_dtype=a.feat_dtype)
+    from .dist.commands import run_partitioned
+    code = run_partitioned(a, cfg)  # --partitions: data-parallel over self-dependence parts
+    if code is not None:
+        return code
     res = train(cfg)
     print(json.dumps({"val_acc": res.val_acc, "test_acc": res.test_acc,
                       "metrics": str(res.out / "metrics.json")}))
@@ -230,12 +237,19 @@ def cmd_bench_cache(a) -> int:
     return run(a)
 
 
+def cmd_partition(a) -> int:
+    from .dist.commands import cmd_partition as run
+    return run(a)
+
+
 COMMANDS = {"train": cmd_train, "datasets": cmd_datasets, "info": cmd_info,
-            ("bench", "sampler"): cmd_bench_sampler, ("bench", "cache"): cmd_bench_cache}
+            ("bench", "sampler"): cmd_bench_sampler, ("bench", "cache"): cmd_bench_cache,
+            "partition": cmd_partition}
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # train --nproc passes it on
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(message)s", datefmt="%H:%M:%S", stream=sys.stderr)
     key = (args.command, args.bench) if args.command == "bench" else args.command

@@ -25,12 +25,9 @@ import torch
 import torch.distributed as dist
 
 from ..errors import ConfigError
+from . import DEFAULT_TIMEOUT_S
 
 log = logging.getLogger("twopgraph")
-
-# Seconds a collective may wait for the other ranks before it fails (evaluation of a large
-# graph on CPU is the longest stretch between two collectives).
-DEFAULT_TIMEOUT_S = 600.0
 
 
 @dataclass(frozen=True)
@@ -100,5 +97,6 @@ def process_group(env: DistEnv, device: torch.device, timeout_s: float = DEFAULT
                             **({"device_id": device} if backend == "nccl" else {}), **kwargs)
     try:
         yield backend
+        dist.barrier()  # leave together: no rank tears down while a peer still talks to it
     finally:
         dist.destroy_process_group()

@@ -51,7 +51,8 @@ from ..partition.selfdep import Part, load_part, read_meta
 from ..sampler import NeighborSampler, make_scheduler
 from ..train import (CHECKPOINT, CHECKPOINT_FORMAT, METRICS, RESUME_KEYS, TrainConfig,
                      _train_epoch, atomic_write_bytes, peak_rss_mib, write_json)
-from .env import DEFAULT_TIMEOUT_S, DistEnv, detect, process_group, rank_device
+from . import DEFAULT_TIMEOUT_S
+from .env import DistEnv, detect, process_group, rank_device
 from .evaluate import evaluate_distributed, global_degrees
 
 log = logging.getLogger("twopgraph")

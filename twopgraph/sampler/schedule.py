@@ -69,13 +69,16 @@ class LocalityScheduler:
 
     - the **cluster size**, i.e. clusters per batch (``--num-clusters``, or the default of
       ``partition.default_num_clusters``: ~64 training vertices per cluster, 16 clusters in a
-      batch of 1024). More, smaller clusters = more diverse batches, more input vertices.
+      batch of 1024, but at least min(2048, N/8) clusters). More, smaller clusters = more
+      diverse batches, more input vertices. Measured on amazon_photo (5 batches per epoch,
+      10 epochs, mean of 3 seeds): 72 clusters (16 per batch) lose 4.0 test-accuracy points
+      against random order, 956 clusters (~210 per batch) 0.3 points.
     - ``balance`` (with ``labels``): the next cluster is the one among the next ``balance``
       clusters of the shuffled order whose labels bring the batch's label mix closest to the
       training set's (greedy, L1). ``balance=1`` is plain shuffled cluster order. On strongly
       homophilous graphs a cluster is nearly one class and plain cluster order costs accuracy
-      (the issue measured 8 points on a 13.7k-vertex co-purchase graph); balancing recovers
-      it at no cost in locality, since it only changes *which* clusters share a batch.
+      (the issue measured 8 points on a 13.7k-vertex co-purchase graph); balancing reduces
+      that at no cost in locality, since it only changes *which* clusters share a batch.
       Only the labels of training vertices are read.
 
     ``parts`` holds the cluster of every vertex (int, N); training vertices of a cluster are

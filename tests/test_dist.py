@@ -1,0 +1,197 @@
+"""Distributed training over self-dependence partitions: 2 gloo processes on CPU."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+from conftest import community_data
+from twopgraph.dist import DistEnv, FixedSteps, PartSampler, torchrun_command, train_distributed
+from twopgraph.dist.launch import strip_nproc
+from twopgraph.errors import ConfigError, TwopgraphError
+from twopgraph.partition.selfdep import load_part, partition_selfdep
+from twopgraph.sampler import RandomScheduler
+from twopgraph.train import TrainConfig
+
+FANOUTS = [5, 5]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _cfg(out, **kw) -> TrainConfig:
+    base = dict(fanouts=FANOUTS, batch_size=64, epochs=2, hidden=16, lr=0.01, out=str(out),
+                device="cpu", progress=False, prefetch=1, threads=1, eval_every=1)
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+def _worker(rank, world, ports, parts, out, result_dir, runs, fail_rank):
+    os.environ.update(MASTER_ADDR="127.0.0.1", RANK=str(rank), WORLD_SIZE=str(world),
+                      LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
+    if rank == fail_rank:  # die abruptly in the second epoch
+        import twopgraph.dist.trainer as tr
+        orig = tr._train_epoch
+
+        def dying(*a, **k):
+            if a[6] >= 1:
+                os._exit(3)
+            return orig(*a, **k)
+        tr._train_epoch = dying
+    for i, kw in enumerate(runs):  # several runs: the process group is set up and torn down
+        os.environ["MASTER_PORT"] = str(ports[i])  # a fresh rendezvous per run
+        t = time.perf_counter()
+        try:
+            res = train_distributed(_cfg(out, **kw), parts, timeout_s=20)
+        except TwopgraphError as e:
+            (Path(result_dir) / f"run{i}-rank{rank}.err").write_text(
+                f"{time.perf_counter() - t:.1f}\n{e}")
+            return
+        params = {k: v.detach().clone() for k, v in res.model.state_dict().items()}
+        torch.save({"params": params, "val": res.val_acc, "test": res.test_acc},
+                   Path(result_dir) / f"run{i}-rank{rank}.pt")
+
+
+def _spawn(world, parts, out, result_dir, runs, fail_rank=-1) -> list[int]:
+    """Run ``runs`` (config overrides) one after the other in ``world`` processes; returns
+    their exit codes."""
+    ctx = mp.start_processes(_worker, args=(world, [_free_port() for _ in runs], str(parts), str(out),
+                                            str(result_dir), runs, fail_rank),
+                             nprocs=world, join=False, start_method="spawn")
+    for p in ctx.processes:
+        p.join(timeout=120)
+    for p in ctx.processes:
+        if p.is_alive():  # hung: fail the test, never leave it behind
+            p.kill()
+            p.join()
+    return [p.exitcode for p in ctx.processes]
+
+
+@pytest.fixture(scope="module")
+def parts2(tmp_path_factory):
+    root = tmp_path_factory.mktemp("dist")
+    data = community_data(1200, k=4)
+    meta = partition_selfdep(data, 2, len(FANOUTS), root / "p2", num_clusters=12)
+    return data, root / "p2", meta
+
+
+def test_two_ranks_identical_parameters_and_no_remote_traffic(parts2, tmp_path):
+    _, folder, meta = parts2
+    out = tmp_path / "run"
+    codes = _spawn(2, folder, out, tmp_path, [{}, {"epochs": 3, "resume": True}])
+    assert codes == [0, 0]
+    r0, r1 = (torch.load(tmp_path / f"run0-rank{r}.pt") for r in (0, 1))
+    assert r0["params"].keys() == r1["params"].keys()
+    for k in r0["params"]:
+        assert torch.equal(r0["params"][k], r1["params"][k]), k
+    assert r0["val"] == r1["val"] and r0["test"] == r1["test"]
+    assert r0["test"] > 0.5  # 4 well-separated communities
+    # only rank 0 writes; the resumed run read its checkpoint on both ranks
+    assert sorted(p.name for p in out.iterdir()) == ["checkpoint.pt", "metrics.json"]
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["final"] and [e["epoch"] for e in metrics["epochs"]] == [0, 1, 2]
+    for ep in metrics["epochs"]:
+        assert ep["remote_graph_requests"] == 0 and ep["remote_feature_bytes"] == 0
+        assert [r["num_batches"] for r in ep["ranks"]] == [ep["num_batches"] // 2] * 2
+        assert all(r["remote_graph_requests"] == 0 for r in ep["ranks"])
+        assert ep["halo_input_rows"] > 0
+    a, b = (torch.load(tmp_path / f"run1-rank{r}.pt") for r in (0, 1))
+    assert all(torch.equal(a["params"][k], b["params"][k]) for k in a["params"])
+    assert not all(torch.equal(a["params"][k], r0["params"][k]) for k in a["params"])
+    assert metrics["test_acc"] == a["test"]
+
+
+def test_rank_death_ends_the_others_with_a_clear_error(parts2, tmp_path):
+    _, folder, _ = parts2
+    t = time.perf_counter()
+    codes = _spawn(2, folder, tmp_path / "run", tmp_path, [{"epochs": 3}], fail_rank=1)
+    assert time.perf_counter() - t < 90
+    assert codes == [0, 3]  # rank 0 caught the failure and returned cleanly
+    err = (tmp_path / "run0-rank0.err").read_text().splitlines()
+    assert len(err) == 2 and "another rank failed" in err[1]
+
+
+def test_single_process_world(tmp_path):
+    data = community_data(1200, k=4)
+    partition_selfdep(data, 1, 2, tmp_path / "p1", num_clusters=12)
+    os.environ.pop("MASTER_ADDR", None)
+    res = train_distributed(_cfg(tmp_path / "run", epochs=1), tmp_path / "p1",
+                            env=DistEnv(0, 1, 0, 1))
+    ep = res.epochs[0]
+    assert ep["remote_graph_requests"] == 0 and ep["halo_input_rows"] == 0
+    assert res.test_acc is not None and (tmp_path / "run" / "checkpoint.pt").is_file()
+
+
+@pytest.mark.parametrize("hops", [1, 2])
+def test_part_sampler_counts_truncated_rows(parts2, tmp_path, hops):
+    data, _, _ = parts2
+    partition_selfdep(data, 2, hops, tmp_path / "p", num_clusters=12)
+    part = load_part(tmp_path / "p", 0, mmap=False)
+    s = PartSampler(part, FANOUTS, seed=0)
+    for b in range(5):
+        s.sample(np.asarray(part.data.train_idx[b * 20:(b + 1) * 20]), key=b)
+    req, rows, halo = s.counters()
+    assert halo > 0
+    if hops >= len(FANOUTS):
+        assert req == 0 and rows == 0
+    else:
+        assert req > 0 and rows > 0
+
+
+def test_world_size_must_match_parts(parts2, tmp_path):
+    _, folder, _ = parts2
+    with pytest.raises(ConfigError, match="2 parts but the run has 1"):
+        train_distributed(_cfg(tmp_path / "run"), folder, env=DistEnv(0, 1, 0, 1))
+
+
+def test_fixed_steps_wraps_around():
+    s = FixedSteps(RandomScheduler(np.arange(10), 4, seed=0), 5)
+    b = list(s.batches(0))
+    assert [len(x) for x in b] == [4, 4, 2, 4, 4] and s.batch_size == 4
+    assert sorted(np.concatenate(b[:3]).tolist()) == list(range(10))
+
+
+def test_launch_command():
+    cmd = torchrun_command(4, ["train", "--partitions", "d", "--nproc", "4", "--epochs", "1"])
+    assert cmd[1:6] == ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node=4",
+                        "-m"]
+    assert cmd[6:] == ["twopgraph", "train", "--partitions", "d", "--epochs", "1"]
+    assert strip_nproc(["--nproc=2", "x"]) == ["x"]
+
+
+def test_cli_nproc_runs_torchrun(parts2, tmp_path):
+    _, folder, _ = parts2
+    out = tmp_path / "cli"
+    proc = subprocess.run(
+        [sys.executable, "-m", "twopgraph", "train", "--partitions", str(folder), "--nproc", "2",
+         "--fanouts", "5,5", "--batch-size", "64", "--epochs", "1", "--hidden", "16",
+         "--device", "cpu", "--threads", "1", "--no-progress", "--out", str(out)],
+        capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = [json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")]
+    assert len(lines) == 1 and 0 <= lines[0]["test_acc"] <= 1  # rank 0 alone prints
+    assert json.loads((out / "metrics.json").read_text())["distributed"]["world_size"] == 2
+
+
+def test_cli_nproc_must_match_parts(parts2, tmp_path, capsys):
+    from twopgraph.cli import main
+    _, folder, _ = parts2
+    assert main(["train", "--partitions", str(folder), "--nproc", "3", "--out",
+                 str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "use --nproc 2" in err[0]
+    assert main(["train", "--nproc", "2", "--out", str(tmp_path / "x")]) == 2
+    assert "--nproc needs --partitions" in capsys.readouterr().err

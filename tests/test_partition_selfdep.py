@@ -1,0 +1,173 @@
+"""Self-dependence partitions: layout, halo completeness, exact local sampling, stale folders."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from conftest import community_data
+from twopgraph.cli import main
+from twopgraph.errors import ConfigError
+from twopgraph.graph import CSRGraph, inverse_permutation
+from twopgraph.partition.selfdep import (PartitionError, load_part, partition_selfdep,
+                                         read_meta)
+from twopgraph.sampler import NeighborSampler
+
+FANOUTS = [4, 3, 3]
+
+
+@pytest.fixture(scope="module")
+def data():
+    return community_data(1500, k=5, seed=1)
+
+
+@pytest.fixture(scope="module")
+def parts(data, tmp_path_factory):
+    out = tmp_path_factory.mktemp("selfdep") / "p3"
+    meta = partition_selfdep(data, 3, len(FANOUTS), out, num_clusters=15)
+    return out, meta
+
+
+def _ball(g: CSRGraph, start: np.ndarray, hops: int) -> np.ndarray:
+    seen = np.zeros(g.num_nodes, dtype=bool)
+    seen[start] = True
+    frontier = np.asarray(start)
+    for _ in range(hops):
+        nb = np.concatenate([g.neighbors(v) for v in frontier]) if frontier.size else frontier
+        frontier = np.unique(nb[~seen[nb]])
+        seen[frontier] = True
+    return np.flatnonzero(seen)
+
+
+def test_layout_and_meta(data, parts):
+    out, meta = parts
+    assert meta == read_meta(out)
+    assert sorted(p.name for p in out.iterdir()) == ["meta.json", "part0", "part1", "part2"]
+    n = data.num_nodes
+    owned, sizes = [], []
+    for i in range(3):
+        part = load_part(out, i)
+        assert isinstance(part.data.graph.indices, np.memmap)  # memory-mapped by default
+        l2g = np.asarray(part.data.node_ids)
+        own = l2g[:part.num_owned]
+        owned.append(own)
+        sizes.append(l2g.shape[0])
+        # the cluster = owned + every vertex within H hops of the part's training vertices
+        train_g = l2g[part.data.train_idx]
+        expect = np.union1d(own, _ball(data.graph, train_g, meta["hops"]))
+        assert np.array_equal(np.sort(l2g), expect)
+        # splits are the owned vertices of each split; labels and features follow
+        for s in ("train_idx", "val_idx", "test_idx"):
+            loc = np.asarray(getattr(part.data, s))
+            assert loc.max(initial=-1) < part.num_owned
+            assert np.array_equal(np.sort(l2g[loc]), np.intersect1d(getattr(data, s), own))
+        assert np.array_equal(part.data.label, data.label[l2g])
+        assert np.array_equal(part.data.feat, data.feat[l2g])
+        assert np.array_equal(part.degree, data.graph.degrees()[l2g])
+        # each local row = the source row's in-part neighbours, in the source order
+        g2l = np.full(n, -1)
+        g2l[l2g] = np.arange(l2g.shape[0])
+        for v in range(0, l2g.shape[0], 7):
+            row = data.graph.neighbors(l2g[v])
+            assert np.array_equal(part.data.graph.neighbors(v), g2l[row][g2l[row] >= 0])
+        # full rows of owned vertices (exact evaluation), in global ids
+        for j in range(0, part.num_owned, 11):
+            s, e = part.owned_indptr[j], part.owned_indptr[j + 1]
+            assert np.array_equal(part.owned_indices[s:e], data.graph.neighbors(own[j]))
+        # rows within H-1 hops of the training vertices are complete
+        inner = _ball(data.graph, train_g, meta["hops"] - 1)
+        assert part.complete[g2l[inner]].all()
+        assert meta["parts"][i]["num_nodes"] == l2g.shape[0]
+    allown = np.concatenate(owned)
+    assert np.array_equal(np.sort(allown), np.arange(n))  # owned sets partition the graph
+    assert meta["replication_factor"] == pytest.approx(sum(sizes) / n)
+    ntr = [p["num_train"] for p in meta["parts"]]
+    assert sum(ntr) == data.train_idx.shape[0] and max(ntr) <= 1.1 * min(ntr)  # balanced
+
+
+def test_local_sampling_equals_whole_graph_sampling(data, parts):
+    """With H = layers, sampling a part's local graph draws exactly the neighbours that the
+    same random stream draws on the whole graph. The sampler's stream is keyed by vertex id,
+    so the whole graph is taken renumbered with the part's vertices first, in local order
+    (an isomorphic copy: each row keeps its order), and results are mapped to global ids."""
+    out, _ = parts
+    g = data.graph
+    for i in range(3):
+        part = load_part(out, i, mmap=False)
+        l2g = part.data.node_ids
+        perm = np.concatenate([l2g, np.setdiff1d(np.arange(g.num_nodes), l2g)])
+        inv = inverse_permutation(perm)
+        rows = [inv[g.neighbors(v)] for v in perm]
+        whole = CSRGraph(np.concatenate([[0], np.cumsum([r.shape[0] for r in rows])]),
+                         np.concatenate(rows).astype(np.int64))
+        local_s = NeighborSampler(part.data.graph, FANOUTS, seed=7)
+        whole_s = NeighborSampler(whole, FANOUTS, seed=7)
+        train = np.asarray(part.data.train_idx)
+        for b in range(4):
+            seeds = train[b::4]
+            a, w = local_s.sample(seeds, key=b), whole_s.sample(seeds, key=b)
+            assert np.array_equal(l2g[a.input_nodes.numpy()], perm[w.input_nodes.numpy()])
+            for x, y in zip(a.blocks, w.blocks):
+                assert x.size == y.size
+                assert np.array_equal(x.indptr, y.indptr) and np.array_equal(x.indices,
+                                                                              y.indices)
+
+
+def test_fewer_hops_replicate_less(data, tmp_path):
+    rf = [partition_selfdep(data, 3, h, tmp_path / f"h{h}", num_clusters=15)
+          ["replication_factor"] for h in (0, 1, 2)]
+    assert rf[0] == 1.0 and rf[0] < rf[1] < rf[2]
+
+
+def test_stale_or_foreign_folders_are_refused(data, tmp_path, parts):
+    out = tmp_path / "p"
+    partition_selfdep(data, 2, 1, out, num_clusters=15)
+    load_part(out, 1)
+    with pytest.raises(PartitionError, match="no meta.json"):
+        read_meta(tmp_path)
+    with pytest.raises(PartitionError, match="no part 2"):
+        load_part(out, 2)
+    # a part of another run
+    other = parts[0]
+    os.rename(out / "part1", tmp_path / "old")
+    os.symlink(other / "part1", out / "part1")
+    with pytest.raises(PartitionError, match="another partitioning run"):
+        load_part(out, 1)
+    os.unlink(out / "part1")
+    os.rename(tmp_path / "old", out / "part1")
+    # an array that disagrees with the counts
+    np.save(out / "part1" / "label.npy", np.zeros(3, dtype=np.int64))
+    with pytest.raises(PartitionError, match="label.npy has shape"):
+        load_part(out, 1)
+    # another format
+    meta = json.loads((out / "meta.json").read_text())
+    (out / "meta.json").write_text(json.dumps(dict(meta, format=999)))
+    with pytest.raises(PartitionError, match="format 999"):
+        read_meta(out)
+    # a non-partition folder is never overwritten
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "keep.txt").write_text("mine")
+    with pytest.raises(ConfigError, match="not a twopgraph partition"):
+        partition_selfdep(data, 2, 1, tmp_path / "x")
+    with pytest.raises(ConfigError, match="num-parts"):
+        partition_selfdep(data, 0, 1, tmp_path / "y")
+
+
+def test_cli_partition_and_stale_source(data, tmp_path, capsys):
+    npz = data.save_npz(tmp_path / "comm.npz")
+    out = tmp_path / "parts"
+    args = ["partition", "--dataset", str(npz), "--data-root", str(tmp_path),
+            "--num-parts", "2", "--hops", "2", "--out", str(out), "--json"]
+    assert main(args) == 0
+    meta = json.loads(capsys.readouterr().out)
+    assert meta["num_parts"] == 2 and meta["source"]["path"] == str(npz.resolve())
+    assert main(args) == 0  # up to date: not rewritten
+    assert json.loads(capsys.readouterr().out)["partition_id"] == meta["partition_id"]
+    os.utime(npz, ns=(0, 0))  # the source changed after partitioning
+    assert main(["train", "--partitions", str(out), "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is stale" in err[0]
+    assert not (tmp_path / "run").exists()
