@@ -312,6 +312,19 @@ def test_synthetic_tiny_is_cached(tmp_path, monkeypatch):
     assert_same(first, second)
 
 
+def test_stale_synthetic_cache_is_regenerated(tmp_path):
+    import json as _json
+    first = load_dataset("synthetic-tiny", data_root=tmp_path, progress=False)
+    sidecar = tmp_path / "synthetic-tiny.spec.json"
+    meta = _json.loads(sidecar.read_text())
+    meta["generator_version"] = -1  # as if written by an older generator
+    sidecar.write_text(_json.dumps(meta))
+    small_graphdata().save_npz(tmp_path / "synthetic-tiny.npz")  # stale content
+    again = load_dataset("synthetic-tiny", data_root=tmp_path, progress=False)
+    assert_same(first, again)
+    assert _json.loads(sidecar.read_text())["generator_version"] != -1
+
+
 def test_list_datasets(tmp_path):
     small_graphdata().save_npz(tmp_path / "cora.npz")
     small_graphdata().save_npz(tmp_path / "synthetic-tiny.npz")  # a preset's cache

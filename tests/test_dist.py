@@ -68,7 +68,8 @@ def _worker(rank, world, ports, parts, out, result_dir, runs, fail_rank):
 def _spawn(world, parts, out, result_dir, runs, fail_rank=-1) -> list[int]:
     """Run ``runs`` (config overrides) one after the other in ``world`` processes; returns
     their exit codes."""
-    ctx = mp.start_processes(_worker, args=(world, [_free_port() for _ in runs], str(parts), str(out),
+    ports = [_free_port() for _ in runs]
+    ctx = mp.start_processes(_worker, args=(world, ports, str(parts), str(out),
                                             str(result_dir), runs, fail_rank),
                              nprocs=world, join=False, start_method="spawn")
     for p in ctx.processes:

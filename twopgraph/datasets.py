@@ -28,6 +28,8 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import io
+import json
+import logging
 import os
 import socket
 import sys
@@ -37,6 +39,8 @@ import numpy as np
 
 from .errors import ConfigError, GraphFormatError, TwopgraphError
 from .graph import CSRGraph, GraphData
+
+log = logging.getLogger("twopgraph")
 
 DATA_ROOT_ENV = "TWOPGRAPH_DATA"
 DEFAULT_DATA_ROOT = "datasets"
@@ -166,14 +170,31 @@ def _npz_file(name: str, root: Path) -> Path | None:
 
 
 def _load_synthetic(name: str, root: Path, progress: bool) -> GraphData:
-    """Read ``<root>/<name>.npz``, or generate the preset and write that cache atomically."""
+    """Read ``<root>/<name>.npz``, or generate the preset and write that cache atomically.
+
+    A sidecar ``<root>/<name>.spec.json`` records the spec and generator version the cache was
+    made with; a cache from another spec or generator version is regenerated, never reused.
+    """
+    from .synthetic import GENERATOR_VERSION, SYNTHETIC_PRESETS, generate, spec_summary
     path = root / f"{name}.npz"
+    sidecar = root / f"{name}.spec.json"
+    want = {"generator_version": GENERATOR_VERSION, "spec": spec_summary(SYNTHETIC_PRESETS[name])}
+    want = json.loads(json.dumps(want))  # normalise types (tuples -> lists) for comparison
     if path.is_file():
-        return GraphData.load_npz(path, name=name)
-    from .synthetic import generate
+        try:
+            have = json.loads(sidecar.read_text())
+        except (OSError, ValueError):
+            have = None
+        if have == want:
+            return GraphData.load_npz(path, name=name)
+        log.warning("cached %s was made by another generator version or spec: regenerating", path)
     data = generate(name, progress=progress)
     data.name = name
     _save_cache(data, path)
+    try:
+        sidecar.write_text(json.dumps(want, indent=1) + "\n")
+    except OSError as e:
+        raise TwopgraphError(f"cannot write {sidecar} ({e.strerror or e})") from e
     return data
 
 

@@ -44,6 +44,9 @@ import numpy as np
 from .errors import ConfigError
 from .graph import CSRGraph, GraphData
 
+# Bump whenever the generator's output changes for a given spec: cached datasets made by an
+# older version are then regenerated instead of silently reused.
+GENERATOR_VERSION = 2
 _CHUNK = 1 << 22  # samples / rows per vectorised step: bounds temporaries, fixes the RNG order
 _MAX_ROUNDS = 12  # top-up rounds before giving up on hitting num_edges exactly
 

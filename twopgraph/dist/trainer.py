@@ -6,9 +6,11 @@ between ranks in training is the gradient all-reduce. The pieces are those of si
 training (:mod:`twopgraph.train`: model, epoch pipeline, checkpoints, metrics), with:
 
 - **batches**: the global ``batch_size`` B is split over the W ranks, ``ceil(B / W)`` seeds per
-  rank and step; every rank runs the same number of steps per epoch (that of the part with the
-  most training vertices), a part with fewer wraps around into a fresh shuffle of its own seeds.
-  DDP averages the gradients, so one step sees about B seeds, as in a single-process run.
+  rank and step, and every rank runs the same number of steps per epoch: ``ceil(T / (W
+  ceil(B / W)))`` for T training vertices in all, i.e. as many optimizer steps as a
+  single-process epoch. A rank whose part holds fewer seeds than that wraps around into a fresh
+  shuffle of its own; one with more leaves its last few for the next epoch's shuffle. DDP
+  averages the gradients, so a step sees about B seeds, as in a single-process run.
 - **seeds**: model init from ``seed`` (DDP also broadcasts rank 0's weights); dropout from
   (``seed``, rank, epoch), so a resumed run continues the same streams.
 - **files**: rank 0 alone logs and writes ``OUT/metrics.json`` and ``OUT/checkpoint.pt``
@@ -212,7 +214,8 @@ def _load_checkpoint(path: Path, sig: dict, epochs: int) -> dict:
     diff = [k for k in sig if have.get(k) != sig[k]]
     if diff:
         what = ", ".join(f"{k}={have.get(k)!r} (now {sig[k]!r})" for k in diff)
-        raise ConfigError(f"--resume: checkpoint {path} was written by another configuration: {what}")
+        raise ConfigError(f"--resume: checkpoint {path} was written by another "
+                          f"configuration: {what}")
     if ckpt["epochs_done"] > epochs:
         raise ConfigError(f"--resume: checkpoint already has {ckpt['epochs_done']} epochs, "
                           f"more than --epochs {epochs}")
@@ -245,7 +248,8 @@ def _run(cfg: TrainConfig, folder: Path, meta: dict, env: DistEnv, device, backe
     ddp = DDP(model)
 
     local_bs = -(-cfg.batch_size // world)
-    steps = max(-(-p["num_train"] // local_bs) for p in meta["parts"])
+    # As many optimizer steps per epoch as a single-process run with the same global batch.
+    steps = -(-sum(p["num_train"] for p in meta["parts"]) // (local_bs * world))
     sampler = PartSampler(part, cfg.fanouts, seed=cfg.seed)
     scheduler = FixedSteps(make_scheduler(
         cfg.schedule, data.train_idx, local_bs, seed=cfg.seed, balance=cfg.balance,

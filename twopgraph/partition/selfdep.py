@@ -5,7 +5,8 @@ their H-hop sampling can reach, renumbered locally, so that training needs no co
 vertices (and all vertices) across parts. The split is computed on the graph of the fine METIS
 clusters that the locality scheduler uses (one vertex per cluster, weighted by its vertices
 and training vertices; edge weights = edges between clusters): every fine cluster lies in one
-part, and the P-way split costs seconds on top of the (cached) fine clustering. Part ``i``'s *self-dependence cluster* is
+part, and the P-way split costs seconds on top of the (cached) fine clustering. Part ``i``'s
+*self-dependence cluster* is
 
     owned(i)  U  { v : dist(v, train(i)) <= H }
 
