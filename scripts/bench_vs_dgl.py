@@ -56,6 +56,9 @@ def main(argv=None) -> int:
     p.add_argument("--dropout", type=float, default=0.5)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--schedule", default="random",
+                   help="twopgraph's seed schedule (default random: like-for-like with DGL's "
+                        "shuffled DataLoader; locality = twopgraph's default)")
     p.add_argument("--sample-epochs", type=int, default=3, help="timed sampling-only epochs")
     p.add_argument("--mode", choices=["sample", "train", "both"], default="both")
     p.add_argument("--dgl-venv", default=os.environ.get("DGL_VENV", str(ROOT / ".venv-dgl")))
@@ -71,13 +74,14 @@ def main(argv=None) -> int:
     npz = info["path"]
     common = ["--fanouts", a.fanouts, "--batch-size", str(a.batch_size), "--seed", str(a.seed),
               "--threads", str(a.threads)]
+    tp_only = ["--schedule", a.schedule]
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), NUMBA_NUM_THREADS=str(a.threads))
     res: dict = {"dataset": info["name"], "npz": npz, "args": vars(a), "twopgraph": {}, "dgl": {}}
     tp, dg = res["twopgraph"], res["dgl"]
 
     if a.mode in ("sample", "both"):
         s = run_json(twopgraph_cmd("bench", "sampler", "--dataset", npz, "--json", "--epochs",
-                                   str(a.sample_epochs), "--warmup", "1", *common), env)
+                                   str(a.sample_epochs), "--warmup", "1", *common, *tp_only), env)
         tp.update(sample_epoch_s=s["sample_epoch_s"], seeds_per_s=s["seeds_per_s"],
                   input_nodes_per_batch=s["input_nodes_per_batch"])
         d = run_json([str(dgl_py), "scripts/dgl_baseline.py", "--npz", npz, "--mode", "sample",
@@ -89,7 +93,8 @@ def main(argv=None) -> int:
               "--dropout", str(a.dropout)]
         with tempfile.TemporaryDirectory() as out:
             run_json(twopgraph_cmd("train", "--dataset", npz, "--out", out, "--no-progress",
-                                   "--eval-every", "0", "--device", "cpu", *hp, *common), env)
+                                   "--eval-every", "0", "--device", "cpu", *hp, *common,
+                                   *tp_only), env)
             m = json.loads((Path(out) / "metrics.json").read_text())
         ep = [e["epoch_s"] for e in m["epochs"]]
         tp.update(train_epoch_s=statistics.median(ep[1:] or ep), train_epoch_s_all=ep,
@@ -107,7 +112,8 @@ def main(argv=None) -> int:
             "test_acc", "val_acc", "peak_rss_mib"]
     res["ratio"] = {k: tp[k] / dg[k] for k in rows
                     if isinstance(tp.get(k), (int, float)) and dg.get(k)}
-    print(f"\n{res['dataset']}  fanouts {a.fanouts}  batch {a.batch_size}  threads {a.threads}")
+    print(f"\n{res['dataset']}  fanouts {a.fanouts}  batch {a.batch_size}  threads {a.threads}  "
+          f"twopgraph schedule {a.schedule}")
     print(f"{'metric':<24}{'twopgraph':>14}{'DGL 1.1.3':>14}{'ratio':>10}")
     for k in rows:
         if k in tp or k in dg:
