@@ -6,7 +6,8 @@
         --acc-epochs 20 --curve 8,32,72,144,288
 
 Rows: ``random`` and ``locality``, each without and with renumbering. Columns: sampling-only
-epoch (median of ``--sample-epochs`` after one warm-up epoch), input nodes per batch, feature
+epoch (median of ``--sample-epochs`` after one warm-up epoch; the four rows run
+round-robin, epoch by epoch, so load drift hits them alike), input nodes per batch, feature
 rows per epoch, and test accuracy (mean over ``--acc-seeds`` seeds of ``--acc-epochs``
 training epochs, exact evaluation of the final model; 0 seeds = skip). Also: the one-off
 METIS + renumbering time (METIS run afresh, not from the cache), the DGL baseline's sampling
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import sys
 import tempfile
@@ -45,19 +47,33 @@ from twopgraph.train import TrainConfig, train  # noqa: E402
 
 
 def sampling(data, prep, schedule, a, fanouts) -> dict:
-    parts = None if prep.clustering is None else prep.clustering.parts
-    sched = make_scheduler(schedule, prep.data.train_idx, a.batch_size, seed=0, parts=parts,
-                           labels=prep.data.label, balance=a.balance)
-    sampler = NeighborSampler(prep.data.graph, fanouts, seed=0)
-    times, stats = [], None
+    """One configuration alone (the knob curve); the table uses :func:`sampling_rows`."""
+    return sampling_rows({"x": (prep, schedule)}, a, fanouts)["x"]
+
+
+def sampling_rows(configs: dict, a, fanouts) -> dict:
+    """Sampling-only epochs of every ``name -> (prep, schedule)``, run round-robin (epoch e of
+    every row, then epoch e+1, ...) so that load drift on a shared machine hits all rows
+    alike; the median of the ``a.sample_epochs`` epochs after one warm-up epoch."""
+    runs = {}
+    for name, (prep, schedule) in configs.items():
+        parts = None if prep.clustering is None else prep.clustering.parts
+        sched = make_scheduler(schedule, prep.data.train_idx, a.batch_size, seed=0,
+                               parts=parts, labels=prep.data.label, balance=a.balance)
+        runs[name] = (sched, NeighborSampler(prep.data.graph, fanouts, seed=0), [], [None])
     for e in range(1 + a.sample_epochs):
-        t = time.perf_counter()
-        stats = sample_epoch(sched, sampler, epoch=e)
-        if e:
-            times.append(time.perf_counter() - t)
-    return {"sample_epoch_s": statistics.median(times),
-            "input_nodes_per_batch": stats.input_nodes_per_batch,
-            "feature_rows": stats.feature_rows, "num_batches": stats.num_batches}
+        for name, (sched, sampler, times, last) in runs.items():
+            t = time.perf_counter()
+            last[0] = sample_epoch(sched, sampler, epoch=e)
+            if e:
+                times.append(time.perf_counter() - t)
+    out = {}
+    for name, (_, _, times, (stats,)) in runs.items():
+        out[name] = {"sample_epoch_s": statistics.median(times),
+                     "sample_epoch_s_all": [round(t, 3) for t in times],
+                     "input_nodes_per_batch": stats.input_nodes_per_batch,
+                     "feature_rows": stats.feature_rows, "num_batches": stats.num_batches}
+    return out
 
 
 def accuracy(data, a, schedule, renumber, num_clusters=0) -> dict:
@@ -110,14 +126,18 @@ def main(argv=None) -> int:
     prep = LocalityPrep(new, new_clustering, perm, cluster_s, time.perf_counter() - t)
     plain = LocalityPrep(data, clustering, None)
     res["one_off"] = prep.summary()
-    for schedule in ("random", "locality"):
-        for renum, pr in ((False, plain), (True, prep)):
-            name = f"{schedule}{' +renumber' if renum else ''}"
-            row = sampling(data, pr, schedule, a, fanouts)
-            if renum == (schedule == "locality"):  # random as DGL does it, locality as default
-                row.update(accuracy(data, a, schedule, renum, a.num_clusters))
-            res["rows"][name] = row
-            print(name, json.dumps(row), file=sys.stderr, flush=True)
+    # peak RSS of this process so far: the loaded dataset + METIS + renumbering
+    res["one_off"]["peak_rss_gib"] = round(
+        resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)
+    configs = {f"{schedule}{' +renumber' if renum else ''}": (pr, schedule)
+               for schedule in ("random", "locality")
+               for renum, pr in ((False, plain), (True, prep))}
+    res["rows"] = sampling_rows(configs, a, fanouts)
+    for name, row in res["rows"].items():
+        schedule, renum = configs[name][1], name.endswith("+renumber")
+        if renum == (schedule == "locality"):  # random as DGL does it, locality as default
+            row.update(accuracy(data, a, schedule, renum, a.num_clusters))
+        print(name, json.dumps(row), file=sys.stderr, flush=True)
 
     dgl_py = Path(a.dgl_venv) / "bin" / "python"
     if not a.no_dgl and dgl_py.exists():
@@ -146,7 +166,8 @@ def main(argv=None) -> int:
           f"clusters {res['one_off'].get('num_clusters')}  "
           f"edge cut {res['one_off'].get('edge_cut')}")
     print(f"one-off METIS {res['one_off']['cluster_s']:.1f} s + renumbering "
-          f"{res['one_off']['renumber_s']:.1f} s")
+          f"{res['one_off']['renumber_s']:.1f} s, peak RSS so far "
+          f"{res['one_off']['peak_rss_gib']:.2f} GiB (dataset included)")
     print(f"{'schedule':<22}{'sample_epoch_s':>15}{'vs random':>10}{'vs DGL':>8}"
           f"{'inputs/batch':>14}{'vs random':>10}{'feature_rows':>14}{'test_acc':>10}")
     dgl_s = res.get("dgl", {}).get("sample_epoch_s")

@@ -199,13 +199,24 @@ def main(argv=None):
         opt = torch.optim.Adam(model.parameters(), lr=args.lr)
         loader = make_loader()
         train_times, last_sizes, loss_last = [], [], float("nan")
+        splits = []  # per epoch: seconds in sampling (loader), feature gather, model step
         for ep in range(args.epochs):
             model.train()
             sizes, total_loss, nb = [], 0.0, 0
+            ts = tl = tc = 0.0
             t = time.perf_counter()
-            for input_nodes, output_nodes, blocks in loader:
+            it = iter(loader)
+            while True:
+                t1 = time.perf_counter()
+                try:
+                    input_nodes, output_nodes, blocks = next(it)
+                except StopIteration:
+                    ts += time.perf_counter() - t1
+                    break
+                t2 = time.perf_counter()
                 x = feat[input_nodes]
                 y = label[output_nodes]
+                t3 = time.perf_counter()
                 out = model(blocks, x)
                 loss = F.cross_entropy(out, y)
                 opt.zero_grad()
@@ -214,14 +225,23 @@ def main(argv=None):
                 sizes.append(int(input_nodes.numel()))
                 total_loss += float(loss.detach())
                 nb += 1
+                ts, tl, tc = ts + (t2 - t1), tl + (t3 - t2), tc + (time.perf_counter() - t3)
             dt = time.perf_counter() - t
             train_times.append(dt)
+            splits.append({"sample_s": ts, "load_s": tl, "compute_s": tc})
             last_sizes = sizes
             loss_last = total_loss / max(nb, 1)
             log(f"[dgl_baseline] train epoch {ep}: {dt:.4f}s, loss {loss_last:.4f}")
         timed = train_times[1:] if len(train_times) > 1 else train_times
         result["train_epoch_s"] = statistics.median(timed)
         result["train_epoch_s_all"] = train_times
+        # time split of the training epochs (median of epochs after the first): sample = the
+        # DataLoader's next() (sampling + block construction), load = feat/label gather,
+        # compute = forward, backward, optimizer step
+        timed_splits = splits[1:] if len(splits) > 1 else splits
+        result["time_split"] = {k: statistics.median([s[k] for s in timed_splits])
+                                for k in ("sample_s", "load_s", "compute_s")}
+        result["time_split_all"] = splits
         result["loss_last"] = loss_last
         if "input_nodes_per_batch" not in result:  # mode=train: rows from the last training epoch
             result.update(epoch_rows(last_sizes))

@@ -71,11 +71,12 @@ def test_cluster_graph_rejects_bad_counts(cdata):
 
 
 def test_default_num_clusters():
-    assert default_num_clusters(2_449_029, 195_922, 1024) == 3061
+    assert default_num_clusters(2_449_029, 195_922, 1024) == 384  # large: 2 clusters a batch
+    assert default_num_clusters(2_449_029, 195_922, 1024, clusters_per_batch=4) == 768
     assert default_num_clusters(7650, 4590, 1024) == 956  # small graph: the floor N/8
     assert default_num_clusters(100_000, 20_000, 1024) == 2048  # the floor min_clusters
-    assert default_num_clusters(100, 50, 8) == 12  # N/8
-    assert default_num_clusters(10, 1000, 1024) == 10
+    assert default_num_clusters(100, 50, 8) == 14  # 2 per batch beats the floor N/8 = 12
+    assert default_num_clusters(10, 1000, 1024) == 2
 
 
 def test_sparsify_is_symmetric_capped_and_deterministic():
@@ -91,6 +92,28 @@ def test_sparsify_is_symmetric_capped_and_deterministic():
     assert (h.degrees()[small] == g.degrees()[small]).all()  # low degrees keep every edge
     np.testing.assert_array_equal(sparsify(g, 6).indices, h.indices)
     assert not np.array_equal(sparsify(g, 6, seed=1).indices, h.indices)
+
+
+@pytest.mark.parametrize("max_degree", [1, 3, 6, 1000])
+def test_sparsify_kernel_matches_reference(max_degree):
+    g = random_graph(300, 4000, seed=4)
+    salt = np.uint64(0x632BE59BD9B4E019)
+    args = (g.indptr, g.indices, max_degree, salt)
+    ip, ix = kernels.sparsify_csr(*args)
+    rip, rix = kernels.sparsify_csr_ref(*args)
+    np.testing.assert_array_equal(ip, rip)
+    np.testing.assert_array_equal(ix, rix)
+    jip, jix = kernels.sparsify_csr.py_func(*args)  # JIT off
+    np.testing.assert_array_equal(jix, ix)
+    np.testing.assert_array_equal(jip, ip)
+
+
+def test_cut_edges_kernel_matches_reference():
+    g = random_graph(200, 1500, seed=5)
+    parts = np.random.default_rng(0).integers(0, 7, 200)
+    want = kernels.cut_edges_ref(g.indptr, g.indices, parts)
+    assert kernels.cut_edges(g.indptr, g.indices, parts) == want
+    assert kernels.cut_edges.py_func(g.indptr, g.indices, parts) == want
 
 
 # -- renumbering ------------------------------------------------------------------------------

@@ -20,8 +20,8 @@ from twopgraph.dist import DistEnv, FixedSteps, PartSampler, torchrun_command, t
 from twopgraph.dist.launch import strip_nproc
 from twopgraph.errors import ConfigError, TwopgraphError
 from twopgraph.partition.selfdep import load_part, partition_selfdep
-from twopgraph.sampler import RandomScheduler
-from twopgraph.train import TrainConfig
+from twopgraph.sampler import NeighborSampler, RandomScheduler
+from twopgraph.train import TrainConfig, accuracy, layerwise_inference
 
 FANOUTS = [5, 5]
 
@@ -134,6 +134,13 @@ def test_single_process_world(tmp_path):
     ep = res.epochs[0]
     assert ep["remote_graph_requests"] == 0 and ep["halo_input_rows"] == 0
     assert res.test_acc is not None and (tmp_path / "run" / "checkpoint.pt").is_file()
+    # the distributed exact evaluation = single-process layer-wise inference
+    part = load_part(tmp_path / "p1", 0, mmap=False)
+    logits = layerwise_inference(res.model, NeighborSampler(part.data.graph, FANOUTS),
+                                 torch.from_numpy(part.data.feat), torch.device("cpu"))
+    labels = torch.from_numpy(part.data.label)
+    assert res.test_acc == pytest.approx(accuracy(logits, labels, part.data.test_idx))
+    assert res.val_acc == pytest.approx(accuracy(logits, labels, part.data.val_idx))
 
 
 @pytest.mark.parametrize("hops", [1, 2])

@@ -108,7 +108,11 @@ def run_bench(data, policies: list[str], ratios: list[float], schedules: list[st
     n = data.num_nodes
     row_dtype = dtype or torch.float32
     row_bytes = data.num_features * torch.empty(0, dtype=row_dtype).element_size()
-    feat = torch.from_numpy(data.feat) if copy else None
+    feat = None
+    if copy:  # stored once (pinned for CUDA) and shared by every FeatureCache below
+        feat = torch.from_numpy(data.feat).to(row_dtype)
+        if torch.device(device).type == "cuda":
+            feat = feat.pin_memory()
     sampler = NeighborSampler(data.graph, fanouts, seed=seed)
 
     streams, scheds = {}, {}

@@ -46,8 +46,9 @@ def _add_sampling_args(p: argparse.ArgumentParser):
                         "| random (uniform shuffle) (default: %(default)s)")
     p.add_argument("--num-clusters", type=int, default=0,
                    help="METIS clusters for --schedule locality and --renumber; fewer = more "
-                        "locality, less batch diversity; 0 = about 64 training vertices per "
-                        "cluster, at least min(2048, N/8) clusters (default: %(default)s)")
+                        "locality, less batch diversity; 0 = 2 clusters per batch on graphs of >= "
+                        "512 x batch-size vertices, else at least min(2048, N/8) clusters "
+                        "(default: %(default)s)")
     p.add_argument("--renumber", action=argparse.BooleanOptionalAction, default=True,
                    help="renumber the graph so that each cluster is a contiguous id range "
                         "(results stay in original ids) (default: on)")

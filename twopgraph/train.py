@@ -56,7 +56,7 @@ class TrainConfig:
     ``eval_every`` evaluates every N epochs (0 = only after the last), ``prefetch`` is the
     number of batches sampled ahead in the background thread (0 = no background thread).
     ``schedule`` ``locality`` (default) builds batches from METIS clusters (``num_clusters``,
-    0 = about 64 training vertices per cluster, at least min(2048, N/8) clusters; ``balance``
+    0 = :func:`~twopgraph.partition.default_num_clusters`; ``balance``
     = label-balancing pool, 1 = plain cluster order, see
     :class:`~twopgraph.sampler.schedule.LocalityScheduler`); ``renumber``
     makes each cluster a contiguous id range (results are still reported in original ids).

@@ -86,7 +86,9 @@ class FeatureCache:
         self.out_dtype = out_dtype
         self.cuda = self.device.type == "cuda"
         store = feat.to(self.dtype).contiguous()
-        self.store = store.pin_memory() if self.cuda else store
+        # Pinned so that miss rows can be gathered into pinned staging and copied async
+        # (an already pinned table is used as it is, no copy).
+        self.store = store.pin_memory() if self.cuda and not store.is_pinned() else store
         self.num_rows, self.num_features = int(feat.shape[0]), int(feat.shape[1])
         self.row_bytes = self.num_features * self.store.element_size()
         self.directory = CacheDirectory(self.num_rows, budget, policy)
