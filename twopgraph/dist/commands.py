@@ -42,8 +42,8 @@ def add_partition_parser(sub) -> None:
                         "part boundaries (default: %(default)s, the layers of the default model)")
     p.add_argument("--out", required=True, metavar="DIR", help="partition folder to write")
     p.add_argument("--num-clusters", type=int, default=0,
-                   help="fine METIS clusters of the locality scheduler; 0 = about 64 training "
-                        "vertices per cluster (default: %(default)s)")
+                   help="fine METIS clusters of the locality scheduler; 0 = the `twopgraph train` "
+                        "default for batch size 1024 (default: %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="METIS seed (default: %(default)s)")
     p.add_argument("--force", action="store_true",
                    help="rewrite DIR even if it already holds this partition")

@@ -84,8 +84,8 @@ log = logging.getLogger("twopgraph")
 FORMAT_VERSION = 1
 META = "meta.json"
 PART_JSON = "part.json"
-# Batch size the default fine clustering is sized for (about 64 training vertices per cluster,
-# the same clusters, and cache entry, as `twopgraph train --batch-size 1024`).
+# Batch size the default fine clustering is sized for (`default_num_clusters`: the same
+# clusters, and cache entry, as `twopgraph train --batch-size 1024`).
 DEFAULT_CLUSTER_BATCH = 1024
 # Entries gathered per chunk when extracting rows: bounds the temporaries on large graphs.
 _CHUNK = 1 << 24
@@ -136,7 +136,7 @@ def partition_selfdep(data: GraphData, num_parts: int, hops: int, out, *, seed: 
     to ``out`` (layout in the module docstring); returns the ``meta.json`` contents.
 
     ``seed`` is METIS' seed for the part split; ``num_clusters`` the number of fine clusters
-    for the locality scheduler (0 = about 64 training vertices per cluster); ``cache_dir``
+    for the locality scheduler (0 = ``default_num_clusters`` for batch size 1024); ``cache_dir``
     caches both METIS results (see :func:`~twopgraph.partition.cluster_graph`);
     ``source_path`` (the dataset's ``.npz``) lets a later load detect that it changed. An
     existing ``out`` is replaced only if it is a twopgraph partition (or empty).
