@@ -87,3 +87,19 @@ def test_unknown_model():
     from twopgraph.errors import ConfigError
     with pytest.raises(ConfigError):
         build_model("gat", 4, 4, 2, 2)
+
+
+def test_fast_dropout_semantics():
+    from twopgraph.models import Dropout
+    torch.manual_seed(0)
+    d = Dropout(0.3)
+    x = torch.ones(200, 500, requires_grad=True)
+    y = d(x)
+    zero = (y == 0).float().mean().item()
+    assert abs(zero - 0.3) < 0.01
+    kept = y[y != 0]
+    torch.testing.assert_close(kept, torch.full_like(kept, 1 / 0.7))
+    y.sum().backward()  # gradient flows through the mask
+    torch.testing.assert_close(x.grad, (y.detach() != 0).float() / 0.7)
+    d.eval()
+    assert torch.equal(d(x), x)

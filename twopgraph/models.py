@@ -87,6 +87,21 @@ class GCNConv(nn.Module):
         return self.lin(_spmm(block, w, h_src) + self_term) + self.bias
 
 
+class Dropout(nn.Dropout):
+    """``nn.Dropout`` with a faster CPU path (same semantics: inverted dropout, identity in eval).
+
+    On CPU torch's dropout draws its mask with ``bernoulli_``, a serial kernel that cost ~30%
+    of a GraphSAGE training step here (profile of issue 6); a mask from ``rand_like(x) >= p``
+    is drawn ~2.5x faster. Other devices use torch's own (fused) dropout.
+    """
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or self.p == 0.0 or x.device.type != "cpu" or self.p >= 1.0:
+            return super().forward(x)
+        mask = torch.rand_like(x).ge_(self.p).to(x.dtype).mul_(1.0 / (1.0 - self.p))
+        return x.mul_(mask) if self.inplace else x * mask
+
+
 class BlockGNN(nn.Module):
     """A stack of conv layers with ReLU and dropout between them (not after the last)."""
 
@@ -95,7 +110,7 @@ class BlockGNN(nn.Module):
         super().__init__()
         dims = [in_dim] + [hidden] * (num_layers - 1) + [num_classes]
         self.convs = nn.ModuleList(conv(dims[i], dims[i + 1]) for i in range(num_layers))
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     @property
     def num_layers(self) -> int:
