@@ -41,13 +41,15 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from bench_vs_dgl import run_json, twopgraph_cmd  # noqa: E402
 
 SIDES = {  # name -> twopgraph flags (None = DGL)
     "dgl": None,
@@ -69,19 +71,6 @@ ROWS = [  # (key, label, kind): kind "time" -> ratio, "acc" -> difference in poi
     ("val_acc", "val acc", "acc"),
     ("wall_s", "wall s (all of the side)", "time"),
 ]
-
-
-def run_json(cmd: list[str], env=None) -> dict:
-    """Run ``cmd``; the last line of its stdout is one JSON object. Stderr passes through."""
-    print("+ " + " ".join(cmd), file=sys.stderr, flush=True)
-    r = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
-    if r.returncode != 0:
-        raise SystemExit(f"bench_e2e: command failed ({r.returncode}): {' '.join(cmd)}")
-    return json.loads(r.stdout.strip().splitlines()[-1])
-
-
-def tp_cmd(*args: str) -> list[str]:
-    return [sys.executable, "-m", "twopgraph", *args]
 
 
 def _median_after_first(xs: list[float]) -> float:
@@ -111,14 +100,14 @@ def run_dgl(a, npz: str, common: list[str], hp: list[str], env) -> dict:
 def run_twopgraph(a, npz: str, flags: list[str], common: list[str], hp: list[str], env) -> dict:
     sched = flags[flags.index("--schedule") + 1]
     t = time.perf_counter()
-    s = run_json(tp_cmd("bench", "sampler", "--dataset", npz, "--json", "--epochs",
+    s = run_json(twopgraph_cmd("bench", "sampler", "--dataset", npz, "--json", "--epochs",
                         str(a.sample_epochs), "--warmup", "1", "--schedule", sched, *common), env)
     out = {"sample_epoch_s": s["sample_epoch_s"], "seeds_per_s": s["seeds_per_s"],
            "sample_input_nodes_per_batch": s.get("input_nodes_per_batch"),
            "sample_epoch_s_all": s.get("sample_epoch_s_all", s.get("epoch_s_all")),
            "locality": s.get("locality")}
     with tempfile.TemporaryDirectory(prefix="bench_e2e_") as tmp:
-        run_json(tp_cmd("train", "--dataset", npz, "--out", tmp, "--no-progress",
+        run_json(twopgraph_cmd("train", "--dataset", npz, "--out", tmp, "--no-progress",
                         "--eval-every", "0", "--device", a.device, "--prefetch",
                         str(a.prefetch), *flags, *hp, *common), env)
         m = json.loads((Path(tmp) / "metrics.json").read_text())
@@ -203,7 +192,7 @@ def main(argv=None) -> int:
                NUMBA_NUM_THREADS=str(a.threads))
     if a.data_root:
         env["TWOPGRAPH_DATA"] = a.data_root
-    info = run_json(tp_cmd("info", "--dataset", a.dataset, "--json", *root), env)
+    info = run_json(twopgraph_cmd("info", "--dataset", a.dataset, "--json", *root), env)
     npz = info["path"]
     common = ["--fanouts", a.fanouts, "--batch-size", str(a.batch_size), "--seed", str(a.seed),
               "--threads", str(a.threads)]

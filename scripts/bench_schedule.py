@@ -36,7 +36,6 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from bench_vs_dgl import run_json  # noqa: E402
 
-from twopgraph import kernels  # noqa: E402
 from twopgraph.datasets import dataset_path, load_dataset  # noqa: E402
 from twopgraph.loader import sample_epoch  # noqa: E402
 from twopgraph.datasets import resolve_data_root  # noqa: E402

@@ -53,10 +53,10 @@ def main(argv=None):
     print(f"samples: {total}")
     for th, n in threads.most_common():
         print(f"  {100 * n / max(total, 1):5.1f}%  {th}")
-    print(f"\ntop self (leaf frames):")
+    print("\ntop self (leaf frames):")
     for k, n in self_c.most_common(a.top):
         print(f"  {100 * n / max(total, 1):5.1f}%  {k[:150]}")
-    print(f"\ntop inclusive:")
+    print("\ntop inclusive:")
     for k, n in incl_c.most_common(a.top):
         print(f"  {100 * n / max(total, 1):5.1f}%  {k[:150]}")
 

@@ -14,12 +14,12 @@ from twopgraph import kernels
 from twopgraph.cache import (POLICIES, CacheDirectory, FeatureCache, PolicyContext, belady_min,
                              build_feature_cache, exhaustive_min, make_policy, replay,
                              resolve_budget)
-from twopgraph.cache.layer import LayerCache, input_probability
+from twopgraph.cache.layer import input_probability
 from twopgraph.cache.window import NO_USE, NextUseWindow
 from twopgraph.errors import ConfigError
 from twopgraph.sampler import NeighborSampler, RandomScheduler
 from twopgraph.train import TrainConfig, train
-from conftest import community_data, random_graph
+from conftest import community_data
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
     not torch.cuda.is_available(), reason="no CUDA device"))]

@@ -129,7 +129,6 @@ def run_bench(data, policies: list[str], ratios: list[float], schedules: list[st
     rows = []
     for s in schedules:
         stream = streams[s]
-        feature_rows = sum(x.shape[0] for x in stream)
         ctx = PolicyContext(data.graph, data.train_idx, list(fanouts), batch_size,
                             scheduler=scheds[s], sampler=sampler, seed=seed)
         built = {}

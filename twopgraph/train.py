@@ -259,7 +259,14 @@ def _resume_signature(cfg: TrainConfig, data: GraphData) -> dict:
 
 
 def load_checkpoint(path: Path, cfg: TrainConfig, data: GraphData) -> dict:
-    """Read ``checkpoint.pt`` and refuse one written by another configuration."""
+    """Read a single-process ``checkpoint.pt`` and refuse one of another configuration."""
+    return read_checkpoint(path, _resume_signature(cfg, data), cfg.epochs)
+
+
+def read_checkpoint(path: Path, signature: dict, epochs: int, kind: str = "single") -> dict:
+    """Read ``path``; refuse (ConfigError) a missing, foreign or unreadable file, a checkpoint
+    of another ``kind`` ("single" | "distributed"), one whose ``signature`` differs, or one with
+    more than ``epochs`` epochs done."""
     if not path.is_file():
         raise ConfigError(f"--resume: no checkpoint at {path}")
     try:
@@ -268,15 +275,17 @@ def load_checkpoint(path: Path, cfg: TrainConfig, data: GraphData) -> dict:
         raise ConfigError(f"--resume: cannot read checkpoint {path} ({type(e).__name__})") from None
     if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT:
         raise ConfigError(f"--resume: {path} is not a twopgraph checkpoint")
-    want = _resume_signature(cfg, data)
+    if ckpt.get("kind", "single") != kind:
+        raise ConfigError(f"--resume: {path} is a checkpoint of a {ckpt.get('kind', 'single')} "
+                          f"run, this is a {kind} run")
     have = ckpt.get("signature", {})
-    diff = [k for k in want if have.get(k) != want[k]]
+    diff = [k for k in signature if have.get(k) != signature[k]]
     if diff:
-        what = ", ".join(f"{k}={have.get(k)!r} (now {want[k]!r})" for k in diff)
+        what = ", ".join(f"{k}={have.get(k)!r} (now {signature[k]!r})" for k in diff)
         raise ConfigError(f"--resume: checkpoint {path} was written by another configuration: {what}")
-    if ckpt["epochs_done"] > cfg.epochs:
+    if ckpt["epochs_done"] > epochs:
         raise ConfigError(f"--resume: checkpoint already has {ckpt['epochs_done']} epochs, "
-                          f"more than --epochs {cfg.epochs}")
+                          f"more than --epochs {epochs}")
     return ckpt
 
 
@@ -330,7 +339,6 @@ def train(cfg: TrainConfig, data: GraphData | None = None) -> TrainResult:
     data = prep.data
     feat = torch.from_numpy(data.feat)
     labels = torch.from_numpy(data.label)
-    labels_dev = labels.to(device)
     sampler = NeighborSampler(data.graph, cfg.fanouts, seed=cfg.seed)
     scheduler = make_scheduler(
         cfg.schedule, data.train_idx, cfg.batch_size, seed=cfg.seed, balance=cfg.balance,

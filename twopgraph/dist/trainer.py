@@ -52,7 +52,8 @@ from ..models import build_model
 from ..partition.selfdep import Part, load_part, read_meta
 from ..sampler import NeighborSampler, make_scheduler
 from ..train import (CHECKPOINT, CHECKPOINT_FORMAT, METRICS, RESUME_KEYS, TrainConfig,
-                     _train_epoch, atomic_write_bytes, peak_rss_mib, write_json)
+                     _train_epoch, atomic_write_bytes, peak_rss_mib, read_checkpoint,
+                     write_json)
 from . import DEFAULT_TIMEOUT_S
 from .env import DistEnv, detect, process_group, rank_device
 from .evaluate import evaluate_distributed, global_degrees
@@ -200,33 +201,12 @@ def _signature(cfg: TrainConfig, meta: dict, world: int) -> dict:
     return sig
 
 
-def _load_checkpoint(path: Path, sig: dict, epochs: int) -> dict:
-    if not path.is_file():
-        raise ConfigError(f"--resume: no checkpoint at {path}")
-    try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as e:  # corrupt or foreign file
-        raise ConfigError(f"--resume: cannot read checkpoint {path} ({type(e).__name__})") from None
-    if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT \
-            or ckpt.get("kind") != "distributed":
-        raise ConfigError(f"--resume: {path} is not a checkpoint of a distributed twopgraph run")
-    have = ckpt.get("signature", {})
-    diff = [k for k in sig if have.get(k) != sig[k]]
-    if diff:
-        what = ", ".join(f"{k}={have.get(k)!r} (now {sig[k]!r})" for k in diff)
-        raise ConfigError(f"--resume: checkpoint {path} was written by another "
-                          f"configuration: {what}")
-    if ckpt["epochs_done"] > epochs:
-        raise ConfigError(f"--resume: checkpoint already has {ckpt['epochs_done']} epochs, "
-                          f"more than --epochs {epochs}")
-    return ckpt
-
-
 def _run(cfg: TrainConfig, folder: Path, meta: dict, env: DistEnv, device, backend) -> DistResult:
     world, rank = env.world_size, env.rank
     out = Path(cfg.out)
     sig = _signature(cfg, meta, world)
-    ckpt = _load_checkpoint(out / CHECKPOINT, sig, cfg.epochs) if cfg.resume else None
+    ckpt = (read_checkpoint(out / CHECKPOINT, sig, cfg.epochs, kind="distributed")
+            if cfg.resume else None)
     t = time.perf_counter()
     part = load_part(folder, rank, meta, mmap=False)
     data = part.data
