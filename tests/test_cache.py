@@ -262,7 +262,7 @@ def test_policy_registry_errors(cdata):
 def test_resolve_budget():
     assert resolve_budget(1000, 400, "cpu", ratio=0.1) == 100
     assert resolve_budget(1000, 1 << 20, "cpu", gb=0.5) == 512
-    assert resolve_budget(1000, 400, "cpu") == 1000
+    assert resolve_budget(1000, 400, "cpu") == 0  # CPU: no duplicate of the host table
     with pytest.raises(ConfigError):
         resolve_budget(1000, 400, "cpu", ratio=1.5)
     with pytest.raises(ConfigError):

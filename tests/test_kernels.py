@@ -110,6 +110,25 @@ def test_splitmix_matches_reference():
     assert int(kernels._draw(np.uint64(11), 3, 4)) == kernels.draw_ref(11, 3, 4)
 
 
+@pytest.mark.parametrize("n,p", [(1, 0.5), (7, 0.3), (40_001, 0.5), (100_000, 0.1)])
+def test_relu_dropout_matches_reference(n, p):
+    rng = np.random.default_rng(n)
+    x = rng.standard_normal(n).astype(np.float32)
+    key, thr, scale = 0xDEADBEEF12345, round(p * 2**32), np.float32(1 / (1 - p))
+    out = np.empty_like(x)
+    keep = np.empty(n, dtype=np.uint8)
+    kernels.relu_dropout_fwd(x, out, keep, np.uint64(key), np.uint64(thr), scale)
+    out_ref, keep_ref = kernels.relu_dropout_fwd_ref(x, key, thr, scale)
+    np.testing.assert_array_equal(keep, keep_ref)
+    np.testing.assert_array_equal(out, out_ref)
+    if n > 1000:  # kept with probability 1 - p among the positive entries
+        assert abs(keep[x > 0].mean() - (1 - p)) < 0.01
+    g = rng.standard_normal(n).astype(np.float32)
+    gin = np.empty_like(g)
+    kernels.relu_dropout_bwd(g, keep, scale, gin)
+    np.testing.assert_array_equal(gin, kernels.relu_dropout_bwd_ref(g, keep, scale))
+
+
 @pytest.mark.skipif(os.environ.get("NUMBA_DISABLE_JIT") == "1", reason="already pure Python")
 def test_kernels_pure_python_mode():
     """The kernel tests also pass with the JIT disabled (kernels run as plain Python)."""

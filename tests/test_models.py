@@ -49,12 +49,16 @@ def test_gcn_conv_full_neighbourhood_is_kipf_welling(in_dim, out_dim):
 
 
 @pytest.mark.parametrize("model", ["sage", "gcn"])
-def test_layerwise_inference_equals_full_fanout_minibatch(model):
+@pytest.mark.parametrize("hidden,layers", [(16, 2), (3, 3), (64, 3)])
+def test_layerwise_inference_equals_full_fanout_minibatch(model, hidden, layers):
+    """Also with width-shrinking layers (computed from projections, fused into the previous
+    layer's pass): hidden 3 < features (layer 0 projects), 64 > classes (last layer fused)."""
     torch.manual_seed(0)
     d = community_data(300, seed=4)
-    m = build_model(model, d.num_features, 16, d.num_classes, num_layers=2, dropout=0.5)
+    assert d.num_features > 3 and d.num_classes < 64
+    m = build_model(model, d.num_features, hidden, d.num_classes, num_layers=layers, dropout=0.5)
     m.eval()
-    sampler = NeighborSampler(d.graph, [-1, -1])
+    sampler = NeighborSampler(d.graph, [-1] * layers)
     feat = torch.from_numpy(d.feat)
     full = layerwise_inference(m, sampler, feat, torch.device("cpu"), batch_edges=97)
     seeds = np.arange(0, 300, 11)
@@ -89,17 +93,36 @@ def test_unknown_model():
         build_model("gat", 4, 4, 2, 2)
 
 
-def test_fast_dropout_semantics():
-    from twopgraph.models import Dropout
+@pytest.mark.parametrize("p", [0.3, 0.5])
+def test_relu_dropout_semantics(p):
+    from twopgraph.models import Dropout, relu_dropout
     torch.manual_seed(0)
-    d = Dropout(0.3)
-    x = torch.ones(200, 500, requires_grad=True)
-    y = d(x)
-    zero = (y == 0).float().mean().item()
-    assert abs(zero - 0.3) < 0.01
-    kept = y[y != 0]
-    torch.testing.assert_close(kept, torch.full_like(kept, 1 / 0.7))
-    y.sum().backward()  # gradient flows through the mask
-    torch.testing.assert_close(x.grad, (y.detach() != 0).float() / 0.7)
+    d = Dropout(p)
+    x = (torch.rand(301, 257) - 0.25).requires_grad_()  # odd sizes: a lone last element
+    y = relu_dropout(x, d)
+    pos = x.detach() > 0
+    zero = (y[pos] == 0).float().mean().item()
+    assert abs(zero - p) < 0.01  # kept with probability 1 - p among positives
+    assert torch.all(y[~pos] == 0)  # ReLU
+    kept = y != 0
+    torch.testing.assert_close(y[kept], x.detach()[kept] / (1 - p))
+    g = torch.randn_like(y)
+    y.backward(g)  # gradient: through ReLU and the same mask
+    torch.testing.assert_close(x.grad, torch.where(kept, g / (1 - p), torch.zeros_like(g)))
+    torch.manual_seed(0)
+    again = relu_dropout((torch.rand(301, 257) - 0.25), d)
+    assert torch.equal(again, y.detach())  # torch.manual_seed makes the mask reproducible
     d.eval()
-    assert torch.equal(d(x), x)
+    assert torch.equal(relu_dropout(x, d), torch.relu(x))
+
+
+def test_relu_dropout_thread_count_independent():
+    import numba
+    from twopgraph.models import Dropout, relu_dropout
+    x = torch.randn(1000, 77)
+    outs = []
+    for t in (1, min(2, numba.config.NUMBA_NUM_THREADS)):
+        numba.set_num_threads(t)
+        torch.manual_seed(3)
+        outs.append(relu_dropout(x, Dropout(0.5)))
+    assert torch.equal(outs[0], outs[1])

@@ -17,9 +17,11 @@ from __future__ import annotations
 import warnings
 from typing import Callable
 
+import numpy as np
 import torch
 from torch import nn
 
+from . import kernels
 from .errors import ConfigError
 from .sampler.minibatch import Block, MiniBatch
 
@@ -60,6 +62,19 @@ class SAGEConv(nn.Module):
             neigh = self.lin_neigh(_spmm(block, w, h_src))
         return self.lin_self(h_dst) + neigh
 
+    # Exact inference over the whole graph (see train.layerwise_inference): when in_dim >
+    # out_dim, every vertex's row is projected once, then each dst range only aggregates.
+    def project(self, h: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Per-vertex part of the layer for rows ``h``: (self term + bias, neighbour term)."""
+        return self.lin_self(h), self.lin_neigh(h)
+
+    def from_projection(self, block: Block, proj: tuple[torch.Tensor, ...], dst_start: int,
+                        dst_end: int) -> torch.Tensor:
+        """The layer's output for dst rows ``[dst_start, dst_end)`` of a whole-graph block,
+        from :meth:`project` of every vertex (equal to ``forward`` up to float rounding)."""
+        w = _mean_weights(block).to(proj[1].dtype)
+        return proj[0][dst_start:dst_end] + _spmm(block, w, proj[1])
+
 
 class GCNConv(nn.Module):
     """GCN with self loops and symmetric normalisation over full-graph degrees d:
@@ -75,31 +90,76 @@ class GCNConv(nn.Module):
         self.bias = nn.Parameter(torch.zeros(out_dim))
 
     def forward(self, block: Block, h_src: torch.Tensor, h_dst: torch.Tensor) -> torch.Tensor:
-        cnt = block.sampled_deg()
-        dst_deg = block.dst_deg
-        scale = dst_deg / cnt.clamp(min=1).to(dst_deg.dtype) / torch.sqrt(dst_deg + 1.0)
-        w = torch.repeat_interleave(scale, cnt, output_size=block.num_edges)
-        w = w / torch.sqrt(block.src_deg[block.indices] + 1.0)
-        w = w.to(h_src.dtype)
-        self_term = h_dst / (dst_deg + 1.0).to(h_dst.dtype).unsqueeze(1)
+        w = self._weights(block).to(h_src.dtype)
+        self_term = h_dst / (block.dst_deg + 1.0).to(h_dst.dtype).unsqueeze(1)
         if self.in_dim > self.out_dim:
             return _spmm(block, w, self.lin(h_src)) + self.lin(self_term) + self.bias
         return self.lin(_spmm(block, w, h_src) + self_term) + self.bias
 
+    def _weights(self, block: Block) -> torch.Tensor:
+        cnt = block.sampled_deg()
+        dst_deg = block.dst_deg
+        scale = dst_deg / cnt.clamp(min=1).to(dst_deg.dtype) / torch.sqrt(dst_deg + 1.0)
+        w = torch.repeat_interleave(scale, cnt, output_size=block.num_edges)
+        return w / torch.sqrt(block.src_deg[block.indices] + 1.0)
+
+    def project(self, h: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Per-vertex part of the layer for rows ``h`` (see :meth:`SAGEConv.project`)."""
+        return (self.lin(h),)
+
+    def from_projection(self, block: Block, proj: tuple[torch.Tensor, ...], dst_start: int,
+                        dst_end: int) -> torch.Tensor:
+        """See :meth:`SAGEConv.from_projection`."""
+        p = proj[0]
+        w = self._weights(block).to(p.dtype)
+        self_term = p[dst_start:dst_end] / (block.dst_deg + 1.0).to(p.dtype).unsqueeze(1)
+        return _spmm(block, w, p) + self_term + self.bias
+
 
 class Dropout(nn.Dropout):
-    """``nn.Dropout`` with a faster CPU path (same semantics: inverted dropout, identity in eval).
+    """``nn.Dropout`` (inverted dropout, identity in eval); see :func:`relu_dropout`."""
 
-    On CPU torch's dropout draws its mask with ``bernoulli_``, a serial kernel that cost ~30%
-    of a GraphSAGE training step here (profile of issue 6); a mask from ``rand_like(x) >= p``
-    is drawn ~2.5x faster. Other devices use torch's own (fused) dropout.
+
+class _ReluDropoutCPU(torch.autograd.Function):
+    """ReLU then inverted dropout in one numba pass (CPU, float32), 1 byte of mask per element."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, p: float, key: int) -> torch.Tensor:
+        xc = x.detach().contiguous()
+        out = torch.empty_like(xc)
+        keep = torch.empty(xc.shape, dtype=torch.uint8)
+        scale = np.float32(1.0 / (1.0 - p))
+        kernels.relu_dropout_fwd(xc.view(-1).numpy(), out.view(-1).numpy(),
+                                 keep.view(-1).numpy(), np.uint64(key),
+                                 np.uint64(min(round(p * 2.0 ** 32), 2 ** 32)), scale)
+        ctx.save_for_backward(keep)
+        ctx.scale = scale
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        (keep,) = ctx.saved_tensors
+        g = grad.contiguous()
+        out = torch.empty_like(g)
+        kernels.relu_dropout_bwd(g.view(-1).numpy(), keep.view(-1).numpy(), ctx.scale,
+                                 out.view(-1).numpy())
+        return out, None, None
+
+
+def relu_dropout(x: torch.Tensor, dropout: nn.Dropout) -> torch.Tensor:
+    """``dropout(relu(x))``. In training on CPU with float32 this is one fused numba pass
+    (:func:`twopgraph.kernels.relu_dropout_fwd`): torch draws a CPU dropout mask with a serial
+    kernel (``bernoulli_``/``rand_like``), which cost 25-30% of a GraphSAGE training step here
+    (profile of issue 6). The mask's key is drawn from torch's generator, so
+    ``torch.manual_seed`` makes runs reproducible, whatever the number of threads. Elsewhere
+    (CUDA, eval, other dtypes) torch's own ReLU and dropout.
     """
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not self.training or self.p == 0.0 or x.device.type != "cpu" or self.p >= 1.0:
-            return super().forward(x)
-        mask = torch.rand_like(x).ge_(self.p).to(x.dtype).mul_(1.0 / (1.0 - self.p))
-        return x.mul_(mask) if self.inplace else x * mask
+    p = dropout.p
+    if (not dropout.training or p == 0.0 or x.device.type != "cpu"
+            or x.dtype != torch.float32 or p >= 1.0):
+        return dropout(torch.relu(x))
+    key = int(torch.randint(0, 2 ** 62, (1,)).item())
+    return _ReluDropoutCPU.apply(x, p, key)
 
 
 class BlockGNN(nn.Module):
@@ -120,7 +180,7 @@ class BlockGNN(nn.Module):
         """Layer ``i`` alone, with its activation (used by layer-wise inference)."""
         h = self.convs[i](block, h_src, h_dst)
         if i < self.num_layers - 1:
-            h = self.dropout(torch.relu(h))
+            h = relu_dropout(h, self.dropout)
         return h
 
     def forward(self, mb: MiniBatch) -> torch.Tensor:

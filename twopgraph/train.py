@@ -62,7 +62,8 @@ class TrainConfig:
     makes each cluster a contiguous id range (results are still reported in original ids).
     ``cache_policy`` (none | degree | presample | layer) picks the device feature cache, its
     budget is ``cache_ratio`` (fraction of feature rows) or ``cache_gb`` (GiB), by default what
-    fits (CUDA: free memory after a training margin; CPU: every row); ``feat_dtype`` is how
+    fits (CUDA: free memory after a training margin; CPU: none -- host memory is
+    what the model reads); ``feat_dtype`` is how
     features are stored and copied (float16/bfloat16 halve the bytes; the model computes in
     float32 and is evaluated on the same rounded features).
     """
@@ -182,26 +183,60 @@ def layerwise_inference(model: BlockGNN, sampler: NeighborSampler, feat: torch.T
     """Exact full-neighbour inference, one layer at a time over all N vertices.
 
     Each layer runs over ranges of dst vertices holding about ``batch_edges`` edges, reading
-    the previous layer's whole output (no sampling, no neighbourhood explosion). Returns the
-    logits (N x C, float32, on CPU).
+    the previous layer's whole output (no sampling, no neighbourhood explosion). A layer that
+    shrinks the width (``in_dim > out_dim``, e.g. hidden -> classes) is computed from per-vertex
+    projections (:meth:`~twopgraph.models.SAGEConv.project`), made once per vertex -- and made
+    straight from the previous layer's output ranges as they come, so that output (N x hidden)
+    is never held in full. Peak memory: the input table plus one N x hidden table plus the
+    projections (N x 2 x classes for SAGE). Returns the logits (N x C, float32, on CPU).
     """
     was_training = model.training
     model.eval()
-    g = sampler.graph
-    n = g.num_nodes
+    n = sampler.graph.num_nodes
+    starts = _edge_balanced_ranges(sampler.graph.indptr, batch_edges)
+    convs = model.convs
+    projects = [c.in_dim > c.out_dim and hasattr(c, "project") for c in convs]
     h = feat.to(device, torch.float32)
-    starts = _edge_balanced_ranges(g.indptr, batch_edges)
-    for i in range(model.num_layers):
-        out = None
+    proj = None
+    if projects[0]:
+        proj, h = _project_rows(convs[0], h, n, device, starts), None
+    for i, conv in enumerate(convs):
+        fuse = i + 1 < len(convs) and projects[i + 1]
+        out, nxt = None, None
         for a, b in zip(starts[:-1], starts[1:]):
             block = sampler.full_block(a, b).to(device)
-            y = model.layer(i, block, h, h[a:b])
-            if out is None:
-                out = torch.empty((n, y.shape[1]), dtype=y.dtype, device=device)
-            out[a:b] = y
-        h = out
+            if proj is not None:
+                y = conv.from_projection(block, proj, a, b)
+            else:
+                y = conv(block, h, h[a:b])
+            if i < len(convs) - 1:
+                y = torch.relu(y)  # eval: dropout is the identity
+            if fuse:
+                parts = convs[i + 1].project(y)
+                if nxt is None:
+                    nxt = tuple(torch.empty((n, t.shape[1]), dtype=t.dtype, device=device)
+                                for t in parts)
+                for dst, t in zip(nxt, parts):
+                    dst[a:b] = t
+            else:
+                if out is None:
+                    out = torch.empty((n, y.shape[1]), dtype=y.dtype, device=device)
+                out[a:b] = y
+        h, proj = out, nxt
     model.train(was_training)
     return h.cpu()
+
+
+def _project_rows(conv, h: torch.Tensor, n: int, device, starts: list[int]):
+    """``conv.project`` of every row of ``h``, range by range (bounded temporaries)."""
+    out = None
+    for a, b in zip(starts[:-1], starts[1:]):
+        parts = conv.project(h[a:b])
+        if out is None:
+            out = tuple(torch.empty((n, t.shape[1]), dtype=t.dtype, device=device) for t in parts)
+        for dst, t in zip(out, parts):
+            dst[a:b] = t
+    return out
 
 
 def _edge_balanced_ranges(indptr: np.ndarray, batch_edges: int) -> list[int]:

@@ -57,9 +57,14 @@ def build_feature_cache(policy: str, feat: torch.Tensor, ctx: PolicyContext, dev
                         dtype: str = "float32", **options) -> FeatureCache:
     """The :class:`FeatureCache` a training run uses: policy ``policy`` built from ``ctx``,
     features stored and copied as ``dtype`` and served as float32, budget from ``ratio`` or
-    ``gb`` (default: see :func:`resolve_budget`; ``none`` always gets 0)."""
-    pol = make_policy(policy, ctx, **options)
+    ``gb`` (default: see :func:`resolve_budget`; ``none`` always gets 0). A budget of 0 rows
+    runs as ``none`` whatever ``policy`` says: nothing to rank, no lookahead window held."""
+    if policy not in POLICIES:
+        raise ConfigError(f"unknown cache policy {policy!r}; known: {', '.join(POLICIES)}")
     tdtype = feat_dtype(dtype)
     row_bytes = int(feat.shape[1]) * torch.empty(0, dtype=tdtype).element_size()
-    budget = resolve_budget(int(feat.shape[0]), row_bytes, device, ratio, gb) if pol.caches else 0
+    budget = resolve_budget(int(feat.shape[0]), row_bytes, device, ratio, gb)
+    pol = make_policy(policy if budget > 0 else "none", ctx, **(options if budget > 0 else {}))
+    if not pol.caches:
+        budget = 0
     return FeatureCache(feat, pol, budget, device, dtype=tdtype, out_dtype=torch.float32)

@@ -35,7 +35,12 @@ def feat_dtype(name: str) -> torch.dtype:
 def resolve_budget(num_rows: int, row_bytes: int, device, ratio: float | None = None,
                    gb: float | None = None, margin: float = DEFAULT_TRAIN_MARGIN) -> int:
     """Buffer size in rows: ``ratio`` x rows, or ``gb`` GiB, else (CUDA) what fits in the free
-    device memory after keeping ``margin`` of the total for training, else (CPU) every row.
+    device memory after keeping ``margin`` of the total for training, else (CPU) 0 rows.
+
+    On CPU the model reads host memory directly, so a "device" buffer would only be a second
+    copy of rows the host table already holds (on synthetic-products: +0.9 GiB and a copy per
+    admitted row for nothing); an explicit ``ratio``/``gb`` still builds one, to measure a
+    policy's hit rate and transfer bytes on a machine without a GPU.
     """
     if ratio is not None and gb is not None:
         raise ConfigError("give the cache budget as a ratio or in GB, not both")
@@ -52,7 +57,7 @@ def resolve_budget(num_rows: int, row_bytes: int, device, ratio: float | None = 
         free, total = torch.cuda.mem_get_info(device)
         avail = max(0, free - int(margin * total))
         return min(num_rows, avail // max(1, row_bytes))
-    return num_rows
+    return 0
 
 
 class FeatureCache:
