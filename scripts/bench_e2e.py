@@ -77,13 +77,14 @@ def _median_after_first(xs: list[float]) -> float:
     return statistics.median(xs[1:] or xs)
 
 
-def run_dgl(a, npz: str, common: list[str], hp: list[str], env) -> dict:
+def run_dgl(a, npz: str, common: list[str], hp: list[str], env, train: bool = True) -> dict:
     dgl_py = Path(a.dgl_venv) / "bin" / "python"
     if not dgl_py.exists():
         raise SystemExit(f"bench_e2e: no DGL venv at {a.dgl_venv}; run "
                          "scripts/setup_dgl_baseline.sh first")
     t = time.perf_counter()
-    d = run_json([str(dgl_py), "scripts/dgl_baseline.py", "--npz", npz, "--mode", "both",
+    d = run_json([str(dgl_py), "scripts/dgl_baseline.py", "--npz", npz,
+                  "--mode", "both" if train else "sample",
                   "--sample-epochs", str(a.sample_epochs), "--json", *hp, *common], env)
     wall = time.perf_counter() - t
     out = {k: d.get(k) for k in ("sample_epoch_s", "sample_epoch_s_all", "seeds_per_s",
@@ -97,7 +98,8 @@ def run_dgl(a, npz: str, common: list[str], hp: list[str], env) -> dict:
     return out
 
 
-def run_twopgraph(a, npz: str, flags: list[str], common: list[str], hp: list[str], env) -> dict:
+def run_twopgraph(a, npz: str, flags: list[str], common: list[str], hp: list[str], env,
+                  train: bool = True) -> dict:
     sched = flags[flags.index("--schedule") + 1]
     t = time.perf_counter()
     s = run_json(twopgraph_cmd("bench", "sampler", "--dataset", npz, "--json", "--epochs",
@@ -106,6 +108,9 @@ def run_twopgraph(a, npz: str, flags: list[str], common: list[str], hp: list[str
            "sample_input_nodes_per_batch": s.get("input_nodes_per_batch"),
            "sample_epoch_s_all": s.get("sample_epoch_s_all", s.get("epoch_s_all")),
            "locality": s.get("locality")}
+    if not train:
+        out["wall_s"] = time.perf_counter() - t
+        return out
     with tempfile.TemporaryDirectory(prefix="bench_e2e_") as tmp:
         run_json(twopgraph_cmd("train", "--dataset", npz, "--out", tmp, "--no-progress",
                         "--eval-every", "0", "--device", a.device, "--prefetch",
@@ -179,6 +184,10 @@ def main(argv=None) -> int:
     p.add_argument("--prefetch", type=int, default=2, help="twopgraph's --prefetch")
     p.add_argument("--sides", default=",".join(SIDES),
                    help=f"comma-separated subset of {', '.join(SIDES)}")
+    p.add_argument("--train-sides", default=None,
+                   help="sides that also train (default: all of --sides); the others run only "
+                        "the sampling-only epochs (e.g. the random side on a large graph, "
+                        "where only its sampler figure is wanted)")
     p.add_argument("--dgl-venv", default=os.environ.get("DGL_VENV", str(ROOT / ".venv-dgl")))
     p.add_argument("--json", default=None, help="write the results to this JSON file")
     a = p.parse_args(argv)
@@ -186,6 +195,10 @@ def main(argv=None) -> int:
     bad = [s for s in sides if s not in SIDES]
     if bad or not sides:
         p.error(f"--sides: unknown {bad}; known: {', '.join(SIDES)}")
+    train_sides = sides if a.train_sides is None else \
+        [s.strip() for s in a.train_sides.split(",") if s.strip()]
+    if set(train_sides) - set(sides):
+        p.error(f"--train-sides must be a subset of --sides ({', '.join(sides)})")
 
     root = ["--data-root", a.data_root] if a.data_root else []
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), MKL_NUM_THREADS=str(a.threads),
@@ -201,10 +214,11 @@ def main(argv=None) -> int:
     res: dict = {"dataset": info.get("name", a.dataset), "npz": npz, "args": vars(a),
                  "sides": {s: {} for s in sides}, "ratio": {}}
     for s in sides:  # sequentially, each in its own process(es)
+        train = s in train_sides
         if SIDES[s] is None:
-            res["sides"][s] = run_dgl(a, npz, common, hp, env)
+            res["sides"][s] = run_dgl(a, npz, common, hp, env, train)
         else:
-            res["sides"][s] = run_twopgraph(a, npz, SIDES[s], common, hp, env)
+            res["sides"][s] = run_twopgraph(a, npz, SIDES[s], common, hp, env, train)
         res["sides"][s]["config"] = "dgl 1.1.3" if SIDES[s] is None else " ".join(SIDES[s])
 
     dg = res["sides"].get("dgl")
