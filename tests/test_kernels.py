@@ -23,6 +23,18 @@ def test_sample_neighbors_matches_reference(fanout):
     o2, n2 = kernels.sample_neighbors_ref(g.indptr, g.indices, nodes, fanout, key)
     np.testing.assert_array_equal(o1, o2)
     np.testing.assert_array_equal(n1, n2)
+    o3, n3 = kernels.sample_neighbors_serial(g.indptr, g.indices, nodes, fanout, np.uint64(key))
+    np.testing.assert_array_equal(o3, o2)
+    np.testing.assert_array_equal(n3, n2)
+
+
+def test_reset_map_serial_and_parallel():
+    for fn in (kernels.reset_map, kernels.reset_map_serial):
+        m = np.arange(50, dtype=np.int64)
+        fn(m, np.array([3, 7, 49], dtype=np.int64))
+        want = np.arange(50)
+        want[[3, 7, 49]] = -1
+        np.testing.assert_array_equal(m, want)
 
 
 def test_sample_neighbors_is_a_subset_without_repeats():

@@ -117,3 +117,26 @@ def test_scheduler_errors():
         RandomScheduler(np.arange(10), batch_size=0)
     with pytest.raises(ConfigError):
         make_scheduler("nope", np.arange(10), 4)
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_batch_parallel_sampling_gives_the_same_batches(workers):
+    """Several sampler threads (each a whole batch, serial kernels) yield the same batches, in
+    the same order, as one thread with the parallel kernels; early close stops the workers."""
+    from twopgraph.loader import EpochStats, sampled_batches
+    from twopgraph.sampler import RandomScheduler
+    g = random_graph(500, 4000, seed=3)
+    sampler = NeighborSampler(g, [4, 3], seed=5)
+    sched = RandomScheduler(np.arange(0, 500, 3), 16, seed=1)
+    ref = list(sampled_batches(sched, sampler, 2, EpochStats(), workers=1))
+    stats = EpochStats()
+    got = list(sampled_batches(sched, sampler, 2, stats, workers=workers))
+    assert [m.batch_id for m in got] == list(range(sched.num_batches))
+    assert stats.num_batches == sched.num_batches and stats.num_seeds == 167
+    for a, b in zip(ref, got):
+        assert torch.equal(a.input_nodes, b.input_nodes)
+        for x, y in zip(a.blocks, b.blocks):
+            assert torch.equal(x.indptr, y.indptr) and torch.equal(x.indices, y.indices)
+    it = sampled_batches(sched, sampler, 2, EpochStats(), workers=workers)
+    next(it)
+    it.close()  # must not hang

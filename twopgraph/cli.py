@@ -46,7 +46,7 @@ def _add_sampling_args(p: argparse.ArgumentParser):
                         "| random (uniform shuffle) (default: %(default)s)")
     p.add_argument("--num-clusters", type=int, default=0,
                    help="METIS clusters for --schedule locality and --renumber; fewer = more "
-                        "locality, less batch diversity; 0 = 2 clusters per batch on graphs of >= "
+                        "locality, less batch diversity; 0 = 4 clusters per batch on graphs of >= "
                         "512 x batch-size vertices, else at least min(2048, N/8) clusters "
                         "(default: %(default)s)")
     p.add_argument("--renumber", action=argparse.BooleanOptionalAction, default=True,

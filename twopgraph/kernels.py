@@ -66,6 +66,37 @@ def draw_ref(key: int, v: int, j: int) -> int:
 # ----------------------------------------------------------------------------------------------
 
 
+@njit(inline="always", cache=True)
+def _num_sampled(indptr, v, fanout):
+    d = indptr[v + 1] - indptr[v]
+    return d if (fanout < 0 or d <= fanout) else fanout
+
+
+@njit(inline="always", cache=True)
+def _sample_one(indptr, indices, v, fanout, key, nbrs, o):
+    """Neighbours of ``v`` into ``nbrs[o:o + _num_sampled(v)]`` (see :func:`sample_neighbors`)."""
+    start = indptr[v]
+    d = indptr[v + 1] - start
+    if fanout < 0 or d <= fanout:
+        for j in range(d):
+            nbrs[o + j] = indices[start + j]
+        return
+    # Floyd: for j in d-f..d-1 pick t in [0, j]; take t unless taken, else take j.
+    # Positions are kept in nbrs (as positions) and translated at the end.
+    c = 0
+    for j in range(d - fanout, d):
+        t = np.int64(_draw(key, v, j) % np.uint64(j + 1))
+        seen = False
+        for q in range(c):
+            if nbrs[o + q] == t:
+                seen = True
+                break
+        nbrs[o + c] = j if seen else t
+        c += 1
+    for q in range(fanout):
+        nbrs[o + q] = indices[start + nbrs[o + q]]
+
+
 @njit(parallel=True, nogil=True, cache=True)
 def sample_neighbors(indptr, indices, nodes, fanout, key):
     """Sample up to ``fanout`` distinct neighbours of each vertex in ``nodes``.
@@ -74,40 +105,32 @@ def sample_neighbors(indptr, indices, nodes, fanout, key):
     (global ids, dtype of ``indices``). A vertex of degree d gives all d neighbours when
     ``fanout < 0`` or ``d <= fanout``; otherwise ``fanout`` distinct ones, each neighbour being
     taken with probability ``fanout / d`` (Floyd's algorithm, positions in CSR order).
+    Parallel over vertices; :func:`sample_neighbors_serial` is the same on one thread.
     """
     n = nodes.shape[0]
     counts = np.empty(n + 1, dtype=np.int64)
     counts[0] = 0
     for i in prange(n):
-        v = nodes[i]
-        d = indptr[v + 1] - indptr[v]
-        counts[i + 1] = d if (fanout < 0 or d <= fanout) else fanout
+        counts[i + 1] = _num_sampled(indptr, nodes[i], fanout)
     offsets = np.cumsum(counts)
     nbrs = np.empty(offsets[n], dtype=indices.dtype)
     for i in prange(n):
-        v = nodes[i]
-        start = indptr[v]
-        d = indptr[v + 1] - start
-        o = offsets[i]
-        if fanout < 0 or d <= fanout:
-            for j in range(d):
-                nbrs[o + j] = indices[start + j]
-        else:
-            # Floyd: for j in d-f..d-1 pick t in [0, j]; take t unless taken, else take j.
-            # Positions are kept in nbrs (as positions) and translated at the end.
-            f = fanout
-            c = 0
-            for j in range(d - f, d):
-                t = np.int64(_draw(key, v, j) % np.uint64(j + 1))
-                seen = False
-                for q in range(c):
-                    if nbrs[o + q] == t:
-                        seen = True
-                        break
-                nbrs[o + c] = j if seen else t
-                c += 1
-            for q in range(f):
-                nbrs[o + q] = indices[start + nbrs[o + q]]
+        _sample_one(indptr, indices, nodes[i], fanout, key, nbrs, offsets[i])
+    return offsets, nbrs
+
+
+@njit(nogil=True, cache=True)
+def sample_neighbors_serial(indptr, indices, nodes, fanout, key):
+    """:func:`sample_neighbors` on the calling thread only (same output), for samplers that
+    run several batches at once, one per thread."""
+    n = nodes.shape[0]
+    offsets = np.empty(n + 1, dtype=np.int64)
+    offsets[0] = 0
+    for i in range(n):
+        offsets[i + 1] = offsets[i] + _num_sampled(indptr, nodes[i], fanout)
+    nbrs = np.empty(offsets[n], dtype=indices.dtype)
+    for i in range(n):
+        _sample_one(indptr, indices, nodes[i], fanout, key, nbrs, offsets[i])
     return offsets, nbrs
 
 
@@ -176,6 +199,13 @@ def relabel_ref(nbrs, node_map, num_known, frontier_out):
 def reset_map(node_map, nodes):
     """Set ``node_map[nodes] = -1`` (undo a batch's relabelling in O(|nodes|))."""
     for i in prange(nodes.shape[0]):
+        node_map[nodes[i]] = -1
+
+
+@njit(nogil=True, cache=True)
+def reset_map_serial(node_map, nodes):
+    """:func:`reset_map` on the calling thread only."""
+    for i in range(nodes.shape[0]):
         node_map[nodes[i]] = -1
 
 

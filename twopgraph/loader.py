@@ -13,10 +13,12 @@ and row/byte counts of each stage are accumulated in :class:`EpochStats` (DESIGN
 
 from __future__ import annotations
 
+import itertools
 import queue
 import threading
 import time
 from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Iterator
 
@@ -75,16 +77,52 @@ def HostFeatureGather(feat: torch.Tensor, device) -> FeatureCache:
     return FeatureCache(feat, NoCache(), 0, device, out_dtype=None)
 
 
-def sampled_batches(scheduler, sampler, epoch: int, stats: EpochStats) -> Iterator[MiniBatch]:
-    """Stage 1+2: seeds from the scheduler, expanded by the sampler (timed into sample_s)."""
-    for b, seeds in enumerate(scheduler.batches(epoch)):
+def sampled_batches(scheduler, sampler, epoch: int, stats: EpochStats,
+                    workers: int | None = None) -> Iterator[MiniBatch]:
+    """Stage 1+2: seeds from the scheduler, expanded by the sampler, in schedule order.
+
+    ``workers`` > 1 threads each sample whole batches at once on one core (serial kernels,
+    GIL-free), ``2 x workers`` batches in flight; 1 = one batch at a time with the kernels
+    parallel over vertices. Default: numba's thread count. The batches are the same either
+    way (randomness is counter-based). Per-batch relabelling is inherently serial, so
+    batch-parallel sampling is what scales it with threads. ``sample_s`` is the wall time the
+    stage spent producing batches (waiting for the workers included).
+    """
+    workers = kernels.num_threads() if workers is None else int(workers)
+    jobs = ((b, seeds, kernels.mix_key(epoch, b)) for b, seeds in enumerate(scheduler.batches(epoch)))
+    if workers <= 1:
+        for b, seeds, key in jobs:
+            t = time.perf_counter()
+            mb = sampler.sample(seeds, key=key)
+            stats.sample_s += time.perf_counter() - t
+            yield _counted(mb, b, stats)
+        return
+    pool = ThreadPoolExecutor(workers, thread_name_prefix="twopgraph-sampler")
+    pending: deque = deque()
+    try:
         t = time.perf_counter()
-        mb = sampler.sample(seeds, key=kernels.mix_key(epoch, b))
-        mb.batch_id = b
+        for b, seeds, key in itertools.islice(jobs, 2 * workers):
+            pending.append((b, pool.submit(sampler.sample, seeds, key, False)))
         stats.sample_s += time.perf_counter() - t
-        stats.num_batches += 1
-        stats.num_seeds += mb.num_seeds
-        yield mb
+        while pending:
+            t = time.perf_counter()
+            b, fut = pending.popleft()
+            mb = fut.result()
+            for nb, seeds, key in itertools.islice(jobs, 1):
+                pending.append((nb, pool.submit(sampler.sample, seeds, key, False)))
+            stats.sample_s += time.perf_counter() - t
+            yield _counted(mb, b, stats)
+    finally:
+        for _, fut in pending:
+            fut.cancel()
+        pool.shutdown(wait=True)
+
+
+def _counted(mb: MiniBatch, b: int, stats: EpochStats) -> MiniBatch:
+    mb.batch_id = b
+    stats.num_batches += 1
+    stats.num_seeds += mb.num_seeds
+    return mb
 
 
 def lookahead(batches: Iterator[MiniBatch], depth: int | None, announce) -> Iterator[MiniBatch]:

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -88,14 +89,17 @@ class PartSampler:
         self.remote_graph_requests = 0
         self.remote_feature_rows = 0.0
         self.halo_input_rows = 0
+        self._lock = threading.Lock()
 
     @property
     def num_layers(self) -> int:
         return self.inner.num_layers
 
-    def sample(self, seeds, key: int = 0):
-        mb = self.inner.sample(seeds, key)
+    def sample(self, seeds, key: int = 0, parallel: bool = True):
+        """:meth:`NeighborSampler.sample`, counting; safe from several sampler threads."""
+        mb = self.inner.sample(seeds, key, parallel)
         ids = mb.input_nodes.numpy()
+        requests, rows = 0, 0.0
         for fanout, block in zip(self.fanouts, mb.blocks):
             dst = ids[:block.num_dst]
             miss = self._missing[dst]
@@ -103,9 +107,13 @@ class PartSampler:
             if cut.any():
                 d = self._degree[dst[cut]]
                 take = d if fanout < 0 else np.minimum(fanout, d)
-                self.remote_graph_requests += int(cut.sum())
-                self.remote_feature_rows += float((take * miss[cut] / d).sum())
-        self.halo_input_rows += int(np.count_nonzero(ids >= self.num_owned))
+                requests += int(cut.sum())
+                rows += float((take * miss[cut] / d).sum())
+        halo = int(np.count_nonzero(ids >= self.num_owned))
+        with self._lock:
+            self.remote_graph_requests += requests
+            self.remote_feature_rows += rows
+            self.halo_input_rows += halo
         return mb
 
     def counters(self) -> tuple[int, float, int]:

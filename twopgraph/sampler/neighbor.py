@@ -73,9 +73,11 @@ class NeighborSampler:
             self._tls.node_map = m
         return m
 
-    def sample(self, seeds, key: int = 0) -> MiniBatch:
+    def sample(self, seeds, key: int = 0, parallel: bool = True) -> MiniBatch:
         """Sample the blocks of ``seeds`` (unique global ids); ``key`` picks the random stream
-        (e.g. a batch counter: same seed + key => same mini-batch)."""
+        (e.g. a batch counter: same seed + key => same mini-batch). ``parallel=False`` keeps
+        the work on the calling thread (for :func:`~twopgraph.loader.sampled_batches` with
+        several workers, each sampling whole batches); the result is the same."""
         seeds = np.ascontiguousarray(np.asarray(seeds, dtype=np.int64))
         n = self.graph.num_nodes
         if seeds.ndim != 1 or seeds.shape[0] == 0:
@@ -84,10 +86,13 @@ class NeighborSampler:
             raise ConfigError(f"seed ids out of range [0, {n})")
         if np.unique(seeds).shape[0] != seeds.shape[0]:
             raise ConfigError("seeds must be unique")
-        return self._sample(seeds, int(key))
+        return self._sample(seeds, int(key), parallel)
 
-    def _sample(self, seeds: np.ndarray, key: int) -> MiniBatch:
+    def _sample(self, seeds: np.ndarray, key: int, parallel: bool = True) -> MiniBatch:
         g = self.graph
+        sample_neighbors = kernels.sample_neighbors if parallel else \
+            kernels.sample_neighbors_serial
+        reset_map = kernels.reset_map if parallel else kernels.reset_map_serial
         node_map = self._node_map()
         nodes = seeds
         node_map[seeds] = np.arange(seeds.shape[0], dtype=np.int64)
@@ -95,8 +100,7 @@ class NeighborSampler:
         try:
             for hop, fanout in enumerate(reversed(self.fanouts)):
                 hop_key = np.uint64(kernels.mix_key(self.seed, key, hop))
-                offsets, nbrs = kernels.sample_neighbors(g.indptr, g.indices, nodes, fanout,
-                                                         hop_key)
+                offsets, nbrs = sample_neighbors(g.indptr, g.indices, nodes, fanout, hop_key)
                 frontier = np.empty(nbrs.shape[0], dtype=np.int64)
                 local, num_new = kernels.relabel(nbrs, node_map, nodes.shape[0], frontier)
                 num_dst = nodes.shape[0]
@@ -104,7 +108,7 @@ class NeighborSampler:
                     nodes = np.concatenate([nodes, frontier[:num_new]])
                 raw_blocks.append((nodes.shape[0], num_dst, offsets, local))
         finally:
-            kernels.reset_map(node_map, nodes)
+            reset_map(node_map, nodes)
         deg = torch.from_numpy(self._deg[nodes])
         blocks = [Block(num_src, num_dst, torch.from_numpy(offsets), torch.from_numpy(local),
                         deg[:num_src], deg[:num_dst])
