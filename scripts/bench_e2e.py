@@ -24,9 +24,10 @@ Reported per side (DESIGN.md metric definitions):
                    time split of a training epoch (median of the epochs after the first).
                    DGL: time in the DataLoader's next(), in feat[input_nodes], in forward +
                    backward + step (they add up to the epoch). twopgraph: its metrics.json
-                   fields; with ``--prefetch`` > 0 sampling runs in a background thread, so
-                   sample_s overlaps load_s/compute_s and the three may add up to more than the
-                   epoch.
+                   fields; sampling runs ahead in ``--threads`` worker threads and the
+                   gather in the prefetch thread (``--prefetch`` > 0), so sample_s (summed
+                   over workers) and load_s overlap compute_s and the three may add up to more
+                   than the epoch.
   input_nodes_per_batch, feature_rows, hit_rate, transfer_ratio (twopgraph)
   peak_rss_mib     peak RSS of the training process (ru_maxrss; includes loading + evaluation)
   test_acc, val_acc

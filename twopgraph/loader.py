@@ -85,8 +85,9 @@ def sampled_batches(scheduler, sampler, epoch: int, stats: EpochStats,
     GIL-free), ``2 x workers`` batches in flight; 1 = one batch at a time with the kernels
     parallel over vertices. Default: numba's thread count. The batches are the same either
     way (randomness is counter-based). Per-batch relabelling is inherently serial, so
-    batch-parallel sampling is what scales it with threads. ``sample_s`` is the wall time the
-    stage spent producing batches (waiting for the workers included).
+    batch-parallel sampling is what scales it with threads. ``sample_s`` is the time spent
+    sampling, summed over batches (with several workers it may exceed the wall time; in
+    training it overlaps the other stages).
     """
     workers = kernels.num_threads() if workers is None else int(workers)
     jobs = ((b, seeds, kernels.mix_key(epoch, b)) for b, seeds in enumerate(scheduler.batches(epoch)))
@@ -97,20 +98,22 @@ def sampled_batches(scheduler, sampler, epoch: int, stats: EpochStats,
             stats.sample_s += time.perf_counter() - t
             yield _counted(mb, b, stats)
         return
+    def timed(seeds, key):
+        t = time.perf_counter()
+        mb = sampler.sample(seeds, key, False)
+        return mb, time.perf_counter() - t
+
     pool = ThreadPoolExecutor(workers, thread_name_prefix="twopgraph-sampler")
     pending: deque = deque()
     try:
-        t = time.perf_counter()
         for b, seeds, key in itertools.islice(jobs, 2 * workers):
-            pending.append((b, pool.submit(sampler.sample, seeds, key, False)))
-        stats.sample_s += time.perf_counter() - t
+            pending.append((b, pool.submit(timed, seeds, key)))
         while pending:
-            t = time.perf_counter()
             b, fut = pending.popleft()
-            mb = fut.result()
+            mb, dt = fut.result()
             for nb, seeds, key in itertools.islice(jobs, 1):
-                pending.append((nb, pool.submit(sampler.sample, seeds, key, False)))
-            stats.sample_s += time.perf_counter() - t
+                pending.append((nb, pool.submit(timed, seeds, key)))
+            stats.sample_s += dt
             yield _counted(mb, b, stats)
     finally:
         for _, fut in pending:
