@@ -50,7 +50,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from bench_vs_dgl import run_json, twopgraph_cmd  # noqa: E402
+from bench_vs_dgl import (add_side_by_side_args, dgl_python, run_json,  # noqa: E402
+                          twopgraph_cmd, write_json)
 
 SIDES = {  # name -> twopgraph flags (None = DGL)
     "dgl": None,
@@ -79,12 +80,9 @@ def _median_after_first(xs: list[float]) -> float:
 
 
 def run_dgl(a, npz: str, common: list[str], hp: list[str], env, train: bool = True) -> dict:
-    dgl_py = Path(a.dgl_venv) / "bin" / "python"
-    if not dgl_py.exists():
-        raise SystemExit(f"bench_e2e: no DGL venv at {a.dgl_venv}; run "
-                         "scripts/setup_dgl_baseline.sh first")
+    dgl_py = dgl_python(a.dgl_venv, "bench_e2e")
     t = time.perf_counter()
-    d = run_json([str(dgl_py), "scripts/dgl_baseline.py", "--npz", npz,
+    d = run_json([dgl_py, "scripts/dgl_baseline.py", "--npz", npz,
                   "--mode", "both" if train else "sample",
                   "--sample-epochs", str(a.sample_epochs), "--json", *hp, *common], env)
     wall = time.perf_counter() - t
@@ -170,17 +168,7 @@ def print_table(res: dict) -> None:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--dataset", default="synthetic-small", help="name or .npz path")
-    p.add_argument("--data-root", default=None)
-    p.add_argument("--fanouts", default="15,10,5")
-    p.add_argument("--batch-size", type=int, default=1024)
-    p.add_argument("--epochs", type=int, default=3, help="training epochs per side")
-    p.add_argument("--hidden", type=int, default=256)
-    p.add_argument("--lr", type=float, default=0.003)
-    p.add_argument("--dropout", type=float, default=0.5)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--sample-epochs", type=int, default=3, help="timed sampling-only epochs")
+    add_side_by_side_args(p)
     p.add_argument("--device", default="cpu", help="twopgraph's device (DGL runs on CPU)")
     p.add_argument("--prefetch", type=int, default=2, help="twopgraph's --prefetch")
     p.add_argument("--sides", default=",".join(SIDES),
@@ -189,8 +177,6 @@ def main(argv=None) -> int:
                    help="sides that also train (default: all of --sides); the others run only "
                         "the sampling-only epochs (e.g. the random side on a large graph, "
                         "where only its sampler figure is wanted)")
-    p.add_argument("--dgl-venv", default=os.environ.get("DGL_VENV", str(ROOT / ".venv-dgl")))
-    p.add_argument("--json", default=None, help="write the results to this JSON file")
     a = p.parse_args(argv)
     sides = [s.strip() for s in a.sides.split(",") if s.strip()]
     bad = [s for s in sides if s not in SIDES]
@@ -242,8 +228,7 @@ def main(argv=None) -> int:
         print("ratios: side / DGL (< 1 = faster or smaller; seeds/s > 1 = faster); "
               "accuracy: difference in points")
     if a.json:
-        Path(a.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(a.json).write_text(json.dumps(res, indent=2) + "\n")
+        write_json(a.json, res)
         print(f"wrote {a.json}")
     return 0
 

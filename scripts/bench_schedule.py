@@ -34,7 +34,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from bench_vs_dgl import run_json  # noqa: E402
+from bench_vs_dgl import dgl_python, run_json, write_json  # noqa: E402
 
 from twopgraph.datasets import dataset_path, load_dataset  # noqa: E402
 from twopgraph.loader import sample_epoch  # noqa: E402
@@ -42,7 +42,7 @@ from twopgraph.datasets import resolve_data_root  # noqa: E402
 from twopgraph.partition import (LocalityPrep, cluster_graph, default_num_clusters,  # noqa: E402
                                  prepare_locality, renumber)
 from twopgraph.sampler import NeighborSampler, make_scheduler, parse_fanouts  # noqa: E402
-from twopgraph.train import TrainConfig, train  # noqa: E402
+from twopgraph.train import TrainConfig, apply_threads, train  # noqa: E402
 
 
 def sampling(data, prep, schedule, a, fanouts) -> dict:
@@ -105,12 +105,10 @@ def main(argv=None) -> int:
     p.add_argument("--dgl-venv", default=os.environ.get("DGL_VENV", str(ROOT / ".venv-dgl")))
     p.add_argument("--json", default=None)
     a = p.parse_args(argv)
+    # checked before the long runs: a missing venv is an error unless --no-dgl
+    dgl_py = None if a.no_dgl else dgl_python(a.dgl_venv, "bench_schedule")
     fanouts = parse_fanouts(a.fanouts)
-    if a.threads:
-        import numba
-        import torch
-        torch.set_num_threads(a.threads)
-        numba.set_num_threads(min(a.threads, numba.config.NUMBA_NUM_THREADS))
+    apply_threads(a.threads)
 
     data = load_dataset(a.dataset, a.data_root, progress=False)
     res: dict = {"dataset": data.name, "args": vars(a), "rows": {}}
@@ -138,11 +136,10 @@ def main(argv=None) -> int:
             row.update(accuracy(data, a, schedule, renum, a.num_clusters))
         print(name, json.dumps(row), file=sys.stderr, flush=True)
 
-    dgl_py = Path(a.dgl_venv) / "bin" / "python"
-    if not a.no_dgl and dgl_py.exists():
+    if dgl_py is not None:
         npz = str(dataset_path(a.dataset, a.data_root))
         env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), NUMBA_NUM_THREADS=str(a.threads))
-        d = run_json([str(dgl_py), str(ROOT / "scripts" / "dgl_baseline.py"), "--npz", npz,
+        d = run_json([dgl_py, str(ROOT / "scripts" / "dgl_baseline.py"), "--npz", npz,
                       "--mode", "sample", "--sample-epochs", str(a.sample_epochs), "--json",
                       "--fanouts", a.fanouts, "--batch-size", str(a.batch_size), "--seed", "0",
                       "--threads", str(a.threads)], env)
@@ -186,8 +183,7 @@ def main(argv=None) -> int:
         print(f"curve: {r['num_clusters']:>6} clusters ({r['clusters_per_batch']:.1f}/batch)  "
               f"inputs/batch {r['input_nodes_per_batch']:.0f}  test_acc {acc}")
     if a.json:
-        Path(a.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(a.json).write_text(json.dumps(res, indent=2) + "\n")
+        write_json(a.json, res)
     return 0
 
 

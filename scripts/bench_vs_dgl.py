@@ -44,8 +44,8 @@ def twopgraph_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "twopgraph", *args]
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def add_side_by_side_args(p: argparse.ArgumentParser) -> None:
+    """Flags every DGL-vs-twopgraph script shares: data, model, hyperparameters, DGL venv."""
     p.add_argument("--dataset", default="synthetic-small", help="name or .npz path")
     p.add_argument("--data-root", default=None)
     p.add_argument("--fanouts", default="15,10,5")
@@ -56,19 +56,35 @@ def main(argv=None) -> int:
     p.add_argument("--dropout", type=float, default=0.5)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--sample-epochs", type=int, default=3, help="timed sampling-only epochs")
+    p.add_argument("--dgl-venv", default=os.environ.get("DGL_VENV", str(ROOT / ".venv-dgl")))
+    p.add_argument("--json", default=None, help="write the results to this JSON file")
+
+
+def dgl_python(venv: str, script: str) -> str:
+    """The DGL venv's interpreter; exits with a one-line hint when the venv is missing."""
+    py = Path(venv) / "bin" / "python"
+    if not py.exists():
+        raise SystemExit(f"{script}: no DGL venv at {venv}; run "
+                         "scripts/setup_dgl_baseline.sh first")
+    return str(py)
+
+
+def write_json(path: str, obj) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(obj, indent=2) + "\n")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    add_side_by_side_args(p)
     p.add_argument("--schedule", default="random",
                    help="twopgraph's seed schedule (default random: like-for-like with DGL's "
                         "shuffled DataLoader; locality = twopgraph's default)")
-    p.add_argument("--sample-epochs", type=int, default=3, help="timed sampling-only epochs")
     p.add_argument("--mode", choices=["sample", "train", "both"], default="both")
-    p.add_argument("--dgl-venv", default=os.environ.get("DGL_VENV", str(ROOT / ".venv-dgl")))
-    p.add_argument("--json", default=None, help="write the results to this JSON file")
     a = p.parse_args(argv)
 
-    dgl_py = Path(a.dgl_venv) / "bin" / "python"
-    if not dgl_py.exists():
-        raise SystemExit(f"bench_vs_dgl: no DGL venv at {a.dgl_venv}; run "
-                         "scripts/setup_dgl_baseline.sh first")
+    dgl_py = dgl_python(a.dgl_venv, "bench_vs_dgl")
     root = ["--data-root", a.data_root] if a.data_root else []
     info = run_json(twopgraph_cmd("info", "--dataset", a.dataset, "--json", *root))
     npz = info["path"]
@@ -125,8 +141,7 @@ def main(argv=None) -> int:
         res["test_acc_diff_points"] = 100 * (tp["test_acc"] - dg["test_acc"])
         print(f"test accuracy difference: {res['test_acc_diff_points']:+.2f} points")
     if a.json:
-        Path(a.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(a.json).write_text(json.dumps(res, indent=2) + "\n")
+        write_json(a.json, res)
     return 0
 
 

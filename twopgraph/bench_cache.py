@@ -274,14 +274,9 @@ def format_table(rows: list[dict]) -> str:
 
 
 # -- the CLI verb ---------------------------------------------------------------------------------
-def add_parser(bench_subparsers) -> argparse.ArgumentParser:
-    """Register ``bench cache`` on the ``bench`` sub-parsers (argparse)."""
-    c = bench_subparsers.add_parser(
-        "cache", help="feature-cache policies x schedules x budgets vs the offline optimum")
-    c.add_argument("--dataset", default="synthetic-small",
-                   help="dataset name or .npz path, as for train (default: %(default)s)")
-    c.add_argument("--data-root", default=None,
-                   help="data root (default: $TWOPGRAPH_DATA, else ./datasets)")
+def add_arguments(c: argparse.ArgumentParser) -> None:
+    """The flags of ``bench cache`` beyond the data and sampling ones it shares with
+    ``train`` (those are added by the CLI)."""
     c.add_argument("--policies", default="none,degree,presample,layer",
                    help="comma-separated cache policies (default: %(default)s)")
     c.add_argument("--ratios", default="0.01,0.05,0.1,0.2,0.4",
@@ -290,20 +285,8 @@ def add_parser(bench_subparsers) -> argparse.ArgumentParser:
                    help="comma-separated seed schedulers (default: %(default)s)")
     c.add_argument("--out", default="runs/bench_cache",
                    help="output folder: cache.csv, cache.png (default: %(default)s)")
-    c.add_argument("--fanouts", default="15,10,5",
-                   help="neighbours per GNN layer, input layer first (default: %(default)s)")
-    c.add_argument("--batch-size", type=int, default=1024,
-                   help="seed vertices per mini-batch (default: %(default)s)")
-    c.add_argument("--seed", type=int, default=0, help="random seed (default: %(default)s)")
     c.add_argument("--epoch", type=int, default=0,
                    help="which epoch's access stream is measured (default: %(default)s)")
-    c.add_argument("--num-clusters", type=int, default=0,
-                   help="METIS clusters for the locality schedule; 0 = automatic "
-                        "(default: %(default)s)")
-    c.add_argument("--renumber", action=argparse.BooleanOptionalAction, default=True,
-                   help="renumber the graph cluster by cluster, as train does (default: on)")
-    c.add_argument("--balance", type=int, default=16,
-                   help="locality: label-balancing pool (default: %(default)s)")
     c.add_argument("--presample-epochs", type=int, default=1,
                    help="presample: pre-sampling epochs K (default: %(default)s)")
     c.add_argument("--lookahead", type=int, default=None,
@@ -315,19 +298,16 @@ def add_parser(bench_subparsers) -> argparse.ArgumentParser:
     c.add_argument("--feat-dtype", default="float32",
                    help="float32 | float16 | bfloat16: bytes per stored feature "
                         "(default: %(default)s)")
-    c.add_argument("--threads", type=int, default=0,
-                   help="torch and numba threads; 0 = all cores (default: %(default)s)")
     c.add_argument("--json", action="store_true", help="print the rows as JSON lines")
-    return c
 
 
 def cmd_bench_cache(a) -> int:
     """Entry point of ``twopgraph bench cache`` (parsed args ``a``)."""
     from .cache import feat_dtype
-    from .datasets import load_dataset, resolve_data_root
+    from .datasets import load_dataset
     from .errors import ConfigError
-    from .partition import prepare_locality
     from .sampler import SCHEDULERS, parse_fanouts
+    from .train import apply_threads, locality_for
 
     policies = _csv_list(a.policies, "policies")
     ratios = _csv_list(a.ratios, "ratios", float)
@@ -341,19 +321,13 @@ def cmd_bench_cache(a) -> int:
     for s in schedules:
         if s not in SCHEDULERS:
             raise ConfigError(f"unknown schedule {s!r}; known: {', '.join(SCHEDULERS)}")
-    if a.threads:
-        import numba
-        import torch
-        torch.set_num_threads(a.threads)
-        numba.set_num_threads(min(a.threads, numba.config.NUMBA_NUM_THREADS))
+    apply_threads(a.threads)
     options = {"presample": {"epochs": a.presample_epochs}}
     if a.lookahead is not None:
         options["layer"] = {"lookahead": a.lookahead}
     data = load_dataset(a.dataset, a.data_root)
-    need = any(getattr(SCHEDULERS[s], "needs_clusters", False) for s in schedules)
-    prep = prepare_locality(data, batch_size=a.batch_size, num_clusters=a.num_clusters,
-                            need_clusters=need, renumber_graph=a.renumber,
-                            cache_dir=resolve_data_root(a.data_root) / "clusters")
+    prep = locality_for(data, schedules, batch_size=a.batch_size, num_clusters=a.num_clusters,
+                        renumber=a.renumber, data_root=a.data_root)
     parts = None if prep.clustering is None else prep.clustering.parts
     rows = run_bench(prep.data, policies, ratios, schedules, fanouts, a.batch_size, seed=a.seed,
                      epoch=a.epoch, parts=parts, balance=a.balance, policy_options=options,

@@ -35,15 +35,16 @@ def _add_data_args(p: argparse.ArgumentParser, default_dataset: str | None = "sy
                         "(default: $TWOPGRAPH_DATA, else ./datasets)")
 
 
-def _add_sampling_args(p: argparse.ArgumentParser):
+def _add_sampling_args(p: argparse.ArgumentParser, schedule: bool = True):
     p.add_argument("--fanouts", default="15,10,5",
                    help="neighbours per GNN layer, input layer first; -1 = all; the number "
                         "of entries is the number of layers (default: %(default)s)")
     p.add_argument("--batch-size", type=int, default=1024,
                    help="seed vertices per mini-batch (default: %(default)s)")
-    p.add_argument("--schedule", default="locality",
-                   help="seed scheduler: locality (batches from METIS clusters, label-balanced) "
-                        "| random (uniform shuffle) (default: %(default)s)")
+    if schedule:
+        p.add_argument("--schedule", default="locality",
+                       help="seed scheduler: locality (batches from METIS clusters, "
+                            "label-balanced) | random (uniform shuffle) (default: %(default)s)")
     p.add_argument("--num-clusters", type=int, default=0,
                    help="METIS clusters for --schedule locality and --renumber; fewer = more "
                         "locality, less batch diversity; 0 = 4 clusters per batch on graphs of >= "
@@ -118,8 +119,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--warmup", type=int, default=1,
                    help="untimed epochs first (JIT compile, caches) (default: %(default)s)")
     s.add_argument("--json", action="store_true", help="print one JSON line")
+    c = bsub.add_parser(
+        "cache", help="feature-cache policies x schedules x budgets vs the offline optimum")
+    _add_data_args(c)
+    _add_sampling_args(c, schedule=False)  # --schedules instead
     from . import bench_cache
-    bench_cache.add_parser(bsub)
+    bench_cache.add_arguments(c)
 
     sub.add_parser("datasets", help="list known and cached datasets").add_argument(
         "--data-root", default=None, help="data root (default: $TWOPGRAPH_DATA, else ./datasets)")
@@ -132,11 +137,17 @@ def build_parser() -> argparse.ArgumentParser:
 def _apply_threads(n: int) -> None:
     if n < 0:
         raise TwopgraphError(f"threads must be >= 0, got {n}")
-    if n:
-        import numba
-        import torch
-        torch.set_num_threads(n)
-        numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
+    from .train import apply_threads
+    apply_threads(n)
+
+
+def _print_record(rec: dict, as_json: bool) -> None:
+    """One JSON line, or one ``key  value`` line per field."""
+    if as_json:
+        print(json.dumps(rec))
+    else:
+        for k, v in rec.items():
+            print(f"{k:>22}  {v}")
 
 
 def cmd_train(a) -> int:
@@ -164,9 +175,8 @@ def cmd_bench_sampler(a) -> int:
     from . import kernels
     from .datasets import load_dataset
     from .loader import sample_epoch
-    from .datasets import resolve_data_root
-    from .partition import prepare_locality
     from .sampler import SCHEDULERS, NeighborSampler, make_scheduler, parse_fanouts
+    from .train import locality_for
     if a.epochs <= 0 or a.warmup < 0:
         raise TwopgraphError("epochs must be positive and warmup >= 0")
     fanouts = parse_fanouts(a.fanouts)
@@ -176,10 +186,8 @@ def cmd_bench_sampler(a) -> int:
     if a.batch_size <= 0:
         raise TwopgraphError(f"batch size must be positive, got {a.batch_size}")
     data = load_dataset(a.dataset, a.data_root)
-    prep = prepare_locality(
-        data, batch_size=a.batch_size, num_clusters=a.num_clusters,
-        need_clusters=getattr(SCHEDULERS[a.schedule], "needs_clusters", False),
-        renumber_graph=a.renumber, cache_dir=resolve_data_root(a.data_root) / "clusters")
+    prep = locality_for(data, [a.schedule], batch_size=a.batch_size,
+                        num_clusters=a.num_clusters, renumber=a.renumber, data_root=a.data_root)
     data = prep.data
     sampler = NeighborSampler(data.graph, fanouts, seed=a.seed)
     sched = make_scheduler(a.schedule, data.train_idx, a.batch_size, seed=a.seed,
@@ -200,11 +208,7 @@ def cmd_bench_sampler(a) -> int:
         "sample_epoch_s_all": times, "input_nodes_per_batch": stats.input_nodes_per_batch,
         "feature_rows": stats.feature_rows, "locality": prep.summary(),
     }
-    if a.json:
-        print(json.dumps(res))
-    else:
-        for k, v in res.items():
-            print(f"{k:>22}  {v}")
+    _print_record(res, a.json)
     return 0
 
 
@@ -225,11 +229,7 @@ def cmd_info(a) -> int:
     info = data.summary()
     path = dataset_path(a.dataset, a.data_root)
     info["path"] = str(path) if path is not None else None
-    if a.json:
-        print(json.dumps(info))
-    else:
-        for k, v in info.items():
-            print(f"{k:>22}  {v}")
+    _print_record(info, a.json)
     return 0
 
 

@@ -193,7 +193,7 @@ def layerwise_inference(model: BlockGNN, sampler: NeighborSampler, feat: torch.T
     was_training = model.training
     model.eval()
     n = sampler.graph.num_nodes
-    starts = _edge_balanced_ranges(sampler.graph.indptr, batch_edges)
+    starts = edge_balanced_ranges(sampler.graph.indptr, batch_edges)
     convs = model.convs
     projects = [c.in_dim > c.out_dim and hasattr(c, "project") for c in convs]
     h = feat.to(device, torch.float32)
@@ -239,7 +239,9 @@ def _project_rows(conv, h: torch.Tensor, n: int, device, starts: list[int]):
     return out
 
 
-def _edge_balanced_ranges(indptr: np.ndarray, batch_edges: int) -> list[int]:
+def edge_balanced_ranges(indptr: np.ndarray, batch_edges: int) -> list[int]:
+    """Vertex range bounds ``[0, ..., N]`` cutting the CSR rows into pieces of about
+    ``batch_edges`` edges each (a vertex's row is never split)."""
     n = indptr.shape[0] - 1
     cuts = np.searchsorted(indptr, np.arange(batch_edges, int(indptr[-1]), batch_edges))
     bounds = sorted(set([0, n] + [int(c) for c in cuts if 0 < c < n]))
@@ -350,27 +352,15 @@ def train(cfg: TrainConfig, data: GraphData | None = None) -> TrainResult:
     if cfg.batch_size > data.train_idx.shape[0]:
         log.warning("batch size %d exceeds the %d training vertices: one batch per epoch",
                     cfg.batch_size, data.train_idx.shape[0])
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-        import numba
-        numba.set_num_threads(min(cfg.threads, numba.config.NUMBA_NUM_THREADS))
-
-    torch.manual_seed(cfg.seed)
-    np.random.seed(cfg.seed)
-    model = build_model(cfg.model, data.num_features, cfg.hidden, data.num_classes,
-                        len(cfg.fanouts), cfg.dropout).to(device)
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    epochs_log: list[dict] = []
-    start_epoch = 0
+    apply_threads(cfg.threads)
+    model, opt, epochs_log, start_epoch = build_training(cfg, data, device, ckpt)
     if ckpt is not None:
-        model.load_state_dict(ckpt["model"])
-        opt.load_state_dict(ckpt["optimizer"])
         torch.set_rng_state(ckpt["torch_rng"])
-        epochs_log = list(ckpt["epochs_log"])
-        start_epoch = ckpt["epochs_done"]
         log.info("resuming from %s after epoch %d", out / CHECKPOINT, start_epoch)
 
-    prep = _prepare_locality(cfg, data)
+    prep = locality_for(data, [cfg.schedule], batch_size=cfg.batch_size,
+                        num_clusters=cfg.num_clusters, renumber=cfg.renumber,
+                        data_root=cfg.data_root)
     data = prep.data
     feat = torch.from_numpy(data.feat)
     labels = torch.from_numpy(data.label)
@@ -422,13 +412,40 @@ def train(cfg: TrainConfig, data: GraphData | None = None) -> TrainResult:
     return TrainResult(val_acc, test_acc, epochs_log, out, logits)
 
 
-def _prepare_locality(cfg: TrainConfig, data: GraphData):
-    """METIS clusters (cached under DATA_ROOT/clusters) and renumbering, when asked for."""
+def apply_threads(n: int) -> None:
+    """torch and numba use ``n`` threads (numba: at most its pool size); 0 leaves both as
+    they are."""
+    if n:
+        import numba
+        torch.set_num_threads(n)
+        numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
+
+
+def build_training(cfg: TrainConfig, data: GraphData, device, ckpt: dict | None = None):
+    """The model (initialised from ``torch.manual_seed(cfg.seed)``, so every process builds
+    the same weights) and its Adam optimizer, restored from ``ckpt`` when resuming.
+    Returns ``(model, optimizer, epochs_log, start_epoch)``."""
+    torch.manual_seed(cfg.seed)
+    model = build_model(cfg.model, data.num_features, cfg.hidden, data.num_classes,
+                        len(cfg.fanouts), cfg.dropout).to(device)
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    if ckpt is None:
+        return model, opt, [], 0
+    model.load_state_dict(ckpt["model"])
+    opt.load_state_dict(ckpt["optimizer"])
+    return model, opt, list(ckpt["epochs_log"]), ckpt["epochs_done"]
+
+
+def locality_for(data: GraphData, schedules, *, batch_size: int, num_clusters: int,
+                 renumber: bool, data_root: str | None):
+    """:func:`~twopgraph.partition.prepare_locality` for runs using ``schedules`` (scheduler
+    names): METIS clusters when one of them needs them or ``renumber``, cached under
+    DATA_ROOT/clusters."""
     from .datasets import resolve_data_root
     return prepare_locality(
-        data, batch_size=cfg.batch_size, num_clusters=cfg.num_clusters,
-        need_clusters=getattr(SCHEDULERS[cfg.schedule], "needs_clusters", False),
-        renumber_graph=cfg.renumber, cache_dir=resolve_data_root(cfg.data_root) / "clusters")
+        data, batch_size=batch_size, num_clusters=num_clusters,
+        need_clusters=any(getattr(SCHEDULERS[s], "needs_clusters", False) for s in schedules),
+        renumber_graph=renumber, cache_dir=resolve_data_root(data_root) / "clusters")
 
 
 def _fmt(v) -> str:

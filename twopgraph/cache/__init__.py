@@ -16,6 +16,7 @@ Example::
 
 from __future__ import annotations
 
+import inspect
 from typing import Callable
 
 import torch
@@ -41,10 +42,11 @@ def make_policy(name: str, ctx: PolicyContext, **options) -> CachePolicy:
         factory = POLICIES[name]
     except KeyError:
         raise ConfigError(f"unknown cache policy {name!r}; known: {', '.join(POLICIES)}") from None
-    try:
-        return factory(ctx, **options)
+    try:  # check the options alone: a TypeError from inside the factory is a real error
+        inspect.signature(factory).bind(ctx, **options)
     except TypeError as e:
         raise ConfigError(f"bad options for cache policy {name!r}: {e}") from None
+    return factory(ctx, **options)
 
 
 __all__ = ["build_feature_cache", "CachePolicy", "PolicyContext", "CacheCounters", "CacheDirectory", "GatherPlan",
@@ -65,6 +67,4 @@ def build_feature_cache(policy: str, feat: torch.Tensor, ctx: PolicyContext, dev
     row_bytes = int(feat.shape[1]) * torch.empty(0, dtype=tdtype).element_size()
     budget = resolve_budget(int(feat.shape[0]), row_bytes, device, ratio, gb)
     pol = make_policy(policy if budget > 0 else "none", ctx, **(options if budget > 0 else {}))
-    if not pol.caches:
-        budget = 0
     return FeatureCache(feat, pol, budget, device, dtype=tdtype, out_dtype=torch.float32)

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..graph import CSRGraph
+from .window import NextUseWindow
 
 # Priority keys: smaller = keep first. DROP_KEY or larger = never keep.
 DROP_KEY = np.int64(np.iinfo(np.int64).max)
@@ -93,6 +94,32 @@ class CachePolicy:
     def fresh(self) -> "CachePolicy":
         """A copy with fresh per-stream state (built parts such as ranks are shared)."""
         return copy.copy(self)
+
+
+class WindowPolicy(CachePolicy):
+    """A policy that knows, for every row, the batch of its next use among the batches
+    announced and not yet consumed (:class:`~twopgraph.cache.window.NextUseWindow`,
+    ``self.window``); :meth:`fresh` gives the copy an empty window of its own."""
+
+    dynamic = True
+
+    def __init__(self, num_rows: int):
+        self.window = NextUseWindow(num_rows)
+
+    def announce(self, ids: np.ndarray) -> None:
+        self.window.announce(ids)
+
+    def consume(self, ids: np.ndarray) -> None:
+        self.window.consume()
+
+    def drain(self) -> None:
+        while self.window.pending:
+            self.window.consume()
+
+    def fresh(self) -> "WindowPolicy":
+        new = copy.copy(self)
+        new.window = NextUseWindow(self.window.num_rows)
+        return new
 
 
 def rank_of(order: np.ndarray) -> np.ndarray:

@@ -135,7 +135,8 @@ class CacheDirectory:
         hit = s >= 0
         hit_pos = np.flatnonzero(hit)
         miss_pos = np.flatnonzero(~hit)
-        plan = GatherPlan(hit_pos, s[hit_pos], miss_pos, ids[miss_pos].astype(np.int64),
+        plan = GatherPlan(hit_pos, s[hit_pos], miss_pos,
+                          ids[miss_pos].astype(np.int64, copy=False),
                           _EMPTY, _EMPTY)
         c = self.counters
         c.num_batches += 1
@@ -171,7 +172,7 @@ class CacheDirectory:
         rows = miss_rows[want]
         self.slot_of[rows] = slots
         self.row_of[slots] = rows
-        return want.astype(np.int64), slots
+        return want.astype(np.int64, copy=False), slots
 
     def _take_slots(self, k: int) -> np.ndarray:
         if k > self._num_free:

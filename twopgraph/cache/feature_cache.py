@@ -12,6 +12,8 @@ accounting apply.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 import numpy as np
 import torch
 
@@ -198,19 +200,11 @@ class FeatureCache:
     def _fill(self, rows: np.ndarray, slots: np.ndarray) -> None:
         """The one-off initial fill, in chunks so pinned staging memory stays small."""
         chunk = max(1, _FILL_CHUNK_BYTES // max(1, self.row_bytes))
-        ctx = torch.cuda.stream(self.stream) if self.cuda else _nullcontext()
+        ctx = torch.cuda.stream(self.stream) if self.cuda else nullcontext()
         with ctx:
             for s in range(0, rows.shape[0], chunk):
                 r, sl = rows[s:s + chunk], slots[s:s + chunk]
                 self.buffer.index_copy_(0, self._to_device(sl), self._host_rows(r))
-
-
-class _nullcontext:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
 
 
 def _as_numpy(ids) -> np.ndarray:

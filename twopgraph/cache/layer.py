@@ -21,13 +21,11 @@ rows a window adds are copied, and they are counted in ``h2d_bytes``.
 
 from __future__ import annotations
 
-import copy
-
 import numpy as np
 
 from ..errors import ConfigError
-from .base import DROP_KEY, CachePolicy, PolicyContext, next_use_keys, rank_of, top_rows
-from .window import NO_USE, NextUseWindow
+from .base import DROP_KEY, PolicyContext, WindowPolicy, next_use_keys, rank_of, top_rows
+from .window import NO_USE
 
 DEFAULT_LOOKAHEAD = 32
 
@@ -52,7 +50,7 @@ def input_probability(graph, train_idx: np.ndarray, fanouts: list[int],
     return x, reach > 0
 
 
-class LayerCache(CachePolicy):
+class LayerCache(WindowPolicy):
     """Static layer-aware rank + Belady inside a lookahead window (see the module doc).
 
     ``score`` is the static rank's input probability (N), ``reachable`` the rows that can
@@ -71,7 +69,6 @@ class LayerCache(CachePolicy):
     """
 
     name = "layer"
-    dynamic = True
 
     def __init__(self, score: np.ndarray, lookahead: int = DEFAULT_LOOKAHEAD,
                  prefill: str = "window", reachable: np.ndarray | None = None):
@@ -83,7 +80,7 @@ class LayerCache(CachePolicy):
         self.rank = rank_of(top_rows(self.score, self.score.shape[0]))
         self.reachable = (self.score > 0) if reachable is None else np.asarray(reachable, bool)
         self.num_reachable = int(self.reachable.sum())
-        self.window = NextUseWindow(self.score.shape[0])
+        super().__init__(self.score.shape[0])
 
     def initial_rows(self, budget: int) -> np.ndarray:
         if budget <= 0:
@@ -101,26 +98,11 @@ class LayerCache(CachePolicy):
             rows, keys = rows[part], keys[part]
         return rows[np.argsort(keys, kind="stable")].astype(np.int64)
 
-    def announce(self, ids: np.ndarray) -> None:
-        self.window.announce(ids)
-
-    def consume(self, ids: np.ndarray) -> None:
-        self.window.consume()
-
-    def drain(self) -> None:
-        while self.window.pending:
-            self.window.consume()
-
     def keys(self, rows: np.ndarray) -> np.ndarray:
         nu = self.window.next_use[rows]
         key = next_use_keys(nu, self.rank[rows])
         key[(nu == NO_USE) & ~self.reachable[rows]] = DROP_KEY  # can never be needed
         return key
-
-    def fresh(self) -> "LayerCache":
-        new = copy.copy(self)
-        new.window = NextUseWindow(self.score.shape[0])
-        return new
 
     def info(self) -> dict:
         return {"lookahead": self.lookahead, "prefill": self.prefill,

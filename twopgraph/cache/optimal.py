@@ -23,23 +23,22 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import ConfigError
-from .base import DROP_KEY, CachePolicy, next_use_keys
+from .base import DROP_KEY, WindowPolicy, next_use_keys
 from .directory import CacheCounters, CacheDirectory, replay
-from .window import NO_USE, NextUseWindow
+from .window import NO_USE
 
 
-class OfflineOptimal(CachePolicy):
+class OfflineOptimal(WindowPolicy):
     """Belady's MIN: knows the whole stream (``lookahead = None``); not usable for training."""
 
     name = "optimal"
-    dynamic = True
     lookahead = None
 
     def __init__(self, num_rows: int, start: str = "empty"):
         if start not in ("empty", "best"):
             raise ConfigError(f"start must be 'empty' or 'best', got {start!r}")
         self.start = start
-        self.window = NextUseWindow(num_rows)
+        super().__init__(num_rows)
 
     def initial_rows(self, budget: int) -> np.ndarray:
         if self.start == "empty" or budget <= 0:
@@ -49,12 +48,6 @@ class OfflineOptimal(CachePolicy):
         if rows.shape[0] > budget:
             rows = rows[np.argpartition(nu[rows], budget - 1)[:budget]]
         return rows.astype(np.int64)
-
-    def announce(self, ids: np.ndarray) -> None:
-        self.window.announce(ids)
-
-    def consume(self, ids: np.ndarray) -> None:
-        self.window.consume()
 
     def keys(self, rows: np.ndarray) -> np.ndarray:
         nu = self.window.next_use[rows]

@@ -19,12 +19,7 @@ import torch.distributed as dist
 from ..models import BlockGNN
 from ..partition.selfdep import Part
 from ..sampler.minibatch import Block
-
-
-def _edge_ranges(indptr: np.ndarray, batch_edges: int) -> list[int]:
-    n = indptr.shape[0] - 1
-    cuts = np.searchsorted(indptr, np.arange(batch_edges, int(indptr[-1]), batch_edges))
-    return sorted(set([0, n] + [int(c) for c in cuts if 0 < c < n]))
+from ..train import edge_balanced_ranges
 
 
 def global_degrees(part: Part, device) -> torch.Tensor:
@@ -58,7 +53,7 @@ def evaluate_distributed(model: BlockGNN, part: Part, feat: torch.Tensor, labels
     own = torch.from_numpy(np.asarray(part.data.node_ids[:num_own], dtype=np.int64)).to(device)
     h = _scatter_owned(feat[:num_own].to(device, torch.float32), own, n)
     indptr = np.asarray(part.owned_indptr)
-    bounds = _edge_ranges(indptr, batch_edges) if num_own else [0]
+    bounds = edge_balanced_ranges(indptr, batch_edges) if num_own else [0]
     out = None
     for i in range(model.num_layers):
         pieces = []

@@ -49,12 +49,11 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from .. import kernels
 from ..cache import PolicyContext, build_feature_cache
 from ..errors import ConfigError, TwopgraphError
-from ..models import build_model
 from ..partition.selfdep import Part, load_part, read_meta
 from ..sampler import NeighborSampler, make_scheduler
 from ..train import (CHECKPOINT, CHECKPOINT_FORMAT, METRICS, RESUME_KEYS, TrainConfig,
-                     _train_epoch, atomic_write_bytes, peak_rss_mib, read_checkpoint,
-                     write_json)
+                     _train_epoch, apply_threads, atomic_write_bytes, build_training,
+                     peak_rss_mib, read_checkpoint, write_json)
 from . import DEFAULT_TIMEOUT_S
 from .env import DistEnv, detect, process_group, rank_device
 from .evaluate import evaluate_distributed, global_degrees
@@ -197,10 +196,7 @@ def _set_threads(threads: int, device, env: DistEnv) -> None:
     """``threads`` or, on CPU, the cores shared fairly among this machine's ranks."""
     n = threads or (max(1, (os.cpu_count() or 1) // env.local_world_size)
                     if device.type == "cpu" else 0)
-    if n:
-        import numba
-        torch.set_num_threads(n)
-        numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
+    apply_threads(n)
 
 
 def _signature(cfg: TrainConfig, meta: dict, world: int) -> dict:
@@ -222,16 +218,9 @@ def _run(cfg: TrainConfig, folder: Path, meta: dict, env: DistEnv, device, backe
              rank, rank, time.perf_counter() - t, data.num_nodes, part.num_owned,
              data.graph.num_edges, data.train_idx.shape[0])
 
-    torch.manual_seed(cfg.seed)  # the same initial weights on every rank
-    model = build_model(cfg.model, data.num_features, cfg.hidden, data.num_classes,
-                        len(cfg.fanouts), cfg.dropout).to(device)
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    epochs_log: list[dict] = []
-    start_epoch = 0
+    # the same initial weights on every rank
+    model, opt, epochs_log, start_epoch = build_training(cfg, data, device, ckpt)
     if ckpt is not None:
-        model.load_state_dict(ckpt["model"])
-        opt.load_state_dict(ckpt["optimizer"])
-        epochs_log, start_epoch = list(ckpt["epochs_log"]), ckpt["epochs_done"]
         log.info("resuming from %s after epoch %d", out / CHECKPOINT, start_epoch)
     ddp = DDP(model)
 
