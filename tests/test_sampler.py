@@ -119,7 +119,7 @@ def test_scheduler_errors():
         make_scheduler("nope", np.arange(10), 4)
 
 
-@pytest.mark.parametrize("workers", [1, 2, 3])
+@pytest.mark.parametrize("workers", [2, 3])
 def test_batch_parallel_sampling_gives_the_same_batches(workers):
     """Several sampler threads (each a whole batch, serial kernels) yield the same batches, in
     the same order, as one thread with the parallel kernels; early close stops the workers."""

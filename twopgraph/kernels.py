@@ -17,7 +17,6 @@ import numba
 import numpy as np
 from numba import njit, prange
 
-_U64 = np.uint64
 _MASK64 = (1 << 64) - 1
 
 # ----------------------------------------------------------------------------------------------

@@ -27,7 +27,6 @@ import torch
 
 from . import kernels
 from .cache import FeatureCache
-from .cache.none import NoCache
 from .sampler.minibatch import MiniBatch
 
 
@@ -71,12 +70,6 @@ class EpochStats:
         return d
 
 
-def HostFeatureGather(feat: torch.Tensor, device) -> FeatureCache:
-    """No-cache feature loading (every input row copied every batch): a
-    :class:`~twopgraph.cache.FeatureCache` with the ``none`` policy."""
-    return FeatureCache(feat, NoCache(), 0, device, out_dtype=None)
-
-
 def sampled_batches(scheduler, sampler, epoch: int, stats: EpochStats,
                     workers: int | None = None) -> Iterator[MiniBatch]:
     """Stage 1+2: seeds from the scheduler, expanded by the sampler, in schedule order.
@@ -90,39 +83,36 @@ def sampled_batches(scheduler, sampler, epoch: int, stats: EpochStats,
     training it overlaps the other stages).
     """
     workers = kernels.num_threads() if workers is None else int(workers)
+    parallel = workers <= 1  # one batch at a time: the kernels use the threads instead
     jobs = ((b, seeds, kernels.mix_key(epoch, b)) for b, seeds in enumerate(scheduler.batches(epoch)))
-    if workers <= 1:
-        for b, seeds, key in jobs:
-            t = time.perf_counter()
-            mb = sampler.sample(seeds, key=key)
-            stats.sample_s += time.perf_counter() - t
-            yield _counted(mb, b, stats)
-        return
-    def timed(seeds, key):
-        t = time.perf_counter()
-        mb = sampler.sample(seeds, key, False)
-        return mb, time.perf_counter() - t
 
+    def timed(b, seeds, key):
+        t = time.perf_counter()
+        mb = sampler.sample(seeds, key, parallel)
+        return b, mb, time.perf_counter() - t
+
+    if parallel:
+        for job in jobs:
+            yield _counted(*timed(*job), stats)
+        return
     pool = ThreadPoolExecutor(workers, thread_name_prefix="twopgraph-sampler")
-    pending: deque = deque()
+    pending: deque = deque(pool.submit(timed, *job) for job in itertools.islice(jobs, 2 * workers))
     try:
-        for b, seeds, key in itertools.islice(jobs, 2 * workers):
-            pending.append((b, pool.submit(timed, seeds, key)))
         while pending:
-            b, fut = pending.popleft()
-            mb, dt = fut.result()
-            for nb, seeds, key in itertools.islice(jobs, 1):
-                pending.append((nb, pool.submit(timed, seeds, key)))
-            stats.sample_s += dt
-            yield _counted(mb, b, stats)
+            done = pending.popleft().result()
+            job = next(jobs, None)
+            if job is not None:
+                pending.append(pool.submit(timed, *job))
+            yield _counted(*done, stats)
     finally:
-        for _, fut in pending:
+        for fut in pending:
             fut.cancel()
         pool.shutdown(wait=True)
 
 
-def _counted(mb: MiniBatch, b: int, stats: EpochStats) -> MiniBatch:
+def _counted(b: int, mb: MiniBatch, sample_s: float, stats: EpochStats) -> MiniBatch:
     mb.batch_id = b
+    stats.sample_s += sample_s
     stats.num_batches += 1
     stats.num_seeds += mb.num_seeds
     return mb
@@ -214,7 +204,7 @@ def epoch_batches(scheduler, sampler, cache: FeatureCache, labels, epoch: int,
                   stats: EpochStats, device, prefetch_depth: int = 2) -> Iterator[MiniBatch]:
     """The whole pipeline for one epoch; yields mini-batches ready on ``device``.
 
-    ``cache`` is a :class:`~twopgraph.cache.FeatureCache` (``HostFeatureGather`` for none).
+    ``cache`` is a :class:`~twopgraph.cache.FeatureCache` (policy ``none``: every row copied).
     """
     cache.begin_stream()  # forget batches an interrupted epoch announced but never used
     it = sampled_batches(scheduler, sampler, epoch, stats)

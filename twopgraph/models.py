@@ -26,14 +26,16 @@ from .errors import ConfigError
 from .sampler.minibatch import Block, MiniBatch
 
 
+# torch warns that sparse CSR support is in beta on every tensor built; one filter at import
+# (a catch_warnings block per call would rewrite the global filters from several threads).
+warnings.filterwarnings("ignore", message=".*[Ss]parse CSR tensor support is in beta.*")
+
+
 def _spmm(block: Block, values: torch.Tensor, h_src: torch.Tensor) -> torch.Tensor:
     """``A @ h_src`` where A (num_dst x num_src) has the block's edges with ``values``."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*[Ss]parse.*")
-        a = torch.sparse_csr_tensor(block.indptr, block.indices, values,
-                                    size=(block.num_dst, h_src.shape[0]),
-                                    check_invariants=False)
-        return torch.sparse.mm(a, h_src)
+    a = torch.sparse_csr_tensor(block.indptr, block.indices, values,
+                                size=(block.num_dst, h_src.shape[0]), check_invariants=False)
+    return torch.sparse.mm(a, h_src)
 
 
 def _mean_weights(block: Block) -> torch.Tensor:

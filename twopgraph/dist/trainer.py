@@ -79,8 +79,7 @@ class PartSampler:
     """
 
     def __init__(self, part: Part, fanouts, seed: int = 0):
-        self.inner = NeighborSampler(part.data.graph, fanouts, seed=seed)
-        self.inner._deg = np.asarray(part.degree, dtype=np.float32)
+        self.inner = NeighborSampler(part.data.graph, fanouts, seed=seed, degrees=part.degree)
         self.graph, self.fanouts, self.seed = self.inner.graph, self.inner.fanouts, seed
         self.num_owned = part.num_owned
         self._degree = np.asarray(part.degree, dtype=np.int64)
@@ -119,9 +118,15 @@ class PartSampler:
         return self.remote_graph_requests, self.remote_feature_rows, self.halo_input_rows
 
 
+# Refill shuffles of a rank that runs out of batches use epoch numbers this far apart, so
+# they never coincide with a real epoch's shuffle (a prime larger than any epoch count).
+REFILL_EPOCH_STRIDE = 100003
+
+
 class FixedSteps:
     """A scheduler that yields exactly ``num_batches`` batches per epoch from ``inner``,
-    starting fresh shuffles of ``inner`` (epochs ``epoch + k * 100003``) when it runs out."""
+    starting fresh shuffles of ``inner`` (epochs ``epoch + k * REFILL_EPOCH_STRIDE``) when it
+    runs out."""
 
     def __init__(self, inner, num_batches: int):
         self.inner, self.num_batches = inner, int(num_batches)
@@ -134,7 +139,7 @@ class FixedSteps:
     def batches(self, epoch: int):
         done, k = 0, 0
         while done < self.num_batches:
-            for seeds in self.inner.batches(epoch + k * 100003):
+            for seeds in self.inner.batches(epoch + k * REFILL_EPOCH_STRIDE):
                 yield seeds
                 done += 1
                 if done == self.num_batches:

@@ -8,7 +8,7 @@ vertices (as in DGL and PyG), and ``input_nodes[i]`` is the global id of local v
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -62,11 +62,6 @@ class Block:
         return replace(self, **{f: getattr(self, f).to(device, non_blocking=non_blocking)
                                 for f in ("indptr", "indices", "src_deg", "dst_deg")})
 
-    def pin_memory(self) -> "Block":
-        return replace(self, **{f: getattr(self, f).pin_memory()
-                                for f in ("indptr", "indices", "src_deg", "dst_deg")})
-
-
 @dataclass
 class MiniBatch:
     """Everything one training step needs.
@@ -83,7 +78,6 @@ class MiniBatch:
     labels: torch.Tensor | None = None
     features: torch.Tensor | None = None
     batch_id: int = 0
-    stats: dict = field(default_factory=dict)
 
     @property
     def num_seeds(self) -> int:
@@ -98,11 +92,3 @@ class MiniBatch:
             features=None if self.features is None
             else self.features.to(device, non_blocking=non_blocking),
         )
-
-    def pin_memory(self) -> "MiniBatch":
-        out = {}
-        for f in fields(self):
-            v = getattr(self, f.name)
-            if isinstance(v, torch.Tensor):
-                out[f.name] = v.pin_memory()
-        return replace(self, blocks=[b.pin_memory() for b in self.blocks], **out)

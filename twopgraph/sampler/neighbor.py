@@ -55,11 +55,17 @@ class NeighborSampler:
         ([(4, 3), (3, 1)], [0])
     """
 
-    def __init__(self, graph: CSRGraph, fanouts: Sequence[int], seed: int = 0):
+    def __init__(self, graph: CSRGraph, fanouts: Sequence[int], seed: int = 0,
+                 degrees: np.ndarray | None = None):
         self.graph = graph
         self.fanouts = parse_fanouts(fanouts)
         self.seed = int(seed)
-        self._deg = graph.degrees().astype(np.float32)
+        # The degrees blocks carry (GCN's normalisation): the graph's own unless given, e.g.
+        # full-graph degrees for a partition whose halo rows are truncated.
+        deg = graph.degrees() if degrees is None else np.asarray(degrees)
+        if deg.shape != (graph.num_nodes,):
+            raise ConfigError(f"degrees must have one entry per vertex ({graph.num_nodes})")
+        self._deg = deg.astype(np.float32)
         self._tls = threading.local()
 
     @property
