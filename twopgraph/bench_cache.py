@@ -66,12 +66,10 @@ def _csv_list(text: str, what: str, conv=str) -> list:
 
 def record_stream(scheduler, sampler, epoch: int = 0) -> tuple[list, float]:
     """Input vertices of every batch of one epoch (list of int64 arrays) and the seconds."""
-    from . import kernels
+    from .loader import EpochStats, sampled_batches
     t = time.perf_counter()
-    stream = []
-    for b, seeds in enumerate(scheduler.batches(epoch)):
-        mb = sampler.sample(seeds, key=kernels.mix_key(epoch, b))
-        stream.append(mb.input_nodes.numpy())
+    stream = [mb.input_nodes.numpy()
+              for mb in sampled_batches(scheduler, sampler, epoch, EpochStats())]
     return stream, time.perf_counter() - t
 
 

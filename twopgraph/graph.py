@@ -285,15 +285,7 @@ class GraphData:
                       test_idx=self.test_idx, num_classes=np.int64(self.num_classes))
         if self.node_ids is not None:
             arrays["node_ids"] = self.node_ids
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                np.savez(f, **arrays)
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        atomic_write_bytes(path, lambda f: np.savez(f, **arrays))
         return path
 
     @classmethod
@@ -345,3 +337,19 @@ class GraphData:
             except GraphFormatError as e:
                 raise GraphFormatError(f"{path}: {e}") from None
         return data
+
+
+def atomic_write_bytes(path: str | os.PathLike, write) -> None:
+    """Write ``path`` through ``write(binary file)`` into a temp file beside it, then rename
+    (readers never see a half-written file; the temp file is removed on failure)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise

@@ -18,8 +18,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -30,7 +28,7 @@ import torch.nn.functional as F
 
 from . import kernels
 from .errors import ConfigError
-from .graph import GraphData
+from .graph import GraphData, atomic_write_bytes
 from .cache import FEAT_DTYPES, POLICIES, PolicyContext, build_feature_cache
 from .loader import EpochStats, as_long_tensor, epoch_batches
 from .models import MODELS, BlockGNN, build_model
@@ -259,20 +257,6 @@ def accuracy(logits: torch.Tensor, labels: torch.Tensor, idx: np.ndarray) -> flo
 # ----------------------------------------------------------------------------------------------
 # checkpoints and files
 # ----------------------------------------------------------------------------------------------
-
-
-def atomic_write_bytes(path: Path, write) -> None:
-    """Write through ``write(file)`` into a temp file beside ``path``, then rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def write_json(path: Path, obj) -> None:

@@ -7,7 +7,6 @@ import time
 
 import numpy as np
 
-from .. import kernels
 from ..errors import ConfigError
 from .base import CachePolicy, PolicyContext, top_rows
 
@@ -38,13 +37,12 @@ class PresampleCache(CachePolicy):
 
 def presample_counts(scheduler, sampler, num_rows: int, epochs: int = 1) -> tuple[np.ndarray, dict]:
     """Access counts of every row over ``epochs`` sampled epochs, and their cost."""
+    from ..loader import EpochStats, sampled_batches  # the loader sits above the cache
     t = time.perf_counter()
     counts = np.zeros(num_rows, dtype=np.int64)
     rows = 0
     for k in range(epochs):
-        e = PRESAMPLE_EPOCH0 + k
-        for b, seeds in enumerate(scheduler.batches(e)):
-            mb = sampler.sample(seeds, key=kernels.mix_key(e, b))
+        for mb in sampled_batches(scheduler, sampler, PRESAMPLE_EPOCH0 + k, EpochStats()):
             ids = mb.input_nodes.numpy()
             counts[ids] += 1
             rows += ids.shape[0]

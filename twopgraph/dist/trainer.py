@@ -49,11 +49,12 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from .. import kernels
 from ..cache import PolicyContext, build_feature_cache
 from ..errors import ConfigError, TwopgraphError
+from ..graph import atomic_write_bytes
 from ..partition.selfdep import Part, load_part, read_meta
 from ..sampler import NeighborSampler, make_scheduler
 from ..train import (CHECKPOINT, CHECKPOINT_FORMAT, METRICS, RESUME_KEYS, TrainConfig,
-                     _train_epoch, apply_threads, atomic_write_bytes, build_training,
-                     peak_rss_mib, read_checkpoint, write_json)
+                     _train_epoch, apply_threads, build_training, peak_rss_mib,
+                     read_checkpoint, write_json)
 from . import DEFAULT_TIMEOUT_S
 from .env import DistEnv, detect, process_group, rank_device
 from .evaluate import evaluate_distributed, global_degrees

@@ -27,7 +27,6 @@ import hashlib
 import json
 import logging
 import os
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +35,7 @@ import numpy as np
 
 from .. import kernels
 from ..errors import ConfigError
-from ..graph import CSRGraph
+from ..graph import CSRGraph, atomic_write_bytes
 
 log = logging.getLogger("twopgraph")
 
@@ -263,17 +262,8 @@ def _read_cache(path: Path, n: int, k: int):
 
 def _write_cache(path: Path, parts: np.ndarray, cut: int, k: int, seconds: float) -> None:
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                np.savez(f, parts=parts.astype(np.int32), edge_cut=np.int64(cut),
-                         num_clusters=np.int64(k), seconds=np.float64(seconds),
-                         format=np.int64(CACHE_FORMAT))
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        atomic_write_bytes(path, lambda f: np.savez(
+            f, parts=parts.astype(np.int32), edge_cut=np.int64(cut), num_clusters=np.int64(k),
+            seconds=np.float64(seconds), format=np.int64(CACHE_FORMAT)))
     except OSError as e:  # a read-only data root costs a METIS rerun, not the run
         log.warning("could not write the cluster cache %s (%s)", path, e.strerror or e)

@@ -254,9 +254,7 @@ def _halos(g: CSRGraph, owner: np.ndarray, train_idx: np.ndarray, num_parts: int
     reached[train_idx, owner[train_idx]] = True
     if hops == 0:
         return reached
-    import scipy.sparse as sp
-    adj = sp.csr_matrix((np.ones(g.num_edges, dtype=np.float32), g.indices, g.indptr),
-                        shape=(n, n))
+    adj = g.to_scipy()
     for _ in range(hops):  # symmetric graph: (A x)[v] > 0 <=> v has a neighbour in x
         reached |= (adj @ reached.astype(np.float32)) > 0
     return reached
