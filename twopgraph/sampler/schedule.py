@@ -50,12 +50,16 @@ class RandomScheduler:
                               "and drop_last is set")
 
     def batches(self, epoch: int) -> Iterator[np.ndarray]:
-        order = np.random.default_rng(self.seed + epoch).permutation(self.train_idx)
+        order = self.epoch_order(epoch)
         for b in range(self.num_batches):
             yield order[b * self.batch_size:(b + 1) * self.batch_size]
 
+    def epoch_order(self, epoch: int) -> np.ndarray:
+        """Every training vertex once, in epoch ``epoch``'s order (cut into batches)."""
+        return np.random.default_rng(self.seed + epoch).permutation(self.train_idx)
 
-class LocalityScheduler:
+
+class LocalityScheduler(RandomScheduler):
     """Batches of seeds from a few whole clusters, label-balanced (2PGraph's scheduler).
 
     Each epoch (randomness from ``seed + epoch``): shuffle the clusters, shuffle the seeds
@@ -99,10 +103,7 @@ class LocalityScheduler:
     def __init__(self, train_idx: np.ndarray, batch_size: int, seed: int = 0, *,
                  parts: np.ndarray, labels: np.ndarray | None = None, balance: int = 16,
                  drop_last: bool = False):
-        self._random = RandomScheduler(train_idx, batch_size, seed, drop_last)  # validates
-        self.train_idx = self._random.train_idx
-        self.batch_size, self.seed = self._random.batch_size, self._random.seed
-        self.num_batches = self._random.num_batches
+        super().__init__(train_idx, batch_size, seed, drop_last)
         parts = np.asarray(parts)
         if parts.ndim != 1 or not np.issubdtype(parts.dtype, np.integer):
             raise ConfigError("parts must be a 1-D integer array (the cluster of each vertex)")
@@ -135,15 +136,13 @@ class LocalityScheduler:
         return _label_balanced(order, self._counts, self._size, self._target,
                                self.batch_size, self.balance)
 
-    def batches(self, epoch: int) -> Iterator[np.ndarray]:
+    def epoch_order(self, epoch: int) -> np.ndarray:
         rng = np.random.default_rng(self.seed + epoch)
         rank = np.empty(self.num_clusters, dtype=np.int64)
         rank[self._order(rng)] = np.arange(self.num_clusters)
         shuffled = rng.permutation(self.train_idx.shape[0])  # seed order inside a cluster
         by_cluster = shuffled[np.argsort(rank[self._cluster[shuffled]], kind="stable")]
-        order = self.train_idx[by_cluster]
-        for b in range(self.num_batches):
-            yield order[b * self.batch_size:(b + 1) * self.batch_size]
+        return self.train_idx[by_cluster]
 
 
 def _label_balanced(order: np.ndarray, counts: np.ndarray, size: np.ndarray,
