@@ -25,6 +25,7 @@ import torch
 import torch.distributed as dist
 
 from ..errors import ConfigError
+from ..train import resolve_device
 from . import DEFAULT_TIMEOUT_S
 
 log = logging.getLogger("twopgraph")
@@ -65,19 +66,15 @@ def detect(environ=None) -> DistEnv:
 
 def rank_device(name: str, env: DistEnv) -> torch.device:
     """The device of this rank: ``auto``/``cuda`` -> ``cuda:LOCAL_RANK`` when CUDA is there
-    (``auto`` falls back to cpu); ``cpu`` and ``cuda:N`` are taken as given."""
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    if name == "cuda":
-        if not torch.cuda.is_available():
-            raise ConfigError("device cuda requested but torch sees no CUDA GPU")
+    (``auto`` falls back to cpu); ``cpu`` and ``cuda:N`` are taken as given (names are
+    checked by :func:`~twopgraph.train.resolve_device`)."""
+    device = resolve_device(name)
+    if device.type == "cuda" and device.index is None:  # one GPU per local rank
         if env.local_rank >= torch.cuda.device_count():
             raise ConfigError(f"local rank {env.local_rank} but only "
                               f"{torch.cuda.device_count()} CUDA devices")
         return torch.device("cuda", env.local_rank)
-    if name != "cpu" and not name.startswith("cuda:"):
-        raise ConfigError(f"unknown device {name!r}; use cpu, cuda, cuda:N or auto")
-    return torch.device(name)
+    return device
 
 
 @contextlib.contextmanager
