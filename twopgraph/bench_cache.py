@@ -167,13 +167,9 @@ def run_bench(data, policies: list[str], ratios: list[float], schedules: list[st
 def _replay_copy(cache, stream):
     """Replay with real feature movement; returns (counters, seconds spent gathering)."""
     import torch
-    la = cache.policy.lookahead
-    announced, t_gather = 0, 0.0
-    for t, ids in enumerate(stream):
-        horizon = len(stream) if la is None else min(len(stream), t + int(la) + 1)
-        while announced < horizon:
-            cache.announce(stream[announced])
-            announced += 1
+    from .cache.directory import announced
+    t_gather = 0.0
+    for ids in announced(stream, cache.policy.lookahead, cache.announce):
         t0 = time.perf_counter()
         out, ev = cache.gather(ids)
         if ev is not None:

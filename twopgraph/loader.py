@@ -27,6 +27,7 @@ import torch
 
 from . import kernels
 from .cache import FeatureCache
+from .cache.directory import announced
 from .sampler.minibatch import MiniBatch
 
 
@@ -123,14 +124,7 @@ def lookahead(batches: Iterator[MiniBatch], depth: int | None, announce) -> Iter
     ``announce(input_nodes)`` for each batch as soon as it is sampled (stream order)."""
     if depth is None:
         raise ValueError("a policy that needs the whole stream (lookahead None) cannot train")
-    buf: deque[MiniBatch] = deque()
-    for mb in batches:
-        announce(mb.input_nodes)
-        buf.append(mb)
-        if len(buf) > depth:
-            yield buf.popleft()
-    while buf:
-        yield buf.popleft()
+    return announced(batches, depth, lambda mb: announce(mb.input_nodes))
 
 
 def with_features(batches: Iterator[MiniBatch], cache: FeatureCache, labels: torch.Tensor | None,

@@ -14,8 +14,9 @@ Accounting (rows; bytes = rows x bytes per row):
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, fields
-from typing import Sequence
+from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -190,18 +191,26 @@ class CacheDirectory:
         self._num_free += k
 
 
+def announced(batches: Iterable, depth: int | None, announce) -> Iterator:
+    """Yield ``batches`` in order, calling ``announce(batch)`` for each as it enters the
+    window: ``depth`` batches ahead of the one yielded (``None``: the whole stream first).
+    The loader's lookahead stage and the replays of a recorded stream both use it."""
+    buf: deque = deque()
+    for b in batches:
+        announce(b)
+        buf.append(b)
+        if depth is not None and len(buf) > depth:
+            yield buf.popleft()
+    while buf:
+        yield buf.popleft()
+
+
 def replay(batches: Sequence[np.ndarray], directory: CacheDirectory) -> CacheCounters:
     """Run an access stream (one array of unique row ids per batch) through ``directory``,
     announcing batches ``policy.lookahead`` ahead as the loader would; returns the counters
     of this stream (fill included in ``fill_rows``)."""
     policy = directory.policy
     before = directory.counters.copy()
-    la = policy.lookahead
-    announced = 0
-    for t, ids in enumerate(batches):
-        horizon = len(batches) if la is None else min(len(batches), t + int(la) + 1)
-        while announced < horizon:
-            policy.announce(batches[announced])
-            announced += 1
+    for ids in announced(batches, policy.lookahead, policy.announce):
         directory.plan(ids)
     return directory.counters - before
