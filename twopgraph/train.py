@@ -366,8 +366,7 @@ def train(cfg: TrainConfig, data: GraphData | None = None) -> TrainResult:
 
     for epoch in range(start_epoch, cfg.epochs):
         rec = _train_epoch(model, opt, scheduler, sampler, gather, labels, epoch, device, cfg)
-        last = epoch == cfg.epochs - 1
-        if last or (cfg.eval_every and (epoch + 1) % cfg.eval_every == 0):
+        if evaluates_after(cfg, epoch):
             t = time.perf_counter()
             logits = layerwise_inference(model, sampler, feat, device, cfg.eval_batch_edges)
             rec["val_acc"] = accuracy(logits, labels, data.val_idx)
@@ -378,11 +377,8 @@ def train(cfg: TrainConfig, data: GraphData | None = None) -> TrainResult:
                  "compute_s %.2f  inputs/batch %.0f", epoch, rec["loss"],
                  _fmt(rec.get("val_acc")), rec["epoch_s"],
                  rec["sample_s"], rec["load_s"], rec["compute_s"], rec["input_nodes_per_batch"])
-        state = {"format": CHECKPOINT_FORMAT, "signature": _resume_signature(cfg, data),
-                 "epochs_done": epoch + 1, "model": model.state_dict(),
-                 "optimizer": opt.state_dict(), "torch_rng": torch.get_rng_state(),
-                 "epochs_log": epochs_log}
-        atomic_write_bytes(out / CHECKPOINT, lambda f: torch.save(state, f))
+        save_checkpoint(out, model, opt, _resume_signature(cfg, data), epochs_log,
+                        torch_rng=torch.get_rng_state())
         _write_metrics(out, cfg, data, device, epochs_log)
 
     if logits is None:  # resumed a finished run: evaluate the final model again
@@ -403,6 +399,21 @@ def apply_threads(n: int) -> None:
         import numba
         torch.set_num_threads(n)
         numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
+
+
+def evaluates_after(cfg: TrainConfig, epoch: int) -> bool:
+    """Whether epoch ``epoch`` (0-based) ends with an exact evaluation: every ``eval_every``
+    epochs, and always after the last."""
+    return epoch == cfg.epochs - 1 or bool(cfg.eval_every and (epoch + 1) % cfg.eval_every == 0)
+
+
+def save_checkpoint(out: Path, model, opt, signature: dict, epochs_log: list, **extra) -> None:
+    """``out/checkpoint.pt`` (atomically) after ``len(epochs_log)`` epochs; ``extra`` keys
+    (e.g. ``torch_rng``, ``kind``) are stored as they are; :func:`read_checkpoint` reads it."""
+    state = {"format": CHECKPOINT_FORMAT, "signature": signature,
+             "epochs_done": len(epochs_log), "model": model.state_dict(),
+             "optimizer": opt.state_dict(), "epochs_log": epochs_log, **extra}
+    atomic_write_bytes(out / CHECKPOINT, lambda f: torch.save(state, f))
 
 
 def build_training(cfg: TrainConfig, data: GraphData, device, ckpt: dict | None = None):

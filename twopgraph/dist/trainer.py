@@ -49,12 +49,11 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from .. import kernels
 from ..cache import PolicyContext, build_feature_cache
 from ..errors import ConfigError, TwopgraphError
-from ..graph import atomic_write_bytes
 from ..partition.selfdep import Part, load_part, read_meta
 from ..sampler import NeighborSampler, make_scheduler
-from ..train import (CHECKPOINT, CHECKPOINT_FORMAT, METRICS, RESUME_KEYS, TrainConfig,
-                     _train_epoch, apply_threads, build_training, peak_rss_mib,
-                     read_checkpoint, write_json)
+from ..train import (CHECKPOINT, METRICS, RESUME_KEYS, TrainConfig,
+                     _train_epoch, apply_threads, build_training, evaluates_after,
+                     peak_rss_mib, read_checkpoint, save_checkpoint, write_json)
 from . import DEFAULT_TIMEOUT_S
 from .env import DistEnv, detect, process_group, rank_device
 from .evaluate import evaluate_distributed, global_degrees
@@ -264,9 +263,8 @@ def _run(cfg: TrainConfig, folder: Path, meta: dict, env: DistEnv, device, backe
         ranks = [None] * world
         dist.all_gather_object(ranks, rec)
         total = _total(ranks)
-        last = epoch == cfg.epochs - 1
         evaluated = False
-        if last or (cfg.eval_every and (epoch + 1) % cfg.eval_every == 0):
+        if evaluates_after(cfg, epoch):
             t = time.perf_counter()
             val_acc, test_acc = evaluate_distributed(model, part, eval_feat, labels, device,
                                                      cfg.eval_batch_edges, gdeg)
@@ -280,10 +278,7 @@ def _run(cfg: TrainConfig, folder: Path, meta: dict, env: DistEnv, device, backe
                      "-" if val_acc is None or not evaluated else f"{val_acc:.4f}",
                      total["epoch_s"], total["input_nodes_per_batch"],
                      total["remote_graph_requests"], total["halo_input_rows"])
-            state = {"format": CHECKPOINT_FORMAT, "kind": "distributed", "signature": sig,
-                     "epochs_done": epoch + 1, "model": model.state_dict(),
-                     "optimizer": opt.state_dict(), "epochs_log": epochs_log}
-            atomic_write_bytes(out / CHECKPOINT, lambda f: torch.save(state, f))
+            save_checkpoint(out, model, opt, sig, epochs_log, kind="distributed")
             _write_metrics(out, cfg, meta, env, backend, device, epochs_log)
 
     if not evaluated:  # resumed a finished run: evaluate the final model again
