@@ -95,7 +95,8 @@ def test_unknown_model():
 
 @pytest.mark.parametrize("p", [0.3, 0.5])
 def test_relu_dropout_semantics(p):
-    from twopgraph.models import Dropout, relu_dropout
+    from torch.nn import Dropout
+    from twopgraph.models import relu_dropout
     torch.manual_seed(0)
     d = Dropout(p)
     x = (torch.rand(301, 257) - 0.25).requires_grad_()  # odd sizes: a lone last element
@@ -119,7 +120,8 @@ def test_relu_dropout_semantics(p):
 @pytest.mark.skipif(__import__("numba").config.NUMBA_NUM_THREADS < 2, reason="one thread only")
 def test_relu_dropout_thread_count_independent():
     import numba
-    from twopgraph.models import Dropout, relu_dropout
+    from torch.nn import Dropout
+    from twopgraph.models import relu_dropout
     x = torch.randn(1000, 77)
     outs = []
     prev = numba.get_num_threads()

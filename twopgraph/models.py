@@ -118,10 +118,6 @@ class GCNConv(nn.Module):
         return _spmm(block, w, p) + self_term + self.bias
 
 
-class Dropout(nn.Dropout):
-    """``nn.Dropout`` (inverted dropout, identity in eval); see :func:`relu_dropout`."""
-
-
 class _ReluDropoutCPU(torch.autograd.Function):
     """ReLU then inverted dropout in one numba pass (CPU, float32), 1 byte of mask per element."""
 
@@ -172,7 +168,7 @@ class BlockGNN(nn.Module):
         super().__init__()
         dims = [in_dim] + [hidden] * (num_layers - 1) + [num_classes]
         self.convs = nn.ModuleList(conv(dims[i], dims[i + 1]) for i in range(num_layers))
-        self.dropout = Dropout(dropout)
+        self.dropout = nn.Dropout(dropout)  # applied through relu_dropout
 
     @property
     def num_layers(self) -> int:
