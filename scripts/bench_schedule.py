@@ -79,7 +79,7 @@ def accuracy(data, a, schedule, renumber, num_clusters=0) -> dict:
     accs = []
     for seed in range(a.acc_seeds):
         with tempfile.TemporaryDirectory() as out:
-            cfg = TrainConfig(dataset=data.name, data_root=a.data_root, fanouts=a.fanouts,
+            cfg = TrainConfig.of(dataset=data.name, data_root=a.data_root, fanouts=a.fanouts,
                               batch_size=a.batch_size, epochs=a.acc_epochs, seed=seed,
                               device="cpu", out=out, progress=False, eval_every=0,
                               schedule=schedule, renumber=renumber, num_clusters=num_clusters,

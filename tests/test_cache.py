@@ -55,30 +55,7 @@ def brute_next_use(stream, t, row):
     return NO_USE
 
 
-# -- window kernels ---------------------------------------------------------------------------------
-def test_window_kernels_match_reference():
-    n, stream = 40, random_stream(40, 30, 15, seed=1)
-    states = []
-    for fn_a, fn_c in ((kernels.window_announce, kernels.window_consume),
-                       (kernels.window_announce_ref, kernels.window_consume_ref)):
-        last_g = np.full(n, -1, dtype=np.int64)
-        nu = np.full(n, NO_USE, dtype=np.int64)
-        link = np.empty(1024, dtype=np.int64)
-        g, live, trace = 0, 0, []
-        starts = []
-        for b, ids in enumerate(stream):  # announce 3 ahead, consume one at a time
-            fn_a(ids, g, b, live, last_g, nu, link, 1023)
-            starts.append(g)
-            g += ids.shape[0]
-            if b >= 3:
-                c = b - 3
-                fn_c(stream[c], starts[c], nu, link, 1023)
-                live = starts[c] + stream[c].shape[0]
-            trace.append(nu.copy())
-        states.append(np.array(trace))
-    np.testing.assert_array_equal(states[0], states[1])
-
-
+# -- next-use window (kernel vs twin: tests/test_kernels.py) ---------------------------------------
 @pytest.mark.parametrize("ahead", [0, 1, 4, 100])
 def test_next_use_window_matches_brute_force(ahead):
     n, stream = 25, random_stream(25, 20, 8, seed=2)
@@ -315,7 +292,7 @@ def _cfg(out, **kw):
                 lr=0.01, dropout=0.1, seed=0, device="cpu", out=str(out), progress=False,
                 prefetch=2, schedule="random", renumber=False, eval_every=0)
     base.update(kw)
-    return TrainConfig(**base)
+    return TrainConfig.of(**base)
 
 
 def test_training_with_the_cache_sees_the_same_features(cdata, tmp_path):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from twopgraph import kernels
 from twopgraph.errors import ConfigError
 from twopgraph.partition import (Clustering, cluster_graph, cluster_permutation,
                                  default_num_clusters, edge_cut, renumber, to_original_order)
@@ -94,47 +93,7 @@ def test_sparsify_is_symmetric_capped_and_deterministic():
     assert not np.array_equal(sparsify(g, 6, seed=1).indices, h.indices)
 
 
-@pytest.mark.parametrize("max_degree", [1, 3, 6, 1000])
-def test_sparsify_kernel_matches_reference(max_degree):
-    g = random_graph(300, 4000, seed=4)
-    salt = np.uint64(0x632BE59BD9B4E019)
-    args = (g.indptr, g.indices, max_degree, salt)
-    ip, ix = kernels.sparsify_csr(*args)
-    rip, rix = kernels.sparsify_csr_ref(*args)
-    np.testing.assert_array_equal(ip, rip)
-    np.testing.assert_array_equal(ix, rix)
-    jip, jix = kernels.sparsify_csr.py_func(*args)  # JIT off
-    np.testing.assert_array_equal(jix, ix)
-    np.testing.assert_array_equal(jip, ip)
-
-
-def test_cut_edges_kernel_matches_reference():
-    g = random_graph(200, 1500, seed=5)
-    parts = np.random.default_rng(0).integers(0, 7, 200)
-    want = kernels.cut_edges_ref(g.indptr, g.indices, parts)
-    assert kernels.cut_edges(g.indptr, g.indices, parts) == want
-    assert kernels.cut_edges.py_func(g.indptr, g.indices, parts) == want
-
-
 # -- renumbering ------------------------------------------------------------------------------
-def bfs_inputs(g, parts):
-    members = np.argsort(parts, kind="stable")
-    start = np.zeros(parts.max() + 2, dtype=np.int64)
-    np.cumsum(np.bincount(parts), out=start[1:])
-    return g.indptr, g.indices, parts.astype(np.int64), members, start
-
-
-@pytest.mark.parametrize("k", [1, 3, 9])
-def test_cluster_bfs_order_matches_reference(k):
-    g = random_graph(300, 700, seed=k, hub=False)
-    parts = np.random.default_rng(k).integers(0, k, 300)
-    args = bfs_inputs(g, parts)
-    a = kernels.cluster_bfs_order(*args)
-    np.testing.assert_array_equal(a, kernels.cluster_bfs_order_ref(*args))
-    np.testing.assert_array_equal(kernels.cluster_bfs_order.py_func(*args), a)  # JIT off
-    assert sorted(a.tolist()) == list(range(300))
-
-
 def test_renumber_makes_clusters_contiguous(cdata):
     c = cluster_graph(cdata.graph, 5, train_idx=cdata.train_idx)
     new, c2, perm = renumber(cdata, c)
@@ -184,7 +143,7 @@ def test_renumbered_training_reports_predictions_in_original_ids(tmp_path):
     chance level. Both reported accuracies and the returned logits must agree."""
     data = community_data(n=800, k=4, seed=1)
     data.feat = np.eye(4, dtype=np.float32)[data.label] * 3.0
-    cfg = TrainConfig(dataset="community", epochs=3, hidden=16, fanouts=[3], batch_size=64,
+    cfg = TrainConfig.of(dataset="community", epochs=3, hidden=16, fanouts=[3], batch_size=64,
                       lr=0.05, dropout=0.0, device="cpu", out=str(tmp_path / "r"),
                       progress=False, prefetch=0, schedule="locality", renumber=True,
                       num_clusters=8, data_root=str(tmp_path / "data"))

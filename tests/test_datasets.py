@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import gzip
 import io
+import json
 import os
+import socket
 import subprocess
 import sys
 import textwrap
@@ -203,6 +205,57 @@ def test_ogb_download_flow(tmp_path, monkeypatch):
     assert (root / "ogbn_arxiv" / "twopgraph.npz").is_file()
 
 
+@pytest.mark.parametrize("exc", [ValueError, OSError, KeyError, RuntimeError, EOFError])
+def test_ogb_loader_keeps_the_traceback_of_twopgraph_bugs(tmp_path, monkeypatch, exc):
+    """Exceptions of the kinds that ogb failures take, raised by twopgraph's own code around
+    the ogb call, are bugs: they propagate as they are, not as a one-line ogb error."""
+    write_ogb_arxiv(tmp_path)
+
+    def buggy_construct(name, root, folder):
+        raise exc("a bug in twopgraph")
+    monkeypatch.setattr(datasets, "_construct_ogb", buggy_construct)
+    stdin, timeout = sys.stdin, socket.getdefaulttimeout()
+    with pytest.raises(exc) as err:
+        load_dataset("ogbn-arxiv", data_root=tmp_path, progress=False)
+    assert type(err.value) is exc and not isinstance(err.value, TwopgraphError)
+    assert any(entry.name == "buggy_construct" for entry in err.traceback)
+    assert sys.stdin is stdin and socket.getdefaulttimeout() == timeout  # session restored
+
+
+@pytest.mark.parametrize("damage", ["missing_labels", "missing_sizes", "truncated_edges",
+                                    "unparsable_features"])
+def test_ogb_damaged_raw_files_are_one_line(tmp_path, offline, damage):
+    w = write_ogb_arxiv(tmp_path)
+    raw = w["folder"] / "raw"
+    if damage == "missing_labels":
+        (raw / "node-label.csv.gz").unlink()
+    elif damage == "missing_sizes":
+        (raw / "num-node-list.csv.gz").unlink()
+    elif damage == "truncated_edges":
+        blob = (raw / "edge.csv.gz").read_bytes()
+        (raw / "edge.csv.gz").write_bytes(blob[:len(blob) // 2])
+    else:
+        with gzip.open(raw / "node-feat.csv.gz", "wt") as f:
+            f.write("0.5,abc\n1.5,2.5\n")
+    with pytest.raises(TwopgraphError) as err:
+        load_dataset("ogbn-arxiv", data_root=tmp_path, progress=False)
+    msg = assert_one_line(err)
+    assert f"could not read the raw files in {raw}" in msg and f"delete {w['folder']}" in msg
+    assert err.value.__cause__ is not None  # the ogb failure stays attached for debugging
+    assert not (w["folder"] / "twopgraph.npz").exists()
+
+
+def test_ogb_session_restores_what_it_changes():
+    stdin, stdout, timeout = sys.stdin, sys.stdout, socket.getdefaulttimeout()
+    with pytest.raises(KeyError):
+        with datasets.ogb_session(progress=False):
+            assert sys.stdin.read() == "" and sys.stdin is not stdin
+            assert socket.getdefaulttimeout() == datasets.OGB_NET_TIMEOUT_S
+            assert sys.stdout is not stdout
+            raise KeyError("inside")
+    assert (sys.stdin, sys.stdout, socket.getdefaulttimeout()) == (stdin, stdout, timeout)
+
+
 def test_ogb_labels_nan_outside_splits():
     labels = np.array([[1.0], [np.nan], [2.0]])
     splits = {"train": np.array([0]), "valid": np.array([2]), "test": np.array([], np.int64)}
@@ -312,17 +365,45 @@ def test_synthetic_tiny_is_cached(tmp_path, monkeypatch):
     assert_same(first, second)
 
 
-def test_stale_synthetic_cache_is_regenerated(tmp_path):
-    import json as _json
-    first = load_dataset("synthetic-tiny", data_root=tmp_path, progress=False)
-    sidecar = tmp_path / "synthetic-tiny.spec.json"
-    meta = _json.loads(sidecar.read_text())
-    meta["generator_version"] = -1  # as if written by an older generator
-    sidecar.write_text(_json.dumps(meta))
-    small_graphdata().save_npz(tmp_path / "synthetic-tiny.npz")  # stale content
+@pytest.mark.parametrize("stale", ["generator_version", "spec", "old_sidecar"])
+def test_stale_synthetic_cache_is_regenerated(tmp_path, monkeypatch, stale):
+    from dataclasses import replace
+
+    from twopgraph import synthetic
+    fresh = synthetic.generate("synthetic-tiny")
+    path, sidecar = tmp_path / "synthetic-tiny.npz", tmp_path / "synthetic-tiny.spec.json"
+    with monkeypatch.context() as m:  # a cache written by an older generator or another spec
+        if stale == "generator_version":
+            m.setattr(synthetic, "GENERATOR_VERSION", synthetic.GENERATOR_VERSION - 1)
+        if stale == "spec":
+            m.setitem(synthetic.SYNTHETIC_PRESETS, "synthetic-tiny",
+                      replace(synthetic.SYNTHETIC_PRESETS["synthetic-tiny"], seed=1))
+        load_dataset("synthetic-tiny", data_root=tmp_path, progress=False)
+    if stale == "old_sidecar":  # format of twopgraph <= issue 9: no fingerprint
+        sidecar.write_text(json.dumps({"generator_version": synthetic.GENERATOR_VERSION,
+                                       "spec": synthetic.spec_summary(
+                                           synthetic.SYNTHETIC_PRESETS["synthetic-tiny"])}))
+    if stale != "spec":
+        small_graphdata().save_npz(path)  # stale content under the old sidecar
     again = load_dataset("synthetic-tiny", data_root=tmp_path, progress=False)
+    assert_same(again, fresh)
+    assert json.loads(sidecar.read_text())["fingerprint"] == \
+        synthetic.spec_fingerprint(synthetic.SYNTHETIC_PRESETS["synthetic-tiny"])
+    assert_same(GraphData.load_npz(path), fresh)
+
+
+def test_synthetic_cache_ignores_name_and_description(tmp_path, monkeypatch):
+    from dataclasses import replace
+
+    from twopgraph import synthetic
+    spec = synthetic.SYNTHETIC_PRESETS["synthetic-tiny"]
+    first = datasets.load_synthetic(spec, tmp_path / "t.npz")
+    assert (tmp_path / "t.spec.json").is_file()
+    monkeypatch.setattr(synthetic, "generate", lambda *a, **k: pytest.fail("regenerated"))
+    again = datasets.load_synthetic(replace(spec, name="other", description="x"),
+                                    tmp_path / "t.npz")
+    assert again.name == "other"
     assert_same(first, again)
-    assert _json.loads(sidecar.read_text())["generator_version"] != -1
 
 
 def test_list_datasets(tmp_path):

@@ -36,7 +36,7 @@ def _cfg(out, **kw) -> TrainConfig:
     base = dict(fanouts=FANOUTS, batch_size=64, epochs=2, hidden=16, lr=0.01, out=str(out),
                 device="cpu", progress=False, prefetch=1, threads=1, eval_every=1)
     base.update(kw)
-    return TrainConfig(**base)
+    return TrainConfig.of(**base)
 
 
 def _worker(rank, world, ports, parts, out, result_dir, runs, fail_rank):

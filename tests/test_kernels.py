@@ -1,46 +1,266 @@
-"""Every numba kernel against its NumPy/Python reference twin, plus the sampling law."""
+"""Every registered numba kernel against its NumPy/Python twin, the sampling law, and numba's
+set-up (threading layer, per-thread counts). The whole file also runs with the JIT disabled.
+
+Each kernel module registers ``(kernel, twin)`` pairs in :mod:`twopgraph.jit`; ``CHECKS`` below
+holds one check per registered name, and a kernel registered without a check fails the suite.
+"""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+import textwrap
 
 import numba
 import numpy as np
 import pytest
 
-from twopgraph import kernels
+from twopgraph import jit
+from twopgraph.rng import mix_key
+from twopgraph.sampler.kernels import sample_neighbors
 from conftest import random_graph
 
-
-@pytest.mark.parametrize("fanout", [1, 3, 10, -1])
-def test_sample_neighbors_matches_reference(fanout):
-    g = random_graph(300, 1500, seed=1)
-    nodes = np.random.default_rng(0).permutation(300)[:120].astype(np.int64)
-    key = kernels.mix_key(7, 3)
-    o1, n1 = kernels.sample_neighbors(g.indptr, g.indices, nodes, fanout, np.uint64(key))
-    o2, n2 = kernels.sample_neighbors_ref(g.indptr, g.indices, nodes, fanout, key)
-    np.testing.assert_array_equal(o1, o2)
-    np.testing.assert_array_equal(n1, n2)
-    o3, n3 = kernels.sample_neighbors_serial(g.indptr, g.indices, nodes, fanout, np.uint64(key))
-    np.testing.assert_array_equal(o3, o2)
-    np.testing.assert_array_equal(n3, n2)
+PURE = os.environ.get("NUMBA_DISABLE_JIT") == "1"
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SEEDS = (0, 1, 2)
 
 
-def test_reset_map_serial_and_parallel():
-    for fn in (kernels.reset_map, kernels.reset_map_serial):
-        m = np.arange(50, dtype=np.int64)
-        fn(m, np.array([3, 7, 49], dtype=np.int64))
-        want = np.arange(50)
-        want[[3, 7, 49]] = -1
-        np.testing.assert_array_equal(m, want)
+def graphs(index_dtype=None):
+    """A few random graphs (hub or not, sparse or dense); ``index_dtype`` recasts indices."""
+    for seed, (n, m, hub) in zip(SEEDS, [(300, 1500, True), (200, 3000, False), (50, 100, True)]):
+        g = random_graph(n, m, seed=seed, hub=hub)
+        if index_dtype is not None:
+            g = type(g)(g.indptr, g.indices.astype(index_dtype))
+        yield seed, g
 
 
+# -- one check per kernel: check(kernel, twin) ---------------------------------------------------
+def check_splitmix64(kernel, twin):
+    xs = [0, 1, 12345, 2**63 + 5, 2**64 - 1]
+    xs += np.random.default_rng(0).integers(0, 2**63, 50, dtype=np.uint64).tolist()
+    for x in xs:
+        assert int(kernel(np.uint64(x))) == twin(int(x))
+
+
+def check_draw(kernel, twin):
+    rng = np.random.default_rng(1)
+    for _ in range(100):
+        key, v, j = int(rng.integers(0, 2**63)), int(rng.integers(0, 10**9)), int(rng.integers(0, 10**4))
+        assert int(kernel(np.uint64(key), v, j)) == twin(key, v, j)
+
+
+def check_sample_neighbors(kernel, twin):
+    for dtype in (None, np.int64):
+        for seed, g in graphs(dtype):
+            n = g.num_nodes
+            nodes = np.random.default_rng(seed).permutation(n)[: n // 2 + 1].astype(np.int64)
+            for fanout in (1, 3, 10, -1):
+                key = mix_key(seed, fanout)
+                o1, n1 = kernel(g.indptr, g.indices, nodes, fanout, np.uint64(key))
+                o2, n2 = twin(g.indptr, g.indices, nodes, fanout, key)
+                np.testing.assert_array_equal(o1, o2)
+                np.testing.assert_array_equal(n1, n2)
+                assert n1.dtype == n2.dtype == g.indices.dtype
+
+
+def check_relabel(kernel, twin):
+    rng = np.random.default_rng(0)
+    n = 100
+    for trial in range(6):
+        num_known = int(rng.integers(0, 20))
+        known = rng.choice(n, num_known, replace=False)
+        nbrs = rng.integers(0, n, int(rng.integers(0, 300))).astype((np.int32, np.int64)[trial % 2])
+        got = []
+        for fn in (kernel, twin):
+            node_map = np.full(n, -1, dtype=np.int64)
+            node_map[known] = np.arange(num_known)
+            frontier = np.full(nbrs.shape[0], -5, dtype=np.int64)
+            local, num_new = fn(nbrs, node_map, num_known, frontier)
+            got.append((local, int(num_new), frontier[:num_new].copy(), node_map))
+        (la, na, fa, ma), (lb, nb, fb, mb) = got
+        np.testing.assert_array_equal(la, lb)
+        assert la.dtype == lb.dtype == np.int64 and na == nb
+        np.testing.assert_array_equal(fa, fb)
+        np.testing.assert_array_equal(ma, mb)
+
+
+def check_reset_map(kernel, twin):
+    rng = np.random.default_rng(2)
+    for size in (1, 50, 1000):
+        base = rng.integers(-1, size, size).astype(np.int64)
+        nodes = rng.choice(size, int(rng.integers(0, size + 1)), replace=False).astype(np.int64)
+        a, b = base.copy(), base.copy()
+        kernel(a, nodes)
+        twin(b, nodes)
+        np.testing.assert_array_equal(a, b)
+
+
+def check_permute_csr(kernel, twin):
+    for dtype in (None, np.int64):
+        for seed, g in graphs(dtype):
+            perm = np.random.default_rng(seed).permutation(g.num_nodes).astype(np.int64)
+            inv = np.argsort(perm)
+            a = kernel(g.indptr, g.indices, perm, inv)
+            b = twin(g.indptr, g.indices, perm, inv)
+            np.testing.assert_array_equal(a[0], b[0])
+            np.testing.assert_array_equal(a[1], b[1])
+            assert a[1].dtype == b[1].dtype == g.indices.dtype
+
+
+def bfs_inputs(g, parts):
+    members = np.argsort(parts, kind="stable")
+    start = np.zeros(parts.max() + 2, dtype=np.int64)
+    np.cumsum(np.bincount(parts), out=start[1:])
+    return g.indptr, g.indices, parts.astype(np.int64), members, start
+
+
+def check_cluster_bfs_order(kernel, twin):
+    for k in (1, 3, 9):
+        for seed, (n, m) in zip(SEEDS, [(300, 700), (120, 900), (40, 30)]):
+            g = random_graph(n, m, seed=seed + k, hub=False)
+            parts = np.random.default_rng(seed + k).integers(0, k, n)
+            args = bfs_inputs(g, parts)
+            a = kernel(*args)
+            np.testing.assert_array_equal(a, twin(*args))
+            assert sorted(a.tolist()) == list(range(n))
+
+
+def check_sparsify_csr(kernel, twin):
+    for seed, g in graphs():
+        for max_degree in (1, 3, 6, 1000):
+            salt = np.uint64(mix_key(seed, max_degree))
+            ip, ix = kernel(g.indptr, g.indices, max_degree, salt)
+            rip, rix = twin(g.indptr, g.indices, max_degree, salt)
+            np.testing.assert_array_equal(ip, rip)
+            np.testing.assert_array_equal(ix, rix)
+
+
+def check_cut_edges(kernel, twin):
+    for seed, g in graphs():
+        for k in (1, 2, 7):
+            parts = np.random.default_rng(seed).integers(0, k, g.num_nodes)
+            assert int(kernel(g.indptr, g.indices, parts)) == twin(g.indptr, g.indices, parts)
+
+
+def random_stream(num_rows, num_batches, max_batch, seed):
+    rng = np.random.default_rng(seed)
+    return [rng.choice(num_rows, size=rng.integers(1, max_batch + 1), replace=False)
+            .astype(np.int64) for _ in range(num_batches)]
+
+
+def run_window(announce, consume, stream, n, ahead):
+    """Announce ``ahead`` batches in advance, consume one at a time; the state after each step."""
+    last_g = np.full(n, -1, dtype=np.int64)
+    nu = np.full(n, 1 << 40, dtype=np.int64)
+    link = np.full(1024, -7, dtype=np.int64)
+    g, live, starts, trace = 0, 0, [], []
+    for b, ids in enumerate(stream):
+        announce(ids, g, b, live, last_g, nu, link, 1023)
+        starts.append(g)
+        g += ids.shape[0]
+        if b >= ahead:
+            c = b - ahead
+            consume(stream[c], starts[c], nu, link, 1023)
+            live = starts[c] + stream[c].shape[0]
+        trace.append(np.concatenate([nu, last_g, link]))
+    return np.array(trace)
+
+
+def window_cases():
+    for seed in SEEDS:
+        for ahead in (0, 1, 3, 8):
+            yield random_stream(40, 30, 15, seed), 40, ahead
+
+
+def check_window_announce(kernel, twin):
+    from twopgraph.cache.kernels import window_consume_ref
+    for stream, n, ahead in window_cases():
+        np.testing.assert_array_equal(run_window(kernel, window_consume_ref, stream, n, ahead),
+                                      run_window(twin, window_consume_ref, stream, n, ahead))
+
+
+def check_window_consume(kernel, twin):
+    from twopgraph.cache.kernels import window_announce_ref
+    for stream, n, ahead in window_cases():
+        np.testing.assert_array_equal(run_window(window_announce_ref, kernel, stream, n, ahead),
+                                      run_window(window_announce_ref, twin, stream, n, ahead))
+
+
+DROPOUT_CASES = [(1, 0.5), (7, 0.3), (40_001, 0.5), (100_000, 0.1), (5000, 0.9)]
+
+
+def check_relu_dropout_fwd(kernel, twin):
+    for n, p in DROPOUT_CASES:
+        rng = np.random.default_rng(n)
+        x = rng.standard_normal(n).astype(np.float32)
+        key, thr, scale = mix_key(n), round(p * 2**32), np.float32(1 / (1 - p))
+        out = np.empty_like(x)
+        keep = np.empty(n, dtype=np.uint8)
+        kernel(x, out, keep, np.uint64(key), np.uint64(thr), scale)
+        out_ref, keep_ref = twin(x, key, thr, scale)
+        np.testing.assert_array_equal(keep, keep_ref)
+        np.testing.assert_array_equal(out, out_ref)
+        if n > 1000:  # kept with probability 1 - p among the positive entries (z-score)
+            kept = keep[x > 0]
+            z = (kept.mean() - (1 - p)) / np.sqrt(p * (1 - p) / kept.shape[0])
+            assert abs(z) < 5, (n, p, z)
+
+
+def check_relu_dropout_bwd(kernel, twin):
+    for n, p in DROPOUT_CASES:
+        rng = np.random.default_rng(n + 1)
+        grad = rng.standard_normal(n).astype(np.float32)
+        keep = (rng.random(n) >= p).astype(np.uint8)
+        scale = np.float32(1 / (1 - p))
+        out = np.empty_like(grad)
+        kernel(grad, keep, scale, out)
+        np.testing.assert_array_equal(out, twin(grad, keep, scale))
+
+
+CHECKS = {
+    "twopgraph.rng.splitmix64": check_splitmix64,
+    "twopgraph.rng.draw": check_draw,
+    "twopgraph.graph.permute_csr": check_permute_csr,
+    "twopgraph.sampler.kernels.sample_neighbors": check_sample_neighbors,
+    "twopgraph.sampler.kernels.sample_neighbors_serial": check_sample_neighbors,
+    "twopgraph.sampler.kernels.relabel": check_relabel,
+    "twopgraph.sampler.kernels.reset_map": check_reset_map,
+    "twopgraph.sampler.kernels.reset_map_serial": check_reset_map,
+    "twopgraph.cache.kernels.window_announce": check_window_announce,
+    "twopgraph.cache.kernels.window_consume": check_window_consume,
+    "twopgraph.partition.kernels.cluster_bfs_order": check_cluster_bfs_order,
+    "twopgraph.partition.kernels.sparsify_csr": check_sparsify_csr,
+    "twopgraph.partition.kernels.cut_edges": check_cut_edges,
+    "twopgraph.dropout.relu_dropout_fwd": check_relu_dropout_fwd,
+    "twopgraph.dropout.relu_dropout_bwd": check_relu_dropout_bwd,
+}
+
+
+def test_every_registered_kernel_has_a_check():
+    registered = set(jit.all_kernels())
+    assert registered == set(CHECKS), {"unchecked": sorted(registered - set(CHECKS)),
+                                       "not registered": sorted(set(CHECKS) - registered)}
+
+
+@pytest.mark.parametrize("name", sorted(set(CHECKS) | set(jit.all_kernels())))
+def test_kernel_matches_twin(name):
+    kernel, twin = jit.all_kernels()[name]
+    CHECKS[name](kernel, twin)
+
+
+def test_jit_is_on_unless_disabled():
+    """The kernels are numba dispatchers, or plain functions under ``NUMBA_DISABLE_JIT=1``
+    (so the pure-Python run below really runs the Python code)."""
+    for name, (kernel, _) in jit.all_kernels().items():
+        assert hasattr(kernel, "py_func") != PURE, name
+
+
+# -- properties of the sampler beyond its twin ---------------------------------------------------
 def test_sample_neighbors_is_a_subset_without_repeats():
     g = random_graph(300, 3000, seed=2)
     nodes = np.arange(300, dtype=np.int64)
-    off, nb = kernels.sample_neighbors(g.indptr, g.indices, nodes, 4, np.uint64(5))
+    off, nb = sample_neighbors(g.indptr, g.indices, nodes, 4, np.uint64(5))
     deg = g.degrees()
     for i, v in enumerate(nodes):
         got = nb[off[i]:off[i + 1]]
@@ -50,7 +270,7 @@ def test_sample_neighbors_is_a_subset_without_repeats():
 
 
 def test_sampling_distribution_is_uniform():
-    """Each neighbour of a degree-d vertex is taken with probability min(1, f/d)."""
+    """Each neighbour of a degree-d vertex is taken with probability min(1, f/d) (z-scores)."""
     g = random_graph(50, 100, seed=3)  # vertex 0 is a hub of degree ~25+
     v = 0
     d = int(g.degrees()[v])
@@ -60,94 +280,159 @@ def test_sampling_distribution_is_uniform():
     counts = np.zeros(g.num_nodes, dtype=np.int64)
     nodes = np.array([v], dtype=np.int64)
     for t in range(trials):
-        _, nb = kernels.sample_neighbors(g.indptr, g.indices, nodes, f, np.uint64(kernels.mix_key(t)))
+        _, nb = sample_neighbors(g.indptr, g.indices, nodes, f, np.uint64(mix_key(t)))
         assert len(np.unique(nb)) == f
         counts[nb] += 1
     freq = counts[g.neighbors(v)] / trials
     p = f / d
     sd = np.sqrt(p * (1 - p) / trials)
-    assert np.all(np.abs(freq - p) < 5 * sd), (freq, p)
-    # chi-square-like aggregate check
     z = (freq - p) / sd
-    assert np.mean(z ** 2) < 2.0
+    assert np.all(np.abs(z) < 5), (freq, p)
+    assert np.mean(z ** 2) < 2.0  # chi-square-like aggregate (expected 1)
 
 
 def test_sampling_does_not_depend_on_thread_count():
     g = random_graph(2000, 20000, seed=4)
     nodes = np.arange(0, 2000, 2, dtype=np.int64)
-    prev = numba.get_num_threads()
+    with jit.thread_count(1):
+        a = sample_neighbors(g.indptr, g.indices, nodes, 3, np.uint64(9))
+    with jit.thread_count(jit.max_threads()):
+        b = sample_neighbors(g.indptr, g.indices, nodes, 3, np.uint64(9))
+    np.testing.assert_array_equal(a[1], b[1])
+
+
+# -- numba set-up ---------------------------------------------------------------------------------
+def run_python(code: str, *args: str, **env: str) -> subprocess.CompletedProcess:
+    """``python -c code args...`` in a fresh process (numba's layer is chosen once per process)."""
+    full_env = dict(os.environ, **env)
+    full_env.pop("NUMBA_DISABLE_JIT", None)  # these tests are about numba's threads
+    full_env["PYTHONPATH"] = os.pathsep.join([ROOT, full_env.get("PYTHONPATH", "")])
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], env=full_env,
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+
+
+CONCURRENT = """
+    import sys, threading
+    import numba, numpy as np
+    from twopgraph import jit
+    from twopgraph.graph import CSRGraph
+    from twopgraph.sampler.kernels import sample_neighbors
+    jit.all_kernels()  # importing every kernel module changes nothing
+    assert numba.config.THREADING_LAYER == "workqueue", numba.config.THREADING_LAYER
     try:
-        numba.set_num_threads(1)
-        a = kernels.sample_neighbors(g.indptr, g.indices, nodes, 3, np.uint64(9))
-        numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
-        b = kernels.sample_neighbors(g.indptr, g.indices, nodes, 3, np.uint64(9))
-    finally:
-        numba.set_num_threads(prev)
-    np.testing.assert_array_equal(a[1], b[1])
-
-
-def test_relabel_matches_reference():
+        numba.threading_layer()
+        sys.exit("a threading layer was launched at import")
+    except ValueError:
+        pass
+    if sys.argv[1:] != ["raw"]:
+        print("layer", jit.configure_threading(), jit.configure_threading())
     rng = np.random.default_rng(0)
-    n = 100
-    for trial in range(5):
-        known = rng.choice(n, 10, replace=False)
-        nbrs = rng.integers(0, n, 200).astype(np.int32)
-        maps, outs = [], []
-        for fn in (kernels.relabel, kernels.relabel_ref):
-            node_map = np.full(n, -1, dtype=np.int64)
-            node_map[known] = np.arange(10)
-            frontier = np.zeros(200, dtype=np.int64)
-            local, num_new = fn(nbrs, node_map, 10, frontier)
-            maps.append(node_map)
-            outs.append((local, num_new, frontier[:num_new].copy()))
-        np.testing.assert_array_equal(maps[0], maps[1])
-        np.testing.assert_array_equal(outs[0][0], outs[1][0])
-        assert outs[0][1] == outs[1][1]
-        np.testing.assert_array_equal(outs[0][2], outs[1][2])
+    g = CSRGraph.from_edges(rng.integers(0, 2000, 20000), rng.integers(0, 2000, 20000), 2000)
+    nodes = np.arange(2000, dtype=np.int64)
+    def work():
+        for i in range(300):
+            sample_neighbors(g.indptr, g.indices, nodes, 5, np.uint64(i))
+    ts = [threading.Thread(target=work) for _ in range(3)]
+    [t.start() for t in ts]
+    [t.join() for t in ts]
+    print("used", numba.threading_layer())
+"""
 
 
-def test_permute_csr_matches_reference():
-    g = random_graph(400, 3000, seed=5)
-    perm = np.random.default_rng(1).permutation(400).astype(np.int64)
-    inv = np.argsort(perm)
-    a = kernels.permute_csr(g.indptr, g.indices, perm, inv)
-    b = kernels.permute_csr_ref(g.indptr, g.indices, perm, inv)
-    np.testing.assert_array_equal(a[0], b[0])
-    np.testing.assert_array_equal(a[1], b[1])
+@pytest.mark.skipif(PURE, reason="numba's threading layer is not used without the JIT")
+def test_configure_threading_replaces_workqueue():
+    """Parallel kernels called from several threads at once: numba's workqueue layer aborts the
+    process; after configure_threading() they run on a thread-safe layer, with one warning."""
+    env = dict(NUMBA_THREADING_LAYER="workqueue", NUMBA_NUM_THREADS="2")
+    r = run_python(CONCURRENT, **env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    layer = r.stdout.split()[1]
+    assert layer in jit.SAFE_LAYERS and r.stdout.split() == ["layer", layer, layer, "used", layer]
+    warned = [ln for ln in r.stderr.splitlines() if "workqueue" in ln]
+    assert len(warned) == 1 and "thread-safe" in warned[0], r.stderr
+    # the same work without configure_threading: numba aborts (what the test guards against)
+    raw = run_python(CONCURRENT, "raw", **env)
+    assert raw.returncode != 0 and "Concurrent access" in raw.stderr
 
 
-def test_splitmix_matches_reference():
-    for x in [0, 1, 12345, 2**63 + 5]:
-        assert int(kernels._splitmix64(np.uint64(x))) == kernels.splitmix64_ref(x)
-    assert int(kernels._draw(np.uint64(11), 3, 4)) == kernels.draw_ref(11, 3, 4)
+@pytest.mark.skipif(PURE, reason="numba's threading layer is not used without the JIT")
+def test_configure_threading_refuses_in_one_line():
+    # no thread-safe layer can be loaded (both pools made unimportable)
+    r = run_python("""
+        import sys
+        sys.modules["numba.np.ufunc.omppool"] = None
+        sys.modules["numba.np.ufunc.tbbpool"] = None
+        from twopgraph import jit
+        from twopgraph.errors import ConfigError
+        try:
+            jit.configure_threading()
+        except ConfigError as e:
+            print(e)
+    """)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.strip().splitlines()
+    assert len(lines) == 1 and "tbb" in lines[0] and "install" in lines[0], r.stdout
+    # workqueue already launched before twopgraph could choose
+    r = run_python("""
+        import numba
+        numba.get_num_threads()
+        from twopgraph import jit
+        from twopgraph.errors import ConfigError
+        try:
+            jit.configure_threading()
+        except ConfigError as e:
+            print(e)
+    """, NUMBA_THREADING_LAYER="workqueue")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.strip().splitlines()
+    assert len(lines) == 1 and "'workqueue'" in lines[0], r.stdout
 
 
-@pytest.mark.parametrize("n,p", [(1, 0.5), (7, 0.3), (40_001, 0.5), (100_000, 0.1)])
-def test_relu_dropout_matches_reference(n, p):
-    rng = np.random.default_rng(n)
-    x = rng.standard_normal(n).astype(np.float32)
-    key, thr, scale = 0xDEADBEEF12345, round(p * 2**32), np.float32(1 / (1 - p))
-    out = np.empty_like(x)
-    keep = np.empty(n, dtype=np.uint8)
-    kernels.relu_dropout_fwd(x, out, keep, np.uint64(key), np.uint64(thr), scale)
-    out_ref, keep_ref = kernels.relu_dropout_fwd_ref(x, key, thr, scale)
-    np.testing.assert_array_equal(keep, keep_ref)
-    np.testing.assert_array_equal(out, out_ref)
-    if n > 1000:  # kept with probability 1 - p among the positive entries
-        assert abs(keep[x > 0].mean() - (1 - p)) < 0.01
-    g = rng.standard_normal(n).astype(np.float32)
-    gin = np.empty_like(g)
-    kernels.relu_dropout_bwd(g, keep, scale, gin)
-    np.testing.assert_array_equal(gin, kernels.relu_dropout_bwd_ref(g, keep, scale))
+def test_thread_count_sets_calling_thread_and_restores():
+    r = run_python("""
+        import threading
+        import numba
+        from twopgraph import jit
+        assert jit.max_threads() == 3
+        assert jit.num_threads() == 3
+        with jit.thread_count(1) as n:
+            assert n == 1 and jit.num_threads() == 1
+            seen = []
+            t = threading.Thread(target=lambda: seen.append(jit.num_threads()))
+            t.start(); t.join()
+            assert seen == [3], seen  # other threads keep their own count
+            with jit.thread_count(2):
+                assert jit.num_threads() == 2
+            assert jit.num_threads() == 1
+            with jit.thread_count(0):  # 0: unchanged
+                assert jit.num_threads() == 1
+            with jit.thread_count(64) as n:  # clipped to NUMBA_NUM_THREADS
+                assert n == 3 and jit.num_threads() == 3
+            assert jit.num_threads() == 1
+        assert jit.num_threads() == 3
+        try:
+            with jit.thread_count(2):
+                raise KeyError("boom")
+        except KeyError:
+            pass
+        assert jit.num_threads() == 3  # restored on error too
+        try:
+            with jit.thread_count(-1):
+                pass
+        except ValueError:
+            print("ok")
+    """, NUMBA_NUM_THREADS="3")
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr
 
 
-@pytest.mark.skipif(os.environ.get("NUMBA_DISABLE_JIT") == "1", reason="already pure Python")
-def test_kernels_pure_python_mode():
-    """The kernel tests also pass with the JIT disabled (kernels run as plain Python)."""
+# -- the whole file with the JIT disabled --------------------------------------------------------
+@pytest.mark.skipif(PURE, reason="already pure Python")
+def test_kernel_suite_with_jit_disabled():
+    """Every test of this file also passes with ``NUMBA_DISABLE_JIT=1`` (kernels run as
+    plain Python: index errors and integer semantics show up that compiled code hides)."""
     env = dict(os.environ, NUMBA_DISABLE_JIT="1")
-    here = os.path.dirname(__file__)
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
-                        os.path.join(here, "test_kernels.py"), "-k",
-                        "reference or subset or thread"],
-                       env=env, capture_output=True, text=True, timeout=600, cwd=here)
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                        os.path.abspath(__file__)],
+                       env=env, capture_output=True, text=True, timeout=900, cwd=ROOT)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert " failed" not in r.stdout and " passed" in r.stdout, r.stdout[-3000:]

@@ -129,7 +129,7 @@ def small_cfg(out, **kw):
                 lr=0.01, dropout=0.1, seed=0, device="cpu", out=str(out), progress=False,
                 prefetch=2, data_root=str(out) + "-data")
     base.update(kw)
-    return TrainConfig(**base)
+    return TrainConfig.of(**base)
 
 
 def test_train_locality_is_reproducible_and_learns(tmp_path):

@@ -29,7 +29,7 @@ def cfg(out, **kw) -> TrainConfig:
                 lr=0.01, dropout=0.1, seed=0, device="cpu", out=str(out), progress=False,
                 prefetch=2)
     base.update(kw)
-    return TrainConfig(**base)
+    return TrainConfig.of(**base)
 
 
 def losses(res) -> list[float]:
@@ -100,7 +100,7 @@ def test_train_end_to_end_metrics(cdata, tmp_path, monkeypatch):
 
 def test_train_synthetic_tiny_by_name(tmp_path):
     out = tmp_path / "run"
-    res = train(TrainConfig(dataset="synthetic-tiny", data_root=str(tmp_path / "data"),
+    res = train(TrainConfig.of(dataset="synthetic-tiny", data_root=str(tmp_path / "data"),
                             epochs=3, hidden=16, fanouts=[5, 5], batch_size=256, lr=0.01,
                             device="cpu", out=str(out), progress=False))
     m = read_metrics(out)

@@ -3,7 +3,8 @@
 Names resolve in this order (:func:`load_dataset`):
 
 1. a synthetic preset (``twopgraph.synthetic.SYNTHETIC_PRESETS``, e.g. ``synthetic-tiny``):
-   generated once, then cached as ``<root>/<name>.npz``;
+   generated once, then cached as ``<root>/<name>.npz`` beside ``<root>/<name>.spec.json``
+   (see :func:`load_synthetic`);
 2. a path to an existing ``.npz`` file (also tried relative to the data root);
 3. ``ogbn-arxiv``, ``ogbn-products``, ``ogbn-papers100M`` through the ``ogb`` package, in
    ogb's own folder ``<root>/ogbn_<x>/`` (so an existing OGB download is used as is),
@@ -14,7 +15,9 @@ Names resolve in this order (:func:`load_dataset`):
 The data root is ``--data-root``, else ``$TWOPGRAPH_DATA``, else ``./datasets``
 (:func:`resolve_data_root`). Every failure a user can fix raises a one-line
 :class:`~twopgraph.errors.TwopgraphError`; malformed files raise
-:class:`~twopgraph.errors.GraphFormatError`.
+:class:`~twopgraph.errors.GraphFormatError`. Only exceptions of the kinds a download or a
+damaged file produces, raised inside ogb, are turned into such a line; any other exception
+(a bug, in twopgraph or in ogb) keeps its traceback.
 
 Example::
 
@@ -26,19 +29,23 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import http.client
 import importlib.util
 import io
 import json
 import logging
 import os
+import pickle
 import socket
 import sys
+import urllib.error
+import zipfile
 from pathlib import Path
 
 import numpy as np
 
 from .errors import ConfigError, GraphFormatError, TwopgraphError
-from .graph import CSRGraph, GraphData
+from .graph import CSRGraph, GraphData, atomic_write_bytes
 
 log = logging.getLogger("twopgraph")
 
@@ -47,6 +54,16 @@ DEFAULT_DATA_ROOT = "datasets"
 OGB_CACHE_FILE = "twopgraph.npz"
 # Seconds one network operation of ogb (connect, one read) may block before it fails.
 OGB_NET_TIMEOUT_S = 60.0
+# Exception types that ogb's download and raw-file reading raise for a user-fixable cause
+# (network down or refused, a damaged, truncated or missing file, a declined prompt); they
+# become one-line errors only when raised inside ogb (see _raised_in_ogb).
+_OGB_FAILURES = (OSError, EOFError, ValueError, KeyError, IndexError, RuntimeError,
+                 zipfile.BadZipFile, http.client.HTTPException, SystemExit)
+_NETWORK_ERRORS = (urllib.error.URLError, http.client.HTTPException, TimeoutError,
+                   ConnectionError)
+# What torch.load raises for a damaged or foreign pickle.
+_PICKLE_ERRORS = (OSError, EOFError, RuntimeError, ValueError, pickle.UnpicklingError,
+                  ImportError, AttributeError)
 
 OGB_DATASETS = {
     "ogbn-arxiv": "OGB citation graph: 169,343 nodes, 1.17M edges, 128 features, 40 classes",
@@ -76,8 +93,9 @@ def load_dataset(name: str, data_root=None, progress: bool = True) -> GraphData:
     if not isinstance(name, str) or not name:
         raise ConfigError(f"dataset name must be a non-empty string, got {name!r}")
     root = resolve_data_root(data_root)
-    if name in _synthetic_presets():
-        return _load_synthetic(name, root, progress)
+    presets = _synthetic_presets()
+    if name in presets:
+        return load_synthetic(presets[name], root / f"{name}.npz", progress)
     if name.endswith(".npz"):
         path = _npz_file(name, root)
         if path is None:
@@ -169,32 +187,43 @@ def _npz_file(name: str, root: Path) -> Path | None:
     return None
 
 
-def _load_synthetic(name: str, root: Path, progress: bool) -> GraphData:
-    """Read ``<root>/<name>.npz``, or generate the preset and write that cache atomically.
+def load_synthetic(spec, path: str | os.PathLike, progress: bool = False) -> GraphData:
+    """The dataset of :class:`~twopgraph.synthetic.SyntheticSpec` ``spec``: read from the
+    cache ``path`` (``.npz``) if it was made from this spec, else generated and cached there.
 
-    A sidecar ``<root>/<name>.spec.json`` records the spec and generator version the cache was
-    made with; a cache from another spec or generator version is regenerated, never reused.
+    Cache format: the DESIGN.md ``.npz`` plus a sidecar ``<path stem>.spec.json`` with
+    ``fingerprint`` (:func:`~twopgraph.synthetic.spec_fingerprint`: every spec field that
+    changes the arrays and the generator version), and, for people, ``generator_version``
+    and ``spec``. Only ``fingerprint`` is compared: a cache of another spec or generator
+    version, or with a sidecar of an older format (no ``fingerprint``), is regenerated. The
+    sidecar is removed before the ``.npz`` is rewritten and written after it, so a crash in
+    between leaves no sidecar that vouches for other content. ``GraphData.name`` is the
+    spec's name. An unwritable folder raises :class:`TwopgraphError`.
     """
-    from .synthetic import GENERATOR_VERSION, SYNTHETIC_PRESETS, generate, spec_summary
-    path = root / f"{name}.npz"
-    sidecar = root / f"{name}.spec.json"
-    want = {"generator_version": GENERATOR_VERSION, "spec": spec_summary(SYNTHETIC_PRESETS[name])}
-    want = json.loads(json.dumps(want))  # normalise types (tuples -> lists) for comparison
+    from .synthetic import GENERATOR_VERSION, generate, spec_fingerprint, spec_summary
+    path = Path(path)
+    sidecar = path.with_suffix(".spec.json")
+    want = spec_fingerprint(spec)
     if path.is_file():
         try:
-            have = json.loads(sidecar.read_text())
-        except (OSError, ValueError):
+            have = json.loads(sidecar.read_text()).get("fingerprint")
+        except (OSError, ValueError, AttributeError):  # missing, unreadable, not an object
             have = None
         if have == want:
-            return GraphData.load_npz(path, name=name)
-        log.warning("cached %s was made by another generator version or spec: regenerating", path)
-    data = generate(name, progress=progress)
-    data.name = name
-    _save_cache(data, path)
+            return GraphData.load_npz(path, name=spec.name)
+        log.warning("cached %s was made from another spec or generator version: regenerating",
+                    path)
+    data = generate(spec, progress=progress)
+    record = {"fingerprint": want, "generator_version": GENERATOR_VERSION,
+              "spec": spec_summary(spec)}
     try:
-        sidecar.write_text(json.dumps(want, indent=1) + "\n")
+        sidecar.unlink(missing_ok=True)
+        _save_cache(data, path)
+        atomic_write_bytes(sidecar, lambda f: f.write(
+            (json.dumps(record, indent=1) + "\n").encode()))
     except OSError as e:
-        raise TwopgraphError(f"cannot write {sidecar} ({e.strerror or e})") from e
+        raise TwopgraphError(f"cannot write dataset cache {path} ({e.strerror or e}); "
+                             f"choose a writable --data-root or ${DATA_ROOT_ENV}") from e
     return data
 
 
@@ -256,40 +285,84 @@ def _ogb_meta(name: str) -> dict:
 def _run_ogb(name: str, root: Path, meta: dict, progress: bool):
     """Let ogb download (if needed) and process the raw files; return ``(graph, labels)``.
 
-    ogb may prompt on stdin (re-download, downloads over 1 GB); it gets an empty stdin, so a
-    prompt fails at once instead of hanging. Its prints go to stderr (or nowhere without
-    ``progress``) so stdout stays clean, and network operations time out after
-    ``OGB_NET_TIMEOUT_S`` seconds.
+    ogb runs inside :func:`ogb_session` (no stdin, network timeout, prints to stderr).
+    Exceptions of the kinds in ``_OGB_FAILURES`` that ogb raised become a one-line
+    :class:`TwopgraphError` naming the fix; anything else propagates with its traceback.
     """
     folder = _ogb_folder(name, root)
     root.mkdir(parents=True, exist_ok=True)
     if folder.is_dir():  # ogb saves processed/data_processed without creating the folder
         (folder / "processed").mkdir(exist_ok=True)
-    sink = sys.stderr if progress else io.StringIO()
-    old_stdin, old_timeout = sys.stdin, socket.getdefaulttimeout()
     try:
-        sys.stdin = io.StringIO("")
-        socket.setdefaulttimeout(OGB_NET_TIMEOUT_S)
-        with contextlib.redirect_stdout(sink):
+        with ogb_session(progress):
             ds = _construct_ogb(name, root, folder)
-    except EOFError as e:
-        raise TwopgraphError(
-            f"{name}: ogb asked for confirmation (a download over 1 GB); download "
-            f"{meta['url']} yourself and unzip it in {root}, renaming its folder to "
-            f"{folder.name}") from e
-    except SystemExit as e:
-        raise TwopgraphError(f"{name}: ogb stopped (download refused); the raw files are "
-                             f"expected in {folder}/raw") from e
-    except Exception as e:  # ogb raises anything from URLError to KeyError on bad raw files
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        raise TwopgraphError(
-            f"{name}: ogb could not download or read the dataset ({type(e).__name__}: {msg}); "
-            f"the raw files are expected in {folder}/raw (offline: download {meta['url']}, "
-            f"unzip it in {root} and rename its folder to {folder.name})") from e
+    except _OGB_FAILURES as e:
+        if not _raised_in_ogb(e):
+            raise  # twopgraph's own code failed: a bug, keep the traceback
+        raise _ogb_failure(name, root, folder, meta["url"], e) from e
+    return ds.graph, ds.labels
+
+
+@contextlib.contextmanager
+def ogb_session(progress: bool = True):
+    """The scope of one call into ogb; everything it changes is restored on exit.
+
+    ogb asks questions with ``input()`` (whether to re-download an outdated folder, whether
+    to download more than 1 GB) and opens URLs without a timeout, so inside this block
+    ``sys.stdin`` is an empty stream (a prompt fails at once with ``EOFError`` instead of
+    waiting on a terminal or pipe nobody answers), ``socket.setdefaulttimeout`` is
+    :data:`OGB_NET_TIMEOUT_S` (a dead connection fails instead of hanging), and stdout goes
+    to stderr (or nowhere without ``progress``), so twopgraph's stdout stays machine-readable.
+    These are process-wide settings: other threads see them while the block runs (twopgraph
+    loads datasets before it starts any thread).
+    """
+    old_stdin, old_timeout = sys.stdin, socket.getdefaulttimeout()
+    sys.stdin = io.StringIO("")
+    socket.setdefaulttimeout(OGB_NET_TIMEOUT_S)
+    try:
+        with contextlib.redirect_stdout(sys.stderr if progress else io.StringIO()):
+            yield
     finally:
         sys.stdin = old_stdin
         socket.setdefaulttimeout(old_timeout)
-    return ds.graph, ds.labels
+
+
+def _raised_in_ogb(e: BaseException) -> bool:
+    """Whether ``e`` was raised inside ogb (or a library ogb called): a frame of the ``ogb``
+    package lies on its traceback."""
+    tb = e.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_globals.get("__name__", "").split(".")[0] == "ogb":
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def _ogb_failure(name: str, root: Path, folder: Path, url: str,
+                 e: BaseException) -> TwopgraphError:
+    """The one-line error for a failure ``e`` inside ogb, naming what to do."""
+    offline = (f"download {url} yourself, unzip it in {root} and rename its folder to "
+               f"{folder.name}")
+    if isinstance(e, SystemExit):
+        return TwopgraphError(f"{name}: ogb stopped (download refused); the raw files are "
+                              f"expected in {folder}/raw")
+    if isinstance(e, EOFError) and _innermost_module(e).split(".")[0] == "ogb":
+        return TwopgraphError(f"{name}: ogb asked for confirmation (a download over 1 GB); "
+                              f"{offline}")
+    text = str(e).strip()
+    what = f"{type(e).__name__}: {text.splitlines()[0]}" if text else type(e).__name__
+    if isinstance(e, _NETWORK_ERRORS) or isinstance(e.__context__, _NETWORK_ERRORS):
+        return TwopgraphError(f"{name}: ogb could not download the dataset ({what}); the raw "
+                              f"files are expected in {folder}/raw (offline: {offline})")
+    return TwopgraphError(f"{name}: ogb could not read the raw files in {folder}/raw ({what}); "
+                          f"delete {folder} to download it afresh, or {offline}")
+
+
+def _innermost_module(e: BaseException) -> str:
+    tb = e.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb.tb_frame.f_globals.get("__name__", "") if tb is not None else ""
 
 
 def _construct_ogb(name: str, root: Path, folder: Path):
@@ -314,7 +387,7 @@ def _torch_load_local(path: Path):
     import torch
     try:
         return torch.load(path, weights_only=False)
-    except Exception as e:
+    except _PICKLE_ERRORS as e:
         raise GraphFormatError(f"{path}: cannot read ogb's file ({type(e).__name__}: {e}); "
                                "delete it so that ogb rebuilds it from the raw files") from e
 
@@ -339,7 +412,12 @@ def _read_ogb_split(folder: Path, name: str) -> dict:
         path = folder / f"{key}.csv.gz"
         if not path.is_file():
             raise TwopgraphError(f"{name}: split file {path} is missing (incomplete download?)")
-        split[key] = pd.read_csv(path, compression="gzip", header=None).values.T[0]
+        try:
+            table = pd.read_csv(path, compression="gzip", header=None)
+        except (OSError, EOFError, ValueError) as e:  # damaged gzip or csv
+            raise GraphFormatError(f"{name}: cannot read split file {path} "
+                                   f"({type(e).__name__}); delete it and re-download") from None
+        split[key] = table.values.T[0]
     return split
 
 

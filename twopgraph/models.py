@@ -14,28 +14,46 @@ Example::
 
 from __future__ import annotations
 
+import threading
 import warnings
 from typing import Callable
 
-import numpy as np
 import torch
 from torch import nn
 
-from . import kernels
+from .dropout import relu_dropout
 from .errors import ConfigError
 from .sampler.minibatch import Block, MiniBatch
 
+# torch prints "Sparse CSR tensor support is in beta" once per process, when the first CSR
+# tensor is built (TORCH_WARN_ONCE in SparseCsrTensorImpl). We silence exactly that first
+# construction with a catch_warnings block instead of a filter installed at import (which would
+# change the warning filters of every program that imports twopgraph). catch_warnings swaps the
+# process-wide filter list while it is open, so it is entered once per process, under a lock,
+# and every later call skips it; models run on one thread (the main one), so nothing else
+# builds CSR tensors meanwhile, and the notice cannot come back after the first tensor.
+_csr_notice_lock = threading.Lock()
+_csr_notice_done = False
 
-# torch warns that sparse CSR support is in beta on every tensor built; one filter at import
-# (a catch_warnings block per call would rewrite the global filters from several threads).
-warnings.filterwarnings("ignore", message=".*[Ss]parse CSR tensor support is in beta.*")
+
+def _csr_tensor(block: Block, values: torch.Tensor, num_src: int) -> torch.Tensor:
+    global _csr_notice_done
+    size = (block.num_dst, num_src)
+    if _csr_notice_done:
+        return torch.sparse_csr_tensor(block.indptr, block.indices, values, size=size,
+                                       check_invariants=False)
+    with _csr_notice_lock, warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta",
+                                category=UserWarning)
+        a = torch.sparse_csr_tensor(block.indptr, block.indices, values, size=size,
+                                    check_invariants=False)
+        _csr_notice_done = True
+    return a
 
 
 def _spmm(block: Block, values: torch.Tensor, h_src: torch.Tensor) -> torch.Tensor:
     """``A @ h_src`` where A (num_dst x num_src) has the block's edges with ``values``."""
-    a = torch.sparse_csr_tensor(block.indptr, block.indices, values,
-                                size=(block.num_dst, h_src.shape[0]), check_invariants=False)
-    return torch.sparse.mm(a, h_src)
+    return torch.sparse.mm(_csr_tensor(block, values, h_src.shape[0]), h_src)
 
 
 def _mean_weights(block: Block) -> torch.Tensor:
@@ -116,48 +134,6 @@ class GCNConv(nn.Module):
         w = self._weights(block).to(p.dtype)
         self_term = p[dst_start:dst_end] / (block.dst_deg + 1.0).to(p.dtype).unsqueeze(1)
         return _spmm(block, w, p) + self_term + self.bias
-
-
-class _ReluDropoutCPU(torch.autograd.Function):
-    """ReLU then inverted dropout in one numba pass (CPU, float32), 1 byte of mask per element."""
-
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, p: float, key: int) -> torch.Tensor:
-        xc = x.detach().contiguous()
-        out = torch.empty_like(xc)
-        keep = torch.empty(xc.shape, dtype=torch.uint8)
-        scale = np.float32(1.0 / (1.0 - p))
-        kernels.relu_dropout_fwd(xc.view(-1).numpy(), out.view(-1).numpy(),
-                                 keep.view(-1).numpy(), np.uint64(key),
-                                 np.uint64(min(round(p * 2.0 ** 32), 2 ** 32)), scale)
-        ctx.save_for_backward(keep)
-        ctx.scale = scale
-        return out
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor):
-        (keep,) = ctx.saved_tensors
-        g = grad.contiguous()
-        out = torch.empty_like(g)
-        kernels.relu_dropout_bwd(g.view(-1).numpy(), keep.view(-1).numpy(), ctx.scale,
-                                 out.view(-1).numpy())
-        return out, None, None
-
-
-def relu_dropout(x: torch.Tensor, dropout: nn.Dropout) -> torch.Tensor:
-    """``dropout(relu(x))``. In training on CPU with float32 this is one fused numba pass
-    (:func:`twopgraph.kernels.relu_dropout_fwd`): torch draws a CPU dropout mask with a serial
-    kernel (``bernoulli_``/``rand_like``), which cost 25-30% of a GraphSAGE training step here
-    (profile of issue 6). The mask's key is drawn from torch's generator, so
-    ``torch.manual_seed`` makes runs reproducible, whatever the number of threads. Elsewhere
-    (CUDA, eval, other dtypes) torch's own ReLU and dropout.
-    """
-    p = dropout.p
-    if (not dropout.training or p == 0.0 or x.device.type != "cpu"
-            or x.dtype != torch.float32 or p >= 1.0):
-        return dropout(torch.relu(x))
-    key = int(torch.randint(0, 2 ** 62, (1,)).item())
-    return _ReluDropoutCPU.apply(x, p, key)
 
 
 class BlockGNN(nn.Module):

@@ -42,11 +42,15 @@ from dataclasses import dataclass, fields, replace
 import numpy as np
 
 from .errors import ConfigError
+from .fingerprint import fingerprint
 from .graph import CSRGraph, GraphData
 
-# Bump whenever the generator's output changes for a given spec: cached datasets made by an
-# older version are then regenerated instead of silently reused.
+# Bump whenever the generator's output changes for a given spec: it is part of
+# spec_fingerprint, so cached datasets made by an older version are then regenerated instead
+# of silently reused.
 GENERATOR_VERSION = 2
+# SyntheticSpec fields that do not change the generated arrays (left out of spec_fingerprint).
+_LABEL_FIELDS = ("name", "description")
 _CHUNK = 1 << 22  # samples / rows per vectorised step: bounds temporaries, fixes the RNG order
 _MAX_ROUNDS = 12  # top-up rounds before giving up on hitting num_edges exactly
 
@@ -204,6 +208,14 @@ def generate(spec_or_name: SyntheticSpec | str, seed: int | None = None,
 def spec_summary(spec: SyntheticSpec) -> dict:
     """The spec as a plain dict (for logs and ``metrics.json``)."""
     return {f.name: getattr(spec, f.name) for f in fields(spec)}
+
+
+def spec_fingerprint(spec: SyntheticSpec) -> str:
+    """Provenance fingerprint (:mod:`twopgraph.fingerprint`) of what ``generate(spec)``
+    returns: every field of ``spec`` that changes the arrays (all but ``name`` and
+    ``description``) and :data:`GENERATOR_VERSION`. Costs microseconds (no generation)."""
+    params = {k: v for k, v in spec_summary(spec).items() if k not in _LABEL_FIELDS}
+    return fingerprint("synthetic", {"spec": params, "generator_version": GENERATOR_VERSION})
 
 
 def edge_homophily(graph: CSRGraph, label: np.ndarray) -> float:

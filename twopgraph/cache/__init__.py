@@ -1,8 +1,11 @@
-"""The GNN-layer-aware feature cache: :class:`FeatureCache` over a host store, its policies
-(registry ``POLICIES``: name -> factory) and the offline optimum.
+"""Feature sources: :class:`HostFeatures` (a plain host table) and the GNN-layer-aware
+:class:`FeatureCache` (a device buffer over the host table, driven by a cache policy), and the
+offline optimum the policies are judged against.
 
-Policies (each its own module): ``none`` (no cache), ``degree`` (PaGraph), ``presample``
-(GNNLab PreSC), ``layer`` (2PGraph: layer-aware static rank + schedule lookahead window).
+Policies register in :data:`~twopgraph.protocols.CACHE_POLICIES` (name -> factory), one module
+each: ``none`` (no cache), ``degree`` (PaGraph), ``presample`` (GNNLab PreSC), ``layer``
+(2PGraph: layer-aware static rank + schedule lookahead window). A new policy is a new module
+of this package.
 
 Example::
 
@@ -17,31 +20,22 @@ Example::
 from __future__ import annotations
 
 import inspect
-from typing import Callable
 
 import torch
 
 from ..errors import ConfigError
-from . import degree, layer, none, presample
+from ..metrics import CacheCounters
+from ..protocols import CACHE_POLICIES
 from .base import CachePolicy, PolicyContext
-from .directory import CacheCounters, CacheDirectory, GatherPlan, replay
+from .directory import CacheDirectory, GatherPlan, replay
 from .feature_cache import FEAT_DTYPES, FeatureCache, feat_dtype, resolve_budget
-from .optimal import belady_min, exhaustive_min
-
-POLICIES: dict[str, Callable[..., CachePolicy]] = {
-    "none": none.make,
-    "degree": degree.make,
-    "presample": presample.make,
-    "layer": layer.make,
-}
+from .host import HostFeatures
+from .optimal import belady_min
 
 
 def make_policy(name: str, ctx: PolicyContext, **options) -> CachePolicy:
     """Build the policy registered as ``name`` (options go to its factory)."""
-    try:
-        factory = POLICIES[name]
-    except KeyError:
-        raise ConfigError(f"unknown cache policy {name!r}; known: {', '.join(POLICIES)}") from None
+    factory = CACHE_POLICIES.get(name)
     try:  # check the options alone: a TypeError from inside the factory is a real error
         inspect.signature(factory).bind(ctx, **options)
     except TypeError as e:
@@ -49,22 +43,25 @@ def make_policy(name: str, ctx: PolicyContext, **options) -> CachePolicy:
     return factory(ctx, **options)
 
 
-__all__ = ["build_feature_cache", "CachePolicy", "PolicyContext", "CacheCounters", "CacheDirectory", "GatherPlan",
-           "replay", "FEAT_DTYPES", "FeatureCache", "feat_dtype", "resolve_budget",
-           "belady_min", "exhaustive_min", "POLICIES", "make_policy"]
-
-
-def build_feature_cache(policy: str, feat: torch.Tensor, ctx: PolicyContext, device, *,
-                        ratio: float | None = None, gb: float | None = None,
-                        dtype: str = "float32", **options) -> FeatureCache:
-    """The :class:`FeatureCache` a training run uses: policy ``policy`` built from ``ctx``,
-    features stored and copied as ``dtype`` and served as float32, budget from ``ratio`` or
-    ``gb`` (default: see :func:`resolve_budget`; ``none`` always gets 0). A budget of 0 rows
-    runs as ``none`` whatever ``policy`` says: nothing to rank, no lookahead window held."""
-    if policy not in POLICIES:
-        raise ConfigError(f"unknown cache policy {policy!r}; known: {', '.join(POLICIES)}")
+def build_feature_source(policy: str, feat: torch.Tensor, ctx: PolicyContext, device, *,
+                         ratio: float | None = None, gb: float | None = None,
+                         dtype: str = "float32", **options):
+    """The feature source a training run uses: features stored and copied as ``dtype`` and
+    served as float32; a :class:`FeatureCache` with policy ``policy`` built from ``ctx`` and a
+    budget from ``ratio`` or ``gb`` (default: see :func:`resolve_budget`), or, when that budget
+    is 0 rows or the policy caches nothing, the plain :class:`HostFeatures` (nothing to rank,
+    no window held, no second copy of any row)."""
+    factory = CACHE_POLICIES.get(policy)
     tdtype = feat_dtype(dtype)
     row_bytes = int(feat.shape[1]) * torch.empty(0, dtype=tdtype).element_size()
     budget = resolve_budget(int(feat.shape[0]), row_bytes, device, ratio, gb)
-    pol = make_policy(policy if budget > 0 else "none", ctx, **(options if budget > 0 else {}))
-    return FeatureCache(feat, pol, budget, device, dtype=tdtype, out_dtype=torch.float32)
+    if budget == 0 or factory is CACHE_POLICIES.get("none"):
+        return HostFeatures(feat, device, dtype=tdtype)
+    return FeatureCache(feat, make_policy(policy, ctx, **options), budget, device,
+                        dtype=tdtype, out_dtype=torch.float32)
+
+
+# temporary: old names, removed once tests are migrated
+from .optimal import exhaustive_min  # noqa: E402,F401
+POLICIES = CACHE_POLICIES
+build_feature_cache = build_feature_source

@@ -37,7 +37,8 @@ class PolicyContext:
     """What a policy may look at: the graph, the training set and how batches are made.
 
     ``scheduler`` and ``sampler`` are the real ones of the run (``presample`` samples epochs
-    with them); ``fanouts`` are per GNN layer, input layer first.
+    with them, on ``workers`` sampling threads); ``fanouts`` are per GNN layer, input layer
+    first.
     """
 
     graph: CSRGraph
@@ -47,6 +48,7 @@ class PolicyContext:
     scheduler: Any = None
     sampler: Any = None
     seed: int = 0
+    workers: int = 1
     extra: dict = field(default_factory=dict)
 
     @property

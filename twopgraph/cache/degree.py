@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..protocols import CACHE_POLICIES
 from .base import CachePolicy, PolicyContext, top_rows
 
 
@@ -27,5 +28,6 @@ class DegreeCache(CachePolicy):
         return top_rows(self.degrees, budget)
 
 
+@CACHE_POLICIES.register("degree")
 def make(ctx: PolicyContext) -> DegreeCache:
     return DegreeCache(ctx.graph.degrees())

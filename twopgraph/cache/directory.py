@@ -15,35 +15,14 @@ Accounting (rows; bytes = rows x bytes per row):
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
 from ..errors import ConfigError
+from ..metrics import CacheCounters
 from .base import DROP_KEY, CachePolicy
-
-
-@dataclass
-class CacheCounters:
-    """Row counts (see the module doc); add ``row_bytes`` to get bytes."""
-
-    feature_rows: int = 0
-    cache_hits: int = 0
-    h2d_rows: int = 0
-    fill_rows: int = 0
-    num_batches: int = 0
-
-    @property
-    def hit_rate(self) -> float:
-        return self.cache_hits / self.feature_rows if self.feature_rows else 0.0
-
-    def __sub__(self, other: "CacheCounters") -> "CacheCounters":
-        return CacheCounters(**{f.name: getattr(self, f.name) - getattr(other, f.name)
-                                for f in fields(self)})
-
-    def copy(self) -> "CacheCounters":
-        return CacheCounters(**{f.name: getattr(self, f.name) for f in fields(self)})
 
 
 @dataclass

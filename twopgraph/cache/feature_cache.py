@@ -19,7 +19,8 @@ import torch
 
 from ..errors import ConfigError
 from .base import CachePolicy
-from .directory import CacheCounters, CacheDirectory
+from ..metrics import CacheCounters
+from .directory import CacheDirectory
 
 FEAT_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 # Bytes of device memory left free for training when the budget is "whatever fits".
@@ -113,6 +114,11 @@ class FeatureCache:
     @property
     def budget(self) -> int:
         return self.directory.budget
+
+    @property
+    def lookahead(self) -> int | None:
+        """Batches the loader announces ahead (the policy's window; 0 for static policies)."""
+        return self.directory.policy.lookahead
 
     @property
     def counters(self) -> CacheCounters:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ConfigError
+from ..protocols import CACHE_POLICIES
 from .base import DROP_KEY, PolicyContext, WindowPolicy, next_use_keys, rank_of, top_rows
 from .window import NO_USE
 
@@ -109,6 +110,7 @@ class LayerCache(WindowPolicy):
                 "reachable_rows": self.num_reachable}
 
 
+@CACHE_POLICIES.register("layer")
 def make(ctx: PolicyContext, lookahead: int = DEFAULT_LOOKAHEAD,
          prefill: str = "window") -> LayerCache:
     if not isinstance(lookahead, int) or lookahead < 0:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..protocols import CACHE_POLICIES
 from .base import CachePolicy, PolicyContext
 
 
@@ -12,5 +13,6 @@ class NoCache(CachePolicy):
     caches = False
 
 
+@CACHE_POLICIES.register("none")
 def make(ctx: PolicyContext) -> NoCache:
     return NoCache()

@@ -8,6 +8,8 @@ import time
 import numpy as np
 
 from ..errors import ConfigError
+from ..protocols import CACHE_POLICIES
+from ..sampler.stream import sampled_batches
 from .base import CachePolicy, PolicyContext, top_rows
 
 # Pre-sampling epochs use stream keys no training epoch uses (epochs count up from 0).
@@ -35,14 +37,15 @@ class PresampleCache(CachePolicy):
         return dict(self.cost)
 
 
-def presample_counts(scheduler, sampler, num_rows: int, epochs: int = 1) -> tuple[np.ndarray, dict]:
-    """Access counts of every row over ``epochs`` sampled epochs, and their cost."""
-    from ..loader import EpochStats, sampled_batches  # the loader sits above the cache
+def presample_counts(scheduler, sampler, num_rows: int, epochs: int = 1,
+                     workers: int = 1) -> tuple[np.ndarray, dict]:
+    """Access counts of every row over ``epochs`` sampled epochs (on ``workers`` sampling
+    threads), and their cost."""
     t = time.perf_counter()
     counts = np.zeros(num_rows, dtype=np.int64)
     rows = 0
     for k in range(epochs):
-        for mb in sampled_batches(scheduler, sampler, PRESAMPLE_EPOCH0 + k, EpochStats()):
+        for mb, _ in sampled_batches(scheduler, sampler, PRESAMPLE_EPOCH0 + k, workers):
             ids = mb.input_nodes.numpy()
             counts[ids] += 1
             rows += ids.shape[0]
@@ -50,10 +53,12 @@ def presample_counts(scheduler, sampler, num_rows: int, epochs: int = 1) -> tupl
                     "presample_rows": rows}
 
 
+@CACHE_POLICIES.register("presample")
 def make(ctx: PolicyContext, epochs: int = 1) -> PresampleCache:
     if not isinstance(epochs, int) or epochs < 1:
         raise ConfigError(f"presample epochs must be a positive integer, got {epochs!r}")
     if ctx.scheduler is None or ctx.sampler is None:
         raise ConfigError("the presample cache policy needs the run's scheduler and sampler")
-    counts, cost = presample_counts(ctx.scheduler, ctx.sampler, ctx.num_rows, epochs)
+    counts, cost = presample_counts(ctx.scheduler, ctx.sampler, ctx.num_rows, epochs,
+                                   ctx.workers)
     return PresampleCache(counts, ctx.graph.degrees(), cost)

@@ -3,7 +3,8 @@
 Batches are announced in stream order as the loader samples them ahead, and consumed in the
 same order as they are trained on. At any time ``next_use[r]`` is the stream position of the
 next announced batch that needs row ``r``, or :data:`NO_USE` when no announced batch does.
-Announce and consume cost O(rows of the batch) (numba kernels in :mod:`twopgraph.kernels`).
+Announce and consume cost O(rows of the batch) (numba kernels in
+:mod:`twopgraph.cache.kernels`).
 
 Example::
 
@@ -21,7 +22,7 @@ from collections import deque
 
 import numpy as np
 
-from .. import kernels
+from . import kernels
 
 NO_USE = int(kernels.NO_USE)
 

@@ -6,10 +6,6 @@ for ``twopgraph train --nproc``, ``commands`` is the command-line glue. Names ar
 lazily (the CLI builds its parser without importing torch).
 """
 
-# Seconds a collective may wait for the other ranks before it fails (evaluation of a large
-# graph on CPU is the longest stretch between two collectives).
-DEFAULT_TIMEOUT_S = 600.0
-
 _LAZY = {"DistEnv": "env", "detect": "env", "process_group": "env", "rank_device": "env",
          "launch": "launch", "torchrun_command": "launch", "DistResult": "trainer",
          "FixedSteps": "trainer", "PartSampler": "trainer", "train_distributed": "trainer",

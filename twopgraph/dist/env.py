@@ -25,8 +25,7 @@ import torch
 import torch.distributed as dist
 
 from ..errors import ConfigError
-from ..train import resolve_device
-from . import DEFAULT_TIMEOUT_S
+from ..config import resolve_device
 
 log = logging.getLogger("twopgraph")
 
@@ -67,7 +66,7 @@ def detect(environ=None) -> DistEnv:
 def rank_device(name: str, env: DistEnv) -> torch.device:
     """The device of this rank: ``auto``/``cuda`` -> ``cuda:LOCAL_RANK`` when CUDA is there
     (``auto`` falls back to cpu); ``cpu`` and ``cuda:N`` are taken as given (names are
-    checked by :func:`~twopgraph.train.resolve_device`)."""
+    checked by :func:`~twopgraph.config.resolve_device`)."""
     device = resolve_device(name)
     if device.type == "cuda" and device.index is None:  # one GPU per local rank
         if env.local_rank >= torch.cuda.device_count():
@@ -78,7 +77,7 @@ def rank_device(name: str, env: DistEnv) -> torch.device:
 
 
 @contextlib.contextmanager
-def process_group(env: DistEnv, device: torch.device, timeout_s: float = DEFAULT_TIMEOUT_S):
+def process_group(env: DistEnv, device: torch.device, timeout_s: float):
     """Initialise the default process group for ``env`` (``nccl`` on CUDA, ``gloo`` on CPU)
     and destroy it on exit, whatever happens. Yields the backend name."""
     if not (timeout_s > 0):

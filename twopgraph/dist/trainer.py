@@ -24,21 +24,21 @@ training (:mod:`twopgraph.train`: model, epoch pipeline, checkpoints, metrics), 
   ``halo_input_rows`` = input rows of replicated (not owned) vertices, which a partition without
   replication would have to fetch remotely. Totals sum counts over ranks and take the slowest
   rank's times; ``input_nodes_per_batch`` is per rank and step.
-- **robustness**: collectives time out after ``timeout_s``; a rank that loses its peers raises
+- **robustness**: collectives time out after ``--dist-timeout`` seconds; a rank that loses its peers raises
   :class:`~twopgraph.errors.TwopgraphError` (one line) instead of hanging.
 
 Example (inside ``torchrun --nproc-per-node 4``)::
 
-    >>> res = train_distributed(TrainConfig(epochs=2), "parts/small-4")   # doctest: +SKIP
+    >>> res = train_distributed(TrainConfig.of(epochs=2), "parts/small-4")  # doctest: +SKIP
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
-import os
 import threading
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -47,23 +47,23 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from .. import kernels
-from ..cache import PolicyContext, build_feature_cache
+from ..config import TrainConfig
 from ..errors import ConfigError, TwopgraphError
+from ..loader import available_cores
+from ..metrics import peak_rss_mib, transfer_metrics
 from ..partition.selfdep import Part, load_part, read_meta
-from ..sampler import NeighborSampler, make_scheduler
-from ..train import (CHECKPOINT, METRICS, RESUME_KEYS, TrainConfig,
-                     _train_epoch, apply_threads, build_training, evaluates_after,
-                     peak_rss_mib, read_checkpoint, save_checkpoint, write_json)
-from . import DEFAULT_TIMEOUT_S
+from ..sampler import make_sampler
+from ..train import (CHECKPOINT, METRICS, build_training, eval_features, evaluates_after,
+                     log_epoch, make_loader, read_checkpoint, run_signature, save_checkpoint,
+                     train_epoch, write_metrics)
 from .env import DistEnv, detect, process_group, rank_device
 from .evaluate import evaluate_distributed, global_degrees
 
 log = logging.getLogger("twopgraph")
 
-# Config fields a distributed --resume must match; the partition (and so the dataset, the
-# clusters and the numbering) is matched through its partition_id.
-DIST_RESUME_KEYS = tuple(k for k in RESUME_KEYS if k not in ("dataset", "num_clusters",
-                                                             "renumber"))
+# Result parameters a distributed --resume does not compare: the partition (and so the
+# dataset, the clusters and the numbering) is matched through its partition_id instead.
+PARTITION_KEYS = ("dataset", "num_clusters", "renumber")
 SUM_KEYS = ("num_batches", "num_seeds", "feature_rows", "cache_hits", "h2d_bytes",
             "cache_fill_bytes", "cache_budget_rows", "remote_graph_requests",
             "remote_feature_bytes", "halo_input_rows")
@@ -79,7 +79,8 @@ class PartSampler:
     """
 
     def __init__(self, part: Part, fanouts, seed: int = 0):
-        self.inner = NeighborSampler(part.data.graph, fanouts, seed=seed, degrees=part.degree)
+        self.inner = make_sampler("neighbor", part.data.graph, fanouts, seed=seed,
+                                  degrees=part.degree)
         self.graph, self.fanouts, self.seed = self.inner.graph, self.inner.fanouts, seed
         self.num_owned = part.num_owned
         self._degree = np.asarray(part.degree, dtype=np.int64)
@@ -93,7 +94,7 @@ class PartSampler:
     def num_layers(self) -> int:
         return self.inner.num_layers
 
-    def sample(self, seeds, key: int = 0, parallel: bool = True):
+    def sample(self, seeds, key: int | None = None, parallel: bool = True):
         """:meth:`NeighborSampler.sample`, counting; safe from several sampler threads."""
         mb = self.inner.sample(seeds, key, parallel)
         ids = mb.input_nodes.numpy()
@@ -116,6 +117,9 @@ class PartSampler:
 
     def counters(self) -> tuple[int, float, int]:
         return self.remote_graph_requests, self.remote_feature_rows, self.halo_input_rows
+
+    def full_block(self, dst_start: int, dst_end: int):
+        return self.inner.full_block(dst_start, dst_end)
 
 
 # Refill shuffles of a rank that runs out of batches use epoch numbers this far apart, so
@@ -157,39 +161,43 @@ class DistResult:
     model: torch.nn.Module
 
 
-def train_distributed(cfg: TrainConfig, partitions, *, timeout_s: float = DEFAULT_TIMEOUT_S,
-                      env: DistEnv | None = None) -> DistResult:
+def train_distributed(cfg: TrainConfig, partitions, *, env: DistEnv | None = None) -> DistResult:
     """Train per ``cfg`` on the partition folder ``partitions`` as rank ``env.rank`` of
     ``env.world_size`` (default: from the torchrun variables). The partition must have
-    ``world_size`` parts; ``cfg.dataset``, ``num_clusters`` and ``renumber`` are taken from it.
-    Every rank returns the same accuracies; ``model`` is its replica (identical on all ranks).
+    ``world_size`` parts; the dataset, ``num_clusters`` and ``renumber`` are taken from it.
+    Collectives wait at most ``cfg.dist.dist_timeout`` seconds for the other ranks. Every rank
+    returns the same accuracies; ``model`` is its replica (identical on all ranks).
     """
     cfg.validate()
     env = detect() if env is None else env
+    timeout_s = cfg.dist.dist_timeout
     meta = read_meta(partitions)
     if meta["num_parts"] != env.world_size:
         raise ConfigError(f"{partitions} has {meta['num_parts']} parts but the run has "
                           f"{env.world_size} processes; use --nproc {meta['num_parts']} "
                           f"(or torchrun --nproc-per-node {meta['num_parts']})")
-    if meta["hops"] < len(cfg.fanouts) and env.is_main:
+    if meta["hops"] < len(cfg.sampling.fanouts) and env.is_main:
         log.warning("partition hops %d < %d layers: sampling is truncated at part boundaries "
                     "(less replication, approximate neighbourhoods; see remote_graph_requests)",
-                    meta["hops"], len(cfg.fanouts))
-    device = rank_device(cfg.device, env)
-    _set_threads(cfg.threads, device, env)
-    if not env.is_main:
-        log.setLevel(logging.WARNING)
-    with process_group(env, device, timeout_s) as backend:
+                    meta["hops"], len(cfg.sampling.fanouts))
+    device = rank_device(cfg.run.device, env)
+    with _quiet_unless_main(env), process_group(env, device, timeout_s) as backend:
         try:
             return _run(cfg, Path(partitions), meta, env, device, backend)
-        except dist.DistError as e:
+        except dist.DistError as e:  # a collective failed: a peer died, hung or timed out
             raise _lost_peer(env, timeout_s, e) from None
-        except RuntimeError as e:  # gloo reports a dead peer through DDP as a plain
-            # RuntimeError (tested: a killed rank), so it is recognised by its message
-            if not any(s in str(e) for s in ("Gloo", "gloo", "NCCL", "onnection", "imed out",
-                                              "Timeout")):
-                raise
-            raise _lost_peer(env, timeout_s, e) from None
+
+
+@contextlib.contextmanager
+def _quiet_unless_main(env: DistEnv):
+    """Only rank 0 logs below WARNING; the logger's level is restored afterwards."""
+    before = log.level
+    if not env.is_main:
+        log.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        log.setLevel(before)
 
 
 def _lost_peer(env: DistEnv, timeout_s: float, e: BaseException) -> TwopgraphError:
@@ -198,25 +206,26 @@ def _lost_peer(env: DistEnv, timeout_s: float, e: BaseException) -> TwopgraphErr
                           f"answer within {timeout_s:g} s; stopping ({type(e).__name__}: {first})")
 
 
-def _set_threads(threads: int, device, env: DistEnv) -> None:
+def _rank_threads(threads: int, device, env: DistEnv) -> int:
     """``threads`` or, on CPU, the cores shared fairly among this machine's ranks."""
-    n = threads or (max(1, (os.cpu_count() or 1) // env.local_world_size)
-                    if device.type == "cpu" else 0)
-    apply_threads(n)
+    if threads or device.type != "cpu":
+        return threads
+    return max(1, available_cores() // env.local_world_size)
 
 
 def _signature(cfg: TrainConfig, meta: dict, world: int) -> dict:
-    sig = {k: getattr(cfg, k) for k in DIST_RESUME_KEYS}
-    sig.update(partition_id=meta["partition_id"], world_size=world)
-    return sig
+    params = {k: v for k, v in cfg.result_params().items() if k not in PARTITION_KEYS}
+    params["world_size"] = world
+    return run_signature(params, meta["partition_id"])
 
 
 def _run(cfg: TrainConfig, folder: Path, meta: dict, env: DistEnv, device, backend) -> DistResult:
     world, rank = env.world_size, env.rank
-    out = Path(cfg.out)
+    run = cfg.run
+    out = Path(run.out)
     sig = _signature(cfg, meta, world)
-    ckpt = (read_checkpoint(out / CHECKPOINT, sig, cfg.epochs, kind="distributed")
-            if cfg.resume else None)
+    ckpt = (read_checkpoint(out / CHECKPOINT, sig, run.epochs, kind="distributed")
+            if run.resume else None)
     t = time.perf_counter()
     part = load_part(folder, rank, meta, mmap=False)
     data = part.data
@@ -230,65 +239,70 @@ def _run(cfg: TrainConfig, folder: Path, meta: dict, env: DistEnv, device, backe
         log.info("resuming from %s after epoch %d", out / CHECKPOINT, start_epoch)
     ddp = DDP(model)
 
-    local_bs = -(-cfg.batch_size // world)
+    local_bs = -(-cfg.sampling.batch_size // world)
     # As many optimizer steps per epoch as a single-process run with the same global batch.
     steps = -(-sum(p["num_train"] for p in meta["parts"]) // (local_bs * world))
-    sampler = PartSampler(part, cfg.fanouts, seed=cfg.seed)
-    scheduler = FixedSteps(make_scheduler(
-        cfg.schedule, data.train_idx, local_bs, seed=cfg.seed, balance=cfg.balance,
-        parts=np.asarray(part.cluster, dtype=np.int64), labels=data.label), steps)
-    feat = torch.from_numpy(data.feat)
-    labels = torch.from_numpy(data.label)
-    ctx = PolicyContext(data.graph, data.train_idx, cfg.fanouts, local_bs,
-                        scheduler=scheduler, sampler=sampler, seed=cfg.seed)
-    gather = build_feature_cache(cfg.cache_policy, feat, ctx, device, ratio=cfg.cache_ratio,
-                                 gb=cfg.cache_gb, dtype=cfg.feat_dtype)
-    eval_feat = feat if cfg.feat_dtype == "float32" else feat.to(gather.dtype).to(torch.float32)
+    sampler = PartSampler(part, cfg.sampling.fanouts, seed=run.seed)
+    loader = make_loader(cfg, data, device, parts=np.asarray(part.cluster, dtype=np.int64),
+                         batch_size=local_bs, sampler=sampler,
+                         wrap_scheduler=lambda s: FixedSteps(s, steps),
+                         threads=_rank_threads(run.threads, device, env))
+    feat, labels = eval_features(data, loader), loader.labels
     gdeg = global_degrees(part, device)
     if env.is_main:
         out.mkdir(parents=True, exist_ok=True)
-    epoch_cfg = replace(cfg, progress=cfg.progress and env.is_main)
+    progress = run.progress and env.is_main
     val_acc = test_acc = None
     evaluated = False
 
-    for epoch in range(start_epoch, cfg.epochs):
-        torch.manual_seed(kernels.mix_key(cfg.seed, rank, epoch) & 0x7FFFFFFFFFFFFFFF)
-        before = sampler.counters()
-        rec = _train_epoch(ddp, opt, scheduler, sampler, gather, labels, epoch, device,
-                           epoch_cfg)
-        after = sampler.counters()
-        rec.update(rank=rank, remote_graph_requests=after[0] - before[0],
-                   remote_feature_bytes=int(round((after[1] - before[1]) * gather.row_bytes)),
-                   halo_input_rows=after[2] - before[2])
-        ranks = [None] * world
-        dist.all_gather_object(ranks, rec)
-        total = _total(ranks)
-        evaluated = False
-        if evaluates_after(cfg, epoch):
-            t = time.perf_counter()
-            val_acc, test_acc = evaluate_distributed(model, part, eval_feat, labels, device,
-                                                     cfg.eval_batch_edges, gdeg)
-            evaluated = True
-            total.update(val_acc=val_acc, test_acc=test_acc, eval_s=time.perf_counter() - t)
-        total["ranks"] = ranks
-        epochs_log.append(total)
-        if env.is_main:
-            log.info("epoch %d  loss %.4f  val_acc %s  epoch_s %.2f  inputs/batch %.0f  "
-                     "remote_graph_requests %d  halo_input_rows %d", epoch, total["loss"],
-                     "-" if val_acc is None or not evaluated else f"{val_acc:.4f}",
-                     total["epoch_s"], total["input_nodes_per_batch"],
-                     total["remote_graph_requests"], total["halo_input_rows"])
-            save_checkpoint(out, model, opt, sig, epochs_log, kind="distributed")
-            _write_metrics(out, cfg, meta, env, backend, device, epochs_log)
+    def evaluate():
+        return evaluate_distributed(model, part, feat, labels, device, run.eval_batch_edges, gdeg)
 
-    if not evaluated:  # resumed a finished run: evaluate the final model again
-        val_acc, test_acc = evaluate_distributed(model, part, eval_feat, labels, device,
-                                                 cfg.eval_batch_edges, gdeg)
+    def metrics(final=None, rss=None):
+        write_metrics(out, cfg, device, loader.plan, epochs_log, final,
+                      distributed={"world_size": world, "backend": backend,
+                                   "batch_size_per_rank": local_bs},
+                      partition={k: meta[k] for k in (
+                          "partition_id", "num_parts", "hops", "replication_factor",
+                          "edge_cut", "edge_cut_fraction", "num_clusters")}
+                      | {"source": meta["source"]["name"]},
+                      **({"peak_rss_mib": rss} if rss is not None else {}))
+
+    with loader.plan.applied():
+        for epoch in range(start_epoch, run.epochs):
+            torch.manual_seed(kernels.mix_key(run.seed, rank, epoch) & 0x7FFFFFFFFFFFFFFF)
+            before = sampler.counters()
+            rec = train_epoch(ddp, opt, loader, epoch, progress)
+            after = sampler.counters()
+            rec.update(rank=rank, remote_graph_requests=after[0] - before[0],
+                       remote_feature_bytes=int(round((after[1] - before[1])
+                                                      * loader.features.row_bytes)),
+                       halo_input_rows=after[2] - before[2])
+            ranks = [None] * world
+            dist.all_gather_object(ranks, rec)
+            total = _total(ranks)
+            evaluated = False
+            if evaluates_after(cfg, epoch):
+                t = time.perf_counter()
+                val_acc, test_acc = evaluate()
+                evaluated = True
+                total.update(val_acc=val_acc, test_acc=test_acc, eval_s=time.perf_counter() - t)
+            total["ranks"] = ranks
+            epochs_log.append(total)
+            if env.is_main:
+                log_epoch(total)
+                log.info("epoch %d  remote_graph_requests %d  halo_input_rows %d", epoch,
+                         total["remote_graph_requests"], total["halo_input_rows"])
+                save_checkpoint(out, model, opt, sig, epochs_log, kind="distributed",
+                                config=cfg.flat())
+                metrics()
+
+        if not evaluated:  # resumed a finished run: evaluate the final model again
+            val_acc, test_acc = evaluate()
     rss = [None] * world
     dist.all_gather_object(rss, peak_rss_mib())
     if env.is_main:
-        _write_metrics(out, cfg, meta, env, backend, device, epochs_log, (val_acc, test_acc),
-                       rss)
+        metrics((val_acc, test_acc), rss)
         log.info("final  val_acc %s  test_acc %s  -> %s", val_acc, test_acc, out / METRICS)
     return DistResult(val_acc, test_acc, epochs_log, out, rank, model)
 
@@ -304,28 +318,8 @@ def _total(ranks: list[dict]) -> dict:
     tot["loss"] = sum(r["loss"] * r["num_seeds"] for r in ranks) / seeds
     tot["train_acc"] = sum(r["train_acc"] * r["num_seeds"] for r in ranks) / seeds
     tot["row_bytes"] = ranks[0]["row_bytes"]
-    tot["input_nodes_per_batch"] = tot["feature_rows"] / max(tot["num_batches"], 1)
-    tot["hit_rate"] = tot["cache_hits"] / max(tot["feature_rows"], 1)
-    full = tot["feature_rows"] * tot["row_bytes"]
-    tot["transfer_ratio"] = tot["h2d_bytes"] / full if full else 0.0
+    tot.update(transfer_metrics(feature_rows=tot["feature_rows"], cache_hits=tot["cache_hits"],
+                                h2d_bytes=tot["h2d_bytes"], row_bytes=tot["row_bytes"],
+                                num_batches=tot["num_batches"]))
     tot["seeds_per_s"] = tot["num_seeds"] / tot["epoch_s"] if tot["epoch_s"] else 0.0
     return tot
-
-
-def _write_metrics(out: Path, cfg: TrainConfig, meta: dict, env: DistEnv, backend: str, device,
-                   epochs_log, final: tuple | None = None, rss=None) -> None:
-    last = next((e for e in reversed(epochs_log) if "val_acc" in e), {})
-    val_acc, test_acc = final if final is not None else (last.get("val_acc"), last.get("test_acc"))
-    write_json(out / METRICS, {
-        "val_acc": val_acc, "test_acc": test_acc, "final": final is not None,
-        "epochs": epochs_log, "config": asdict(cfg),
-        "distributed": {"world_size": env.world_size, "backend": backend,
-                        "batch_size_per_rank": -(-cfg.batch_size // env.world_size)},
-        "partition": {k: meta[k] for k in ("partition_id", "num_parts", "hops",
-                                           "replication_factor", "edge_cut",
-                                           "edge_cut_fraction", "num_clusters")}
-        | {"source": meta["source"]["name"]},
-        "device": str(device), "threads": {"torch": torch.get_num_threads(),
-                                           "numba": kernels.num_threads()},
-        "peak_rss_mib": rss if rss is not None else peak_rss_mib(),
-    })

@@ -8,9 +8,11 @@ the same number of seeds to an epoch.
 Cache format (one file per result, written atomically): ``<cache_dir>/metis-<key>.npz`` with
 ``parts`` (int32, N: the cluster of each vertex), ``edge_cut`` (undirected edges between
 clusters), ``num_clusters``, ``seconds`` (METIS wall time when it was computed) and
-``format`` (:data:`CACHE_FORMAT`). ``key`` is a hash of the CSR arrays, the training ids
-(when balancing), ``num_clusters``, the seed, the METIS options and the format version, so a
-stale or foreign result is never read back: another graph simply gets another file.
+``format`` (:data:`CACHE_FORMAT`). ``key`` is :func:`cluster_key`: the provenance fingerprint
+(:mod:`twopgraph.fingerprint`) of the CSR content, the training ids (when balancing),
+``num_clusters``, the seed, the METIS options and the format version, so a stale or foreign
+result is never read back: another graph simply gets another file, and a file of an older
+format has another name (it is left unread; METIS runs again).
 
 Example::
 
@@ -23,8 +25,6 @@ Example::
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import os
 import time
@@ -33,13 +33,15 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import kernels
 from ..errors import ConfigError
+from ..fingerprint import fingerprint
 from ..graph import CSRGraph, atomic_write_bytes
+from . import kernels
 
 log = logging.getLogger("twopgraph")
 
-CACHE_FORMAT = 2
+# 3: keyed by twopgraph.fingerprint (2: by a hash of the CSR as int64 ids)
+CACHE_FORMAT = 3
 # Default cluster count (see default_num_clusters): on a graph much larger than what one batch
 # reaches, a batch is DEFAULT_CLUSTERS_PER_BATCH whole clusters ...
 DEFAULT_CLUSTERS_PER_BATCH = 4
@@ -145,14 +147,33 @@ def sparsify(graph: CSRGraph, max_degree: int, seed: int = 0) -> CSRGraph:
 
 
 def graph_hash(graph: CSRGraph) -> str:
-    """blake2b of the CSR arrays (dtype-independent: ids hashed as int64 chunks)."""
-    h = hashlib.blake2b(digest_size=16)
-    h.update(np.int64(graph.num_nodes).tobytes())
-    h.update(np.ascontiguousarray(graph.indptr, dtype=np.int64).data)
-    step = 1 << 24
-    for a in range(0, graph.num_edges, step):
-        h.update(np.ascontiguousarray(graph.indices[a:a + step], dtype=np.int64).data)
-    return h.hexdigest()
+    """The CSR's content fingerprint, :meth:`CSRGraph.fingerprint` (kept for the package's
+    public names)."""
+    return graph.fingerprint()
+
+
+def cluster_key(graph: CSRGraph, num_clusters: int, *, train_idx: np.ndarray | None = None,
+                seed: int = 0, ufactor: int = DEFAULT_UFACTOR,
+                max_degree: int | None = DEFAULT_METIS_MAX_DEGREE) -> str:
+    """The cache key of :func:`cluster_graph` with these arguments (no METIS run): the
+    fingerprint of the CSR content, ``train_idx``, ``num_clusters``, ``seed``, ``ufactor``,
+    the METIS settings actually used (``max_degree`` and refinement passes after the
+    large-graph adjustment) and :data:`CACHE_FORMAT`."""
+    max_degree, niter = _metis_settings(graph, max_degree)
+    if train_idx is not None:
+        train_idx = np.asarray(train_idx, dtype=np.int64)
+    return fingerprint("metis-clusters", {
+        "graph": graph.fingerprint(), "num_clusters": int(num_clusters), "seed": int(seed),
+        "ufactor": int(ufactor), "max_degree": max_degree, "niter": niter,
+        "format": CACHE_FORMAT}, train_idx)
+
+
+def _metis_settings(graph: CSRGraph, max_degree: int | None) -> tuple[int | None, int]:
+    """``(max_degree, niter)`` METIS runs with: the fast settings on large graphs."""
+    if graph.num_edges >= FAST_METIS_EDGES:
+        return (None if max_degree is None else int(min(max_degree, FAST_METIS_MAX_DEGREE)),
+                FAST_METIS_NITER)
+    return None if max_degree is None else int(max_degree), DEFAULT_METIS_NITER
 
 
 def cluster_graph(graph: CSRGraph, num_clusters: int, *, train_idx: np.ndarray | None = None,
@@ -180,12 +201,9 @@ def cluster_graph(graph: CSRGraph, num_clusters: int, *, train_idx: np.ndarray |
     num_clusters = int(num_clusters)
     if train_idx is not None:
         train_idx = np.asarray(train_idx, dtype=np.int64)
-    niter = DEFAULT_METIS_NITER
-    if graph.num_edges >= FAST_METIS_EDGES:
-        niter = FAST_METIS_NITER
-        if max_degree is not None:
-            max_degree = min(max_degree, FAST_METIS_MAX_DEGREE)
-    key = _cache_key(graph, num_clusters, train_idx, seed, ufactor, max_degree, niter)
+    key = cluster_key(graph, num_clusters, train_idx=train_idx, seed=seed, ufactor=ufactor,
+                      max_degree=max_degree)
+    max_degree, niter = _metis_settings(graph, max_degree)
     path = Path(cache_dir) / f"metis-{key}.npz" if cache_dir is not None else None
     if path is not None and path.is_file():
         cached = _read_cache(path, n, num_clusters)
@@ -206,20 +224,6 @@ def cluster_graph(graph: CSRGraph, num_clusters: int, *, train_idx: np.ndarray |
     if path is not None:
         _write_cache(path, parts, cut, num_clusters, seconds)
     return Clustering(parts, num_clusters, cut, seconds, False, key)
-
-
-def _cache_key(graph: CSRGraph, k: int, train_idx, seed: int, ufactor: int,
-               max_degree, niter: int) -> str:
-    h = hashlib.blake2b(digest_size=12)
-    h.update(graph_hash(graph).encode())
-    if train_idx is not None:
-        h.update(b"train")
-        h.update(np.ascontiguousarray(train_idx, dtype=np.int64).data)
-    h.update(json.dumps({"k": k, "seed": int(seed), "ufactor": int(ufactor),
-                         "max_degree": None if max_degree is None else int(max_degree),
-                         "niter": int(niter), "format": CACHE_FORMAT},
-                        sort_keys=True).encode())
-    return h.hexdigest()
 
 
 def _metis(graph: CSRGraph, k: int, train_idx, seed: int, ufactor: int, niter: int):

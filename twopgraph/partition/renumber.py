@@ -28,9 +28,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .. import kernels
 from ..errors import ConfigError
 from ..graph import CSRGraph, GraphData
+from . import kernels
 from .cluster import Clustering, cluster_graph, default_num_clusters
 
 log = logging.getLogger("twopgraph")

@@ -30,9 +30,12 @@ global ids (``owned_indptr`` / ``owned_indices``: structure only, no replicated 
 
 On-disk layout (``OUT/``), every array a plain ``.npy`` file that can be memory-mapped::
 
-    meta.json            format (FORMAT_VERSION), partition_id, source {name, hash (blake2b of
-                         the CSR), num_nodes, num_edges, num_features, num_classes, path, size,
-                         mtime_ns}, num_parts, hops, seed, num_clusters, replication_factor
+    meta.json            format (FORMAT_VERSION), partition_id (= partition_fingerprint),
+                         cluster_key (the fine clustering's cache key), source {name,
+                         fingerprint (GraphData.fingerprint of the source: CSR, features,
+                         labels, splits), num_nodes, num_edges, num_features, num_classes,
+                         path, size, mtime_ns}, num_parts, hops, seed, num_clusters (the
+                         resolved count), replication_factor
                          (= sum of part sizes / N), edge_cut (undirected edges between parts),
                          edge_cut_fraction, seconds, and parts: one object per part with
                          num_nodes, num_owned, num_halo, num_edges, num_train, num_val,
@@ -49,10 +52,19 @@ On-disk layout (``OUT/``), every array a plain ``.npy`` file that can be memory-
     part{i}/owned_indptr.npy   int64 (num_owned+1)  full rows of the owned vertices ...
     part{i}/owned_indices.npy  int32/int64          ... in global ids (exact evaluation)
 
+``partition_id`` is :func:`partition_fingerprint`: the provenance fingerprint
+(:mod:`twopgraph.fingerprint`) of the source's content, ``num_parts``, ``hops``, ``seed``, the
+resolved ``num_clusters``, the fine clustering's key (METIS settings) and
+:data:`FORMAT_VERSION`. A partition is thus reused only when all of them are equal
+(``partition_selfdep(..., reuse=True)``, what ``twopgraph partition`` does without
+``--force``); any other value recomputes it.
+
 A folder is written under a temporary name and renamed when complete. :func:`read_meta` /
 :func:`load_part` refuse, with a one-line :class:`~twopgraph.errors.TwopgraphError`, a folder
-of another format, a part of another partitioning run, arrays whose sizes disagree with
-``meta.json``, and a partition whose source ``.npz`` changed since it was written.
+of another format (format 1 was identified by a hash of the CSR only: re-run
+``twopgraph partition``), a part of another partitioning run, arrays whose sizes disagree with
+``meta.json``, and a partition whose source ``.npz`` changed since it was written (size or
+mtime: a cheap check that needs no hashing of the source at load time).
 
 Example::
 
@@ -63,7 +75,6 @@ Example::
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -75,13 +86,15 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ConfigError, TwopgraphError
-from ..graph import SPLITS, CSRGraph, GraphData
-from .cluster import DEFAULT_UFACTOR, cluster_graph, default_num_clusters, edge_cut, graph_hash
+from ..fingerprint import fingerprint
+from ..graph import SPLITS, CSRGraph, GraphData, atomic_write_bytes
+from .cluster import DEFAULT_UFACTOR, cluster_graph, cluster_key, default_num_clusters, edge_cut
 from .renumber import cluster_permutation
 
 log = logging.getLogger("twopgraph")
 
-FORMAT_VERSION = 1
+# 2: partition_id is the provenance fingerprint (1: a hash of the CSR, the settings and the time)
+FORMAT_VERSION = 2
 META = "meta.json"
 PART_JSON = "part.json"
 # Batch size the default fine clustering is sized for (`default_num_clusters`: the same
@@ -131,47 +144,38 @@ class Part:
 
 
 def partition_selfdep(data: GraphData, num_parts: int, hops: int, out, *, seed: int = 0,
-                      num_clusters: int = 0, cache_dir=None, source_path=None) -> dict:
+                      num_clusters: int = 0, cache_dir=None, source_path=None,
+                      reuse: bool = False) -> dict:
     """Write the ``num_parts``-way self-dependence partition of ``data`` with ``hops``-hop halos
     to ``out`` (layout in the module docstring); returns the ``meta.json`` contents.
 
     ``seed`` is METIS' seed for the part split; ``num_clusters`` the number of fine clusters
     for the locality scheduler (0 = ``default_num_clusters`` for batch size 1024); ``cache_dir``
     caches both METIS results (see :func:`~twopgraph.partition.cluster_graph`);
-    ``source_path`` (the dataset's ``.npz``) lets a later load detect that it changed. An
-    existing ``out`` is replaced only if it is a twopgraph partition (or empty).
+    ``source_path`` (the dataset's ``.npz``) lets a later load detect that it changed. With
+    ``reuse``, an ``out`` that already holds this very partition (same
+    :func:`partition_fingerprint`) is kept: only its record of ``source_path`` is refreshed.
+    An existing ``out`` is replaced only if it is a twopgraph partition (or empty).
     """
     n = data.num_nodes
-    if isinstance(num_parts, bool) or not isinstance(num_parts, (int, np.integer)) \
-            or not 1 <= num_parts <= max(1, int(data.train_idx.shape[0])):
-        raise ConfigError(f"num-parts must be an integer in [1, {data.train_idx.shape[0]}] "
-                          f"(the training vertices), got {num_parts!r}")
-    if isinstance(hops, bool) or not isinstance(hops, (int, np.integer)) or hops < 0:
-        raise ConfigError(f"hops must be an integer >= 0, got {hops!r}")
-    if isinstance(num_clusters, bool) or not isinstance(num_clusters, (int, np.integer)) \
-            or num_clusters < 0:
-        raise ConfigError(f"num-clusters must be an integer >= 0, got {num_clusters!r}")
+    num_parts, hops, k = _check_args(data, num_parts, hops, num_clusters)
     out = Path(out)
     _check_replaceable(out)
-    num_parts, hops = int(num_parts), int(hops)
-    g = data.graph
     t0 = time.perf_counter()
-    k = num_clusters or default_num_clusters(n, int(data.train_idx.shape[0]),
-                                             DEFAULT_CLUSTER_BATCH)
-    if not num_parts <= k <= n:
-        raise ConfigError(f"num-clusters must be in [num-parts {num_parts}, {n}], got {k}")
-    fine = cluster_graph(g, int(k), train_idx=data.train_idx, cache_dir=cache_dir)
-    fine_to_part = _split_clusters(g, fine.parts, int(k), data.train_idx, num_parts, seed)
+    pid = partition_fingerprint(data, num_parts, hops, seed=seed, num_clusters=k)
+    if reuse and _holds(out, pid):
+        log.info("%s already holds this partition (id %s); reusing it", out, pid)
+        return _refresh_source(out, data, source_path)
+    g = data.graph
+    t_metis = time.perf_counter()
+    fine = cluster_graph(g, k, train_idx=data.train_idx, cache_dir=cache_dir)
+    fine_to_part = _split_clusters(g, fine.parts, k, data.train_idx, num_parts, seed)
     owner = fine_to_part[fine.parts]
     cut = edge_cut(g, owner)
     rank = np.empty(n, dtype=np.int64)  # position of each vertex in cluster-BFS order
     rank[cluster_permutation(g, fine)] = np.arange(n, dtype=np.int64)
-    metis_s = time.perf_counter() - t0
+    metis_s = time.perf_counter() - t_metis
     reached = _halos(g, owner, data.train_idx, num_parts, hops)
-    src_hash = graph_hash(g)
-    pid = hashlib.blake2b(json.dumps([src_hash, num_parts, hops, int(seed), int(k),
-                                      FORMAT_VERSION, time.time_ns()]).encode(),
-                          digest_size=8).hexdigest()
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
     if tmp.exists():
         shutil.rmtree(tmp)
@@ -181,9 +185,9 @@ def partition_selfdep(data: GraphData, num_parts: int, hops: int, out, *, seed: 
                                  rank, fine.parts) for p in range(num_parts)]
         total = sum(m["num_nodes"] for m in part_meta)
         meta = {
-            "format": FORMAT_VERSION, "partition_id": pid,
-            "source": _source_info(data, src_hash, source_path),
-            "num_parts": num_parts, "hops": hops, "seed": int(seed), "num_clusters": int(k),
+            "format": FORMAT_VERSION, "partition_id": pid, "cluster_key": fine.key,
+            "source": _source_info(data, source_path),
+            "num_parts": num_parts, "hops": hops, "seed": int(seed), "num_clusters": k,
             "replication_factor": total / max(n, 1),
             "edge_cut": int(cut), "edge_cut_fraction": cut / max(g.num_edges // 2, 1),
             "metis_s": round(metis_s, 3), "seconds": round(time.perf_counter() - t0, 3),
@@ -199,6 +203,63 @@ def partition_selfdep(data: GraphData, num_parts: int, hops: int, out, *, seed: 
     log.info("partition: %d parts, %d hops, replication factor %.3f, edge cut %d (%.1f%%), "
              "%.1f s -> %s", num_parts, hops, meta["replication_factor"], cut,
              100 * meta["edge_cut_fraction"], meta["seconds"], out)
+    return meta
+
+
+def partition_fingerprint(data: GraphData, num_parts: int, hops: int, *, seed: int = 0,
+                          num_clusters: int = 0) -> str:
+    """The ``partition_id`` that :func:`partition_selfdep` gives this partition: the
+    fingerprint of ``data``'s content (:meth:`GraphData.fingerprint`: graph, features, labels,
+    splits), ``num_parts``, ``hops``, ``seed``, the resolved ``num_clusters`` (0 = the
+    default count), the fine clustering's cache key (its METIS settings), the part split's
+    METIS tolerance and :data:`FORMAT_VERSION`. Raises :class:`ConfigError` for bad values."""
+    num_parts, hops, k = _check_args(data, num_parts, hops, num_clusters)
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise ConfigError(f"seed must be an integer, got {seed!r}")
+    return fingerprint("selfdep-partition", {
+        "source": data.fingerprint(),
+        "clusters": cluster_key(data.graph, k, train_idx=data.train_idx),
+        "num_parts": num_parts, "hops": hops, "seed": int(seed), "num_clusters": k,
+        "split_ufactor": DEFAULT_UFACTOR, "format": FORMAT_VERSION})
+
+
+def _check_args(data: GraphData, num_parts, hops, num_clusters) -> tuple[int, int, int]:
+    """``(num_parts, hops, num_clusters)`` checked, with the default cluster count resolved."""
+    n, num_train = data.num_nodes, int(data.train_idx.shape[0])
+    if isinstance(num_parts, bool) or not isinstance(num_parts, (int, np.integer)) \
+            or not 1 <= num_parts <= max(1, num_train):
+        raise ConfigError(f"num-parts must be an integer in [1, {num_train}] "
+                          f"(the training vertices), got {num_parts!r}")
+    if isinstance(hops, bool) or not isinstance(hops, (int, np.integer)) or hops < 0:
+        raise ConfigError(f"hops must be an integer >= 0, got {hops!r}")
+    if isinstance(num_clusters, bool) or not isinstance(num_clusters, (int, np.integer)) \
+            or num_clusters < 0:
+        raise ConfigError(f"num-clusters must be an integer >= 0, got {num_clusters!r}")
+    k = int(num_clusters) or default_num_clusters(n, num_train, DEFAULT_CLUSTER_BATCH)
+    if not num_parts <= k <= n:
+        raise ConfigError(f"num-clusters must be in [num-parts {num_parts}, {n}], got {k}")
+    return int(num_parts), int(hops), int(k)
+
+
+def _holds(folder: Path, pid: str) -> bool:
+    """Whether ``folder`` holds a readable partition of the current format with id ``pid``
+    (its source file may have been touched since: see :func:`_refresh_source`)."""
+    try:
+        meta = read_meta(folder, check_source=False)
+    except PartitionError:
+        return False
+    return meta["partition_id"] == pid
+
+
+def _refresh_source(folder: Path, data: GraphData, source_path) -> dict:
+    """Record ``source_path``'s current size and mtime in ``folder``'s meta.json (the content
+    was just found equal through the fingerprint); returns the updated meta."""
+    meta = read_meta(folder, check_source=False)
+    src = _source_info(data, source_path)
+    if src != meta["source"]:
+        meta["source"] = src
+        atomic_write_bytes(folder / META,
+                           lambda f: f.write((json.dumps(meta, indent=2) + "\n").encode()))
     return meta
 
 
@@ -329,8 +390,8 @@ def _write_part(folder: Path, p: int, pid: str, data: GraphData, owned: np.ndarr
     return info
 
 
-def _source_info(data: GraphData, src_hash: str, source_path) -> dict:
-    info = {"name": data.name, "hash": src_hash, "num_nodes": data.num_nodes,
+def _source_info(data: GraphData, source_path) -> dict:
+    info = {"name": data.name, "fingerprint": data.fingerprint(), "num_nodes": data.num_nodes,
             "num_edges": data.graph.num_edges, "num_features": data.num_features,
             "num_classes": int(data.num_classes), "path": None, "size": None, "mtime_ns": None}
     if source_path is not None and Path(source_path).is_file():
@@ -345,8 +406,9 @@ def _source_info(data: GraphData, src_hash: str, source_path) -> dict:
 # ----------------------------------------------------------------------------------------------
 
 
-def read_meta(folder) -> dict:
-    """``meta.json`` of a partition folder, checked (format, part folders, source file)."""
+def read_meta(folder, check_source: bool = True) -> dict:
+    """``meta.json`` of a partition folder, checked (format, part folders and, with
+    ``check_source``, that the source file is unchanged since it was partitioned)."""
     folder = Path(folder)
     path = folder / META
     if not path.is_file():
@@ -360,7 +422,8 @@ def read_meta(folder) -> dict:
     if not isinstance(meta, dict) or meta.get("format") != FORMAT_VERSION:
         fmt = meta.get("format") if isinstance(meta, dict) else None
         raise PartitionError(f"{folder}: partition format {fmt!r}, this twopgraph reads "
-                             f"{FORMAT_VERSION}; re-run `twopgraph partition`")
+                             f"{FORMAT_VERSION}; re-run `twopgraph partition` (it rewrites "
+                             "the folder; --force rewrites it in any case)")
     try:
         src, num_parts = meta["source"], int(meta["num_parts"])
         if len(meta["parts"]) != num_parts:
@@ -368,7 +431,7 @@ def read_meta(folder) -> dict:
     except (KeyError, TypeError, ValueError):
         raise PartitionError(f"{path}: incomplete meta.json; re-run `twopgraph partition`") \
             from None
-    if src.get("path") and Path(src["path"]).is_file():
+    if check_source and src.get("path") and Path(src["path"]).is_file():
         st = Path(src["path"]).stat()
         if st.st_size != src["size"] or st.st_mtime_ns != src["mtime_ns"]:
             raise PartitionError(f"{folder} is stale: its source {src['path']} changed since it "
@@ -376,14 +439,12 @@ def read_meta(folder) -> dict:
     return meta
 
 
-def source_matches(folder, data: GraphData, num_parts: int, hops: int) -> bool:
-    """Whether ``folder`` already holds the partition of ``data`` with these settings."""
-    try:
-        meta = read_meta(folder)
-    except PartitionError:
-        return False
-    return (meta["num_parts"] == num_parts and meta["hops"] == hops
-            and meta["source"]["hash"] == graph_hash(data.graph))
+def source_matches(folder, data: GraphData, num_parts: int, hops: int, *, seed: int = 0,
+                   num_clusters: int = 0) -> bool:
+    """Whether ``folder`` already holds the partition of ``data`` with these settings (equal
+    :func:`partition_fingerprint`; the source file's recorded mtime is not compared)."""
+    return _holds(Path(folder), partition_fingerprint(data, num_parts, hops, seed=seed,
+                                                      num_clusters=num_clusters))
 
 
 def load_part(folder, index: int, meta: dict | None = None, mmap: bool = True) -> Part:

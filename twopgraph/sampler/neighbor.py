@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
 from typing import Sequence
 
 import numpy as np
 import torch
 
-from .. import kernels
 from ..errors import ConfigError
 from ..graph import CSRGraph
+from ..protocols import SAMPLERS
+from ..rng import mix_key
+from . import kernels
 from .minibatch import Block, MiniBatch
+
+# Keys of calls without an explicit key are mix_key(_FRESH_STREAM, 0, 1, 2, ...): a stream of
+# their own, apart from the loader's mix_key(epoch, batch) keys.
+_FRESH_STREAM = 0x46524553480A
 
 
 def parse_fanouts(text: str | Sequence[int]) -> list[int]:
@@ -38,6 +45,7 @@ def parse_fanouts(text: str | Sequence[int]) -> list[int]:
     return values
 
 
+@SAMPLERS.register("neighbor")
 class NeighborSampler:
     """Samples an L-layer neighbourhood of a set of seeds: ``sample(seeds) -> MiniBatch``.
 
@@ -67,6 +75,7 @@ class NeighborSampler:
             raise ConfigError(f"degrees must have one entry per vertex ({graph.num_nodes})")
         self._deg = deg.astype(np.float32)
         self._tls = threading.local()
+        self._fresh = itertools.count()
 
     @property
     def num_layers(self) -> int:
@@ -79,9 +88,11 @@ class NeighborSampler:
             self._tls.node_map = m
         return m
 
-    def sample(self, seeds, key: int = 0, parallel: bool = True) -> MiniBatch:
+    def sample(self, seeds, key: int | None = None, parallel: bool = True) -> MiniBatch:
         """Sample the blocks of ``seeds`` (unique global ids); ``key`` picks the random stream
-        (e.g. a batch counter: same seed + key => same mini-batch). ``parallel=False`` keeps
+        (e.g. a batch counter: same seed + key => same mini-batch); without a key every call
+        draws fresh randomness (keys from a counter that advances with each such call, so a
+        hand-written loop gets new neighbours in every batch). ``parallel=False`` keeps
         the work on the calling thread (for :func:`~twopgraph.loader.sampled_batches` with
         several workers, each sampling whole batches); the result is the same."""
         seeds = np.ascontiguousarray(np.asarray(seeds, dtype=np.int64))
@@ -92,6 +103,8 @@ class NeighborSampler:
             raise ConfigError(f"seed ids out of range [0, {n})")
         if np.unique(seeds).shape[0] != seeds.shape[0]:
             raise ConfigError("seeds must be unique")
+        if key is None:
+            key = mix_key(_FRESH_STREAM, next(self._fresh))  # itertools.count: thread-safe
         return self._sample(seeds, int(key), parallel)
 
     def _sample(self, seeds: np.ndarray, key: int, parallel: bool = True) -> MiniBatch:
@@ -105,7 +118,7 @@ class NeighborSampler:
         raw_blocks = []
         try:
             for hop, fanout in enumerate(reversed(self.fanouts)):
-                hop_key = np.uint64(kernels.mix_key(self.seed, key, hop))
+                hop_key = np.uint64(mix_key(self.seed, key, hop))
                 offsets, nbrs = sample_neighbors(g.indptr, g.indices, nodes, fanout, hop_key)
                 frontier = np.empty(nbrs.shape[0], dtype=np.int64)
                 local, num_new = kernels.relabel(nbrs, node_map, nodes.shape[0], frontier)

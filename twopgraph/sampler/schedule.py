@@ -1,25 +1,21 @@
 """Schedulers decide which seeds share a mini-batch and in which order batches come.
 
 A scheduler is any object with ``num_batches`` and ``batches(epoch) -> Iterator[np.ndarray]``
-(each array: unique global seed ids, int64). Schedulers live in the ``SCHEDULERS`` registry
-(name -> factory), so the loader never branches on a policy name.
+(the :class:`~twopgraph.protocols.Scheduler` protocol). Schedulers register in
+:data:`~twopgraph.protocols.SCHEDULERS` (name -> factory), so nothing branches on a name.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Iterator, Protocol
+from typing import Iterator
 
 import numpy as np
 
 from ..errors import ConfigError
+from ..protocols import SCHEDULERS, Scheduler
 
 
-class Scheduler(Protocol):
-    num_batches: int
-
-    def batches(self, epoch: int) -> Iterator[np.ndarray]: ...
-
-
+@SCHEDULERS.register("random")
 class RandomScheduler:
     """Uniform shuffle of the training vertices each epoch (what DGL and PyG do).
 
@@ -59,6 +55,7 @@ class RandomScheduler:
         return np.random.default_rng(self.seed + epoch).permutation(self.train_idx)
 
 
+@SCHEDULERS.register("locality")
 class LocalityScheduler(RandomScheduler):
     """Batches of seeds from a few whole clusters, label-balanced (2PGraph's scheduler).
 
@@ -176,23 +173,16 @@ def _label_balanced(order: np.ndarray, counts: np.ndarray, size: np.ndarray,
 
 
 CLUSTER_OPTIONS = ("parts", "labels", "balance")
-SCHEDULERS: dict[str, Callable[..., Scheduler]] = {
-    "random": RandomScheduler,
-    "locality": LocalityScheduler,
-}
 
 
 def make_scheduler(name: str, train_idx: np.ndarray, batch_size: int, seed: int = 0,
                    **kwargs) -> Scheduler:
-    """Build the scheduler registered as ``name``.
+    """Build the scheduler registered as ``name`` in :data:`~twopgraph.protocols.SCHEDULERS`.
 
     The cluster options ``parts``, ``labels`` and ``balance`` reach only factories that set
     ``needs_clusters`` (e.g. ``locality``), so callers may always pass them.
     """
-    try:
-        factory = SCHEDULERS[name]
-    except KeyError:
-        raise ConfigError(f"unknown schedule {name!r}; known: {', '.join(SCHEDULERS)}") from None
+    factory = SCHEDULERS.get(name)
     if not getattr(factory, "needs_clusters", False):
         kwargs = {k: v for k, v in kwargs.items() if k not in CLUSTER_OPTIONS}
     elif kwargs.get("parts") is None:

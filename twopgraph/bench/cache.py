@@ -36,13 +36,25 @@ Example::
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import logging
-import math
 import time
 from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..cache import (CacheDirectory, FeatureCache, PolicyContext, belady_min, feat_dtype,
+                     make_policy, replay)
+from ..cache.directory import announced
+from ..config import BenchCacheConfig
+from ..datasets import load_dataset
+from ..jit import thread_count
+from ..loader import Loader
+from ..metrics import ratio, transfer_metrics
+from ..sampler import make_sampler, make_scheduler
+from ..train import locality_for
 
 log = logging.getLogger("twopgraph")
 
@@ -53,55 +65,14 @@ COLUMNS = ["policy", "schedule", "ratio", "budget_rows", "feature_rows", "cache_
            "input_nodes_per_batch", "policy_s", "replay_s", "presample_s", "gather_s"]
 
 
-def _csv_list(text: str, what: str, conv=str) -> list:
-    from .errors import ConfigError
-    items = [t.strip() for t in str(text).split(",") if t.strip()]
-    if not items:
-        raise ConfigError(f"--{what} needs at least one value")
-    try:
-        return [conv(t) for t in items]
-    except ValueError:
-        raise ConfigError(f"malformed --{what} {text!r}") from None
-
-
-def record_stream(scheduler, sampler, epoch: int = 0) -> tuple[list, float]:
-    """Input vertices of every batch of one epoch (list of int64 arrays) and the seconds."""
-    from .loader import EpochStats, sampled_batches
-    t = time.perf_counter()
-    stream = [mb.input_nodes.numpy()
-              for mb in sampled_batches(scheduler, sampler, epoch, EpochStats())]
-    return stream, time.perf_counter() - t
-
-
-def _ratio(a: float, b: float) -> float:
-    if b == 0:
-        return 1.0 if a == 0 else math.inf
-    return a / b
-
-
 def run_bench(data, policies: list[str], ratios: list[float], schedules: list[str],
               fanouts: list[int], batch_size: int, seed: int = 0, epoch: int = 0,
               parts=None, balance: int = 16, policy_options: dict | None = None,
-              copy: bool = False, device: str = "cpu", dtype=None) -> list[dict]:
+              copy: bool = False, device: str = "cpu", dtype=None,
+              threads: int = 0) -> list[dict]:
     """All rows of ``cache.csv`` (see the module doc) for ``data`` (already renumbered /
-    clustered as the schedules need: ``parts`` = cluster of every vertex)."""
-    import numpy as np
-    import torch
-
-    from .cache import (POLICIES, CacheDirectory, FeatureCache, PolicyContext, belady_min,
-                        make_policy, replay)
-    from .errors import ConfigError
-    from .sampler import SCHEDULERS, NeighborSampler, make_scheduler
-
-    for p in policies:
-        if p not in POLICIES:
-            raise ConfigError(f"unknown cache policy {p!r}; known: {', '.join(POLICIES)}")
-    for s in schedules:
-        if s not in SCHEDULERS:
-            raise ConfigError(f"unknown schedule {s!r}; known: {', '.join(SCHEDULERS)}")
-    for r in ratios:
-        if not 0.0 <= r <= 1.0:
-            raise ConfigError(f"cache ratios must be in [0, 1], got {r}")
+    clustered as the schedules need: ``parts`` = cluster of every vertex); sampling and
+    pre-sampling run on ``threads`` threads (0 = all cores)."""
     policy_options = policy_options or {}
     n = data.num_nodes
     row_dtype = dtype or torch.float32
@@ -111,15 +82,16 @@ def run_bench(data, policies: list[str], ratios: list[float], schedules: list[st
         feat = torch.from_numpy(data.feat).to(row_dtype)
         if torch.device(device).type == "cuda":
             feat = feat.pin_memory()
-    sampler = NeighborSampler(data.graph, fanouts, seed=seed)
+    sampler = make_sampler("neighbor", data.graph, fanouts, seed=seed)
 
     streams, scheds = {}, {}
     for s in dict.fromkeys(["random", *schedules]):  # the baseline needs random
-        if s not in SCHEDULERS:
-            continue
         scheds[s] = make_scheduler(s, data.train_idx, batch_size, seed=seed, parts=parts,
                                    labels=data.label, balance=balance)
-        streams[s], secs = record_stream(scheds[s], sampler, epoch)
+        loader = Loader(scheds[s], sampler, threads=threads)
+        t = time.perf_counter()
+        streams[s] = loader.input_stream(epoch)
+        secs = time.perf_counter() - t
         log.info("schedule %s: %d batches, %.0f input rows per batch, sampled in %.1f s", s,
                  len(streams[s]), np.mean([x.shape[0] for x in streams[s]]), secs)
     baseline = sum(x.shape[0] for x in streams["random"]) * row_bytes
@@ -128,12 +100,14 @@ def run_bench(data, policies: list[str], ratios: list[float], schedules: list[st
     for s in schedules:
         stream = streams[s]
         ctx = PolicyContext(data.graph, data.train_idx, list(fanouts), batch_size,
-                            scheduler=scheds[s], sampler=sampler, seed=seed)
+                            scheduler=scheds[s], sampler=sampler, seed=seed,
+                            workers=loader.plan.total)
         built = {}
         for p in policies:  # policies do not depend on the budget: build each once
             t = time.perf_counter()
-            built[p] = (make_policy(p, ctx, **policy_options.get(p, {})),
-                        time.perf_counter() - t)
+            with thread_count(loader.plan.total):
+                built[p] = (make_policy(p, ctx, **policy_options.get(p, {})),
+                            time.perf_counter() - t)
         for r in ratios:
             budget = int(r * n)
             t = time.perf_counter()
@@ -166,8 +140,6 @@ def run_bench(data, policies: list[str], ratios: list[float], schedules: list[st
 
 def _replay_copy(cache, stream):
     """Replay with real feature movement; returns (counters, seconds spent gathering)."""
-    import torch
-    from .cache.directory import announced
     t_gather = 0.0
     for ids in announced(stream, cache.policy.lookahead, cache.announce):
         t0 = time.perf_counter()
@@ -181,22 +153,21 @@ def _replay_copy(cache, stream):
     return cache.counters.copy(), t_gather
 
 
-def _row(policy, schedule, ratio, budget, c, row_bytes, baseline, opt_h2d, opt_total,
+def _row(policy, schedule, cache_ratio, budget, c, row_bytes, baseline, opt_h2d, opt_total,
          total=None, **extra) -> dict:
     h2d = c.h2d_rows * row_bytes
     fill = c.fill_rows * row_bytes
     total = h2d + fill if total is None else total
     row = {
-        "policy": policy, "schedule": schedule, "ratio": ratio, "budget_rows": budget,
-        "feature_rows": c.feature_rows, "cache_hits": c.cache_hits, "hit_rate": c.hit_rate,
+        "policy": policy, "schedule": schedule, "ratio": cache_ratio, "budget_rows": budget,
+        "feature_rows": c.feature_rows, "cache_hits": c.cache_hits,
         "h2d_bytes": h2d, "cache_fill_bytes": fill, "total_bytes": total,
-        "transfer_ratio": _ratio(h2d, c.feature_rows * row_bytes),
-        "bytes_vs_baseline": _ratio(h2d, baseline), "total_vs_baseline": _ratio(total, baseline),
-        "vs_optimal": _ratio(h2d, opt_h2d), "total_vs_optimal": _ratio(total, opt_total),
+        "bytes_vs_baseline": ratio(h2d, baseline), "total_vs_baseline": ratio(total, baseline),
+        "vs_optimal": ratio(h2d, opt_h2d), "total_vs_optimal": ratio(total, opt_total),
         "optimal_h2d_bytes": opt_h2d, "optimal_total_bytes": opt_total, "row_bytes": row_bytes,
-        "num_batches": c.num_batches,
-        "input_nodes_per_batch": c.feature_rows / c.num_batches if c.num_batches else 0.0,
-        "presample_s": None, "gather_s": None,
+        "num_batches": c.num_batches, "presample_s": None, "gather_s": None,
+        **transfer_metrics(feature_rows=c.feature_rows, cache_hits=c.cache_hits, h2d_bytes=h2d,
+                           row_bytes=row_bytes, num_batches=c.num_batches),
     }
     row.update(extra)
     return row
@@ -210,9 +181,14 @@ def write_csv(rows: list[dict], path: Path) -> None:
             w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in COLUMNS})
 
 
-def plot(rows: list[dict], path: Path, title: str = "") -> None:
-    """Hit rate and total bytes / baseline against the cache ratio (optimum dashed)."""
-    import matplotlib
+def plot(rows: list[dict], path: Path, title: str = "") -> bool:
+    """Hit rate and total bytes / baseline against the cache ratio (optimum dashed); False
+    (and one log line) when matplotlib, an optional dependency, is not installed."""
+    try:
+        import matplotlib
+    except ImportError:
+        log.warning("no plot: %s needs matplotlib (pip install 'twopgraph[plot]')", path.name)
+        return False
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -250,6 +226,7 @@ def plot(rows: list[dict], path: Path, title: str = "") -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+    return True
 
 
 def format_table(rows: list[dict]) -> str:
@@ -268,73 +245,29 @@ def format_table(rows: list[dict]) -> str:
 
 
 # -- the CLI verb ---------------------------------------------------------------------------------
-def add_arguments(c: argparse.ArgumentParser) -> None:
-    """The flags of ``bench cache`` beyond the data and sampling ones it shares with
-    ``train`` (those are added by the CLI)."""
-    c.add_argument("--policies", default="none,degree,presample,layer",
-                   help="comma-separated cache policies (default: %(default)s)")
-    c.add_argument("--ratios", default="0.01,0.05,0.1,0.2,0.4",
-                   help="cache budgets as fractions of the feature rows (default: %(default)s)")
-    c.add_argument("--schedules", default="random,locality",
-                   help="comma-separated seed schedulers (default: %(default)s)")
-    c.add_argument("--out", default="runs/bench_cache",
-                   help="output folder: cache.csv, cache.png (default: %(default)s)")
-    c.add_argument("--epoch", type=int, default=0,
-                   help="which epoch's access stream is measured (default: %(default)s)")
-    c.add_argument("--presample-epochs", type=int, default=1,
-                   help="presample: pre-sampling epochs K (default: %(default)s)")
-    c.add_argument("--lookahead", type=int, default=None,
-                   help="layer: batches sampled ahead (default: the policy's, 32)")
-    c.add_argument("--copy", action="store_true",
-                   help="really move the features through a FeatureCache on --device and "
-                        "time the gathers (the counts are the same)")
-    c.add_argument("--device", default="cpu", help="device for --copy (default: %(default)s)")
-    c.add_argument("--feat-dtype", default="float32",
-                   help="float32 | float16 | bfloat16: bytes per stored feature "
-                        "(default: %(default)s)")
-    c.add_argument("--json", action="store_true", help="print the rows as JSON lines")
-
-
-def cmd_bench_cache(a) -> int:
-    """Entry point of ``twopgraph bench cache`` (parsed args ``a``)."""
-    from .cache import feat_dtype
-    from .datasets import load_dataset
-    from .errors import ConfigError
-    from .sampler import SCHEDULERS, parse_fanouts
-    from .train import apply_threads, locality_for
-
-    policies = _csv_list(a.policies, "policies")
-    ratios = _csv_list(a.ratios, "ratios", float)
-    schedules = _csv_list(a.schedules, "schedules")
-    fanouts = parse_fanouts(a.fanouts)
-    dtype = feat_dtype(a.feat_dtype)
-    if a.batch_size <= 0:
-        raise ConfigError(f"batch size must be positive, got {a.batch_size}")
-    if a.threads < 0:
-        raise ConfigError(f"threads must be >= 0, got {a.threads}")
-    for s in schedules:
-        if s not in SCHEDULERS:
-            raise ConfigError(f"unknown schedule {s!r}; known: {', '.join(SCHEDULERS)}")
-    apply_threads(a.threads)
-    options = {"presample": {"epochs": a.presample_epochs}}
-    if a.lookahead is not None:
-        options["layer"] = {"lookahead": a.lookahead}
-    data = load_dataset(a.dataset, a.data_root)
-    prep = locality_for(data, schedules, batch_size=a.batch_size, num_clusters=a.num_clusters,
-                        renumber=a.renumber, data_root=a.data_root)
+def run(cfg: BenchCacheConfig) -> int:
+    """``twopgraph bench cache``: measure, write ``cache.csv`` (and ``cache.png``), print."""
+    cfg.validate()
+    s, b = cfg.sampling, cfg.bench
+    options = {"presample": {"epochs": b.presample_epochs}}
+    if b.lookahead is not None:
+        options["layer"] = {"lookahead": b.lookahead}
+    data = load_dataset(cfg.data.dataset, cfg.data.data_root)
+    prep = locality_for(data, b.schedules, cfg)
     parts = None if prep.clustering is None else prep.clustering.parts
-    rows = run_bench(prep.data, policies, ratios, schedules, fanouts, a.batch_size, seed=a.seed,
-                     epoch=a.epoch, parts=parts, balance=a.balance, policy_options=options,
-                     copy=a.copy, device=a.device, dtype=dtype)
-    out = Path(a.out)
+    rows = run_bench(prep.data, b.policies, b.ratios, b.schedules, s.fanouts, s.batch_size,
+                     seed=b.seed, epoch=b.epoch, parts=parts, balance=s.balance,
+                     policy_options=options, copy=b.copy, device=b.device,
+                     dtype=feat_dtype(b.feat_dtype), threads=b.threads)
+    out = Path(b.out)
     out.mkdir(parents=True, exist_ok=True)
     write_csv(rows, out / "cache.csv")
-    plot(rows, out / "cache.png", title=f"{data.name}: fanouts {a.fanouts}, batch "
-                                        f"{a.batch_size}, {a.feat_dtype}")
-    if a.json:
+    plotted = plot(rows, out / "cache.png", title=f"{data.name}: fanouts "
+                   f"{','.join(map(str, s.fanouts))}, batch {s.batch_size}, {b.feat_dtype}")
+    if b.json:
         for r in rows:
             print(json.dumps(r))
     else:
         print(format_table(rows))
-        print(f"wrote {out / 'cache.csv'} and {out / 'cache.png'}")
+        print(f"wrote {out / 'cache.csv'}" + (f" and {out / 'cache.png'}" if plotted else ""))
     return 0
