@@ -37,12 +37,12 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from bench_vs_dgl import dgl_python, run_json, write_json  # noqa: E402
 
 from twopgraph.datasets import dataset_path, load_dataset  # noqa: E402
-from twopgraph.loader import sample_epoch  # noqa: E402
+from twopgraph.loader import Loader  # noqa: E402
 from twopgraph.datasets import resolve_data_root  # noqa: E402
 from twopgraph.partition import (LocalityPrep, cluster_graph, default_num_clusters,  # noqa: E402
                                  prepare_locality, renumber)
 from twopgraph.sampler import NeighborSampler, make_scheduler, parse_fanouts  # noqa: E402
-from twopgraph.train import TrainConfig, apply_threads, train  # noqa: E402
+from twopgraph.train import TrainConfig, train  # noqa: E402
 
 
 def sampling(data, prep, schedule, a, fanouts) -> dict:
@@ -59,15 +59,17 @@ def sampling_rows(configs: dict, a, fanouts) -> dict:
         parts = None if prep.clustering is None else prep.clustering.parts
         sched = make_scheduler(schedule, prep.data.train_idx, a.batch_size, seed=0,
                                parts=parts, labels=prep.data.label, balance=a.balance)
-        runs[name] = (sched, NeighborSampler(prep.data.graph, fanouts, seed=0), [], [None])
+        loader = Loader(sched, NeighborSampler(prep.data.graph, fanouts, seed=0),
+                        threads=a.threads)
+        runs[name] = (loader, [], [None])
     for e in range(1 + a.sample_epochs):
-        for name, (sched, sampler, times, last) in runs.items():
+        for name, (loader, times, last) in runs.items():
             t = time.perf_counter()
-            last[0] = sample_epoch(sched, sampler, epoch=e)
+            last[0] = loader.sample_epoch(e)
             if e:
                 times.append(time.perf_counter() - t)
     out = {}
-    for name, (_, _, times, (stats,)) in runs.items():
+    for name, (_, times, (stats,)) in runs.items():
         out[name] = {"sample_epoch_s": statistics.median(times),
                      "sample_epoch_s_all": [round(t, 3) for t in times],
                      "input_nodes_per_batch": stats.input_nodes_per_batch,
@@ -108,7 +110,6 @@ def main(argv=None) -> int:
     # checked before the long runs: a missing venv is an error unless --no-dgl
     dgl_py = None if a.no_dgl else dgl_python(a.dgl_venv, "bench_schedule")
     fanouts = parse_fanouts(a.fanouts)
-    apply_threads(a.threads)
 
     data = load_dataset(a.dataset, a.data_root, progress=False)
     res: dict = {"dataset": data.name, "args": vars(a), "rows": {}}

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from twopgraph.errors import ConfigError
+from twopgraph.graph import CSRGraph
 from twopgraph.partition import (Clustering, cluster_graph, cluster_permutation,
                                  default_num_clusters, edge_cut, renumber, to_original_order)
 from twopgraph.partition import cluster as cluster_mod
@@ -60,6 +61,48 @@ def test_cluster_cache_hit_and_key(cdata, tmp_path, monkeypatch):
     fixed = cluster_graph(cdata.graph, 6, train_idx=cdata.train_idx, cache_dir=tmp_path)
     assert not fixed.from_cache
     np.testing.assert_array_equal(fixed.parts, first.parts)  # METIS is deterministic
+
+
+def test_cluster_cache_is_keyed_by_the_content_fingerprint(cdata, tmp_path, monkeypatch):
+    from twopgraph.fingerprint import fingerprint
+    g, train = cdata.graph, cdata.train_idx
+    first = cluster_graph(g, 6, train_idx=train, cache_dir=tmp_path)
+    key = cluster_mod.cluster_key(g, 6, train_idx=train)
+    assert first.key == key == fingerprint(
+        "metis-clusters", {"graph": g.fingerprint(), "num_clusters": 6, "seed": 0,
+                           "ufactor": cluster_mod.DEFAULT_UFACTOR,
+                           "max_degree": cluster_mod.DEFAULT_METIS_MAX_DEGREE,
+                           "niter": cluster_mod.DEFAULT_METIS_NITER,
+                           "format": cluster_mod.CACHE_FORMAT}, train)
+    assert (tmp_path / f"metis-{key}.npz").is_file()
+    calls = []
+    real = cluster_mod._metis
+    monkeypatch.setattr(cluster_mod, "_metis", lambda *a: calls.append(a) or real(*a))
+    # the same content in other array objects: read from the cache
+    copy = CSRGraph(g.indptr.copy(), g.indices.copy())
+    assert cluster_graph(copy, 6, train_idx=train.copy(), cache_dir=tmp_path).from_cache
+    assert not calls
+    # one neighbour moved (same sizes and degrees), other training ids, other METIS settings
+    ix = g.indices.copy()
+    ix[0] = (ix[0] + 1) % g.num_nodes
+    moved = CSRGraph(g.indptr, ix)
+    variants = [(moved, dict(train_idx=train)), (g, dict(train_idx=train[1:])),
+                (g, dict(train_idx=None)), (g, dict(train_idx=train, seed=1)),
+                (g, dict(train_idx=train, ufactor=50)), (g, dict(train_idx=train, max_degree=4))]
+    keys = {key}
+    for graph, kw in variants:
+        c = cluster_graph(graph, 6, cache_dir=tmp_path, **kw)
+        assert not c.from_cache and c.key == cluster_mod.cluster_key(graph, 6, **kw)
+        keys.add(c.key)
+    assert len(keys) == len(variants) + 1 and len(calls) == len(variants)
+    # a file of another cache format under the key's name is not read back
+    path = tmp_path / f"metis-{key}.npz"
+    with np.load(path) as z:
+        old = dict(z)
+    np.savez(path, **dict(old, format=np.int64(cluster_mod.CACHE_FORMAT - 1)))
+    again = cluster_graph(g, 6, train_idx=train, cache_dir=tmp_path)
+    assert not again.from_cache and len(calls) == len(variants) + 1
+    assert cluster_graph(g, 6, train_idx=train, cache_dir=tmp_path).from_cache  # rewritten
 
 
 def test_cluster_graph_rejects_bad_counts(cdata):

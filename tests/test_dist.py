@@ -44,18 +44,18 @@ def _worker(rank, world, ports, parts, out, result_dir, runs, fail_rank):
                       LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
     if rank == fail_rank:  # die abruptly in the second epoch
         import twopgraph.dist.trainer as tr
-        orig = tr._train_epoch
+        orig = tr.train_epoch
 
         def dying(*a, **k):
-            if a[6] >= 1:
+            if a[3] >= 1:  # train_epoch(model, opt, loader, epoch, ...)
                 os._exit(3)
             return orig(*a, **k)
-        tr._train_epoch = dying
+        tr.train_epoch = dying
     for i, kw in enumerate(runs):  # several runs: the process group is set up and torn down
         os.environ["MASTER_PORT"] = str(ports[i])  # a fresh rendezvous per run
         t = time.perf_counter()
         try:
-            res = train_distributed(_cfg(out, **kw), parts, timeout_s=20)
+            res = train_distributed(_cfg(out, dist_timeout=20, **kw), parts)
         except TwopgraphError as e:
             (Path(result_dir) / f"run{i}-rank{rank}.err").write_text(
                 f"{time.perf_counter() - t:.1f}\n{e}")

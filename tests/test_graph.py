@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -95,3 +97,44 @@ def test_shared_real_dataset_loads():
         pytest.skip("shared datasets not present")
     d = GraphData.load_npz(p)
     assert d.num_nodes == 2708 and d.graph.num_edges == 2 * 5278 and d.num_classes == 7
+
+
+def test_fingerprint_covers_every_array_and_num_classes_not_the_name(tmp_path):
+    d = community_data(120, seed=4)
+    base = d.fingerprint()
+    assert d.graph.fingerprint() != base
+    # equal content: a copy, a renamed copy, a round trip through .npz (also memory-mapped)
+    assert replace(d, name="other", feat=d.feat.copy()).fingerprint() == base
+    assert GraphData.load_npz(d.save_npz(tmp_path / "d.npz")).fingerprint() == base
+    seen = {base}
+    for change in ("indices", "feat", "label", "train_idx", "val_idx", "test_idx", "node_ids",
+                   "num_classes"):
+        if change == "indices":  # same sizes and degrees, one neighbour moved
+            ix = d.graph.indices.copy()
+            ix[0] = (ix[0] + 1) % d.num_nodes
+            e = replace(d, graph=CSRGraph(d.graph.indptr, ix))
+        elif change == "node_ids":
+            e = replace(d, node_ids=np.arange(d.num_nodes)[::-1].copy())
+        elif change == "num_classes":
+            e = replace(d, num_classes=d.num_classes + 1)
+        else:
+            arr = getattr(d, change).copy()
+            arr.reshape(-1)[-1] += 1
+            e = replace(d, **{change: arr})
+        f = e.fingerprint()
+        assert f not in seen, change
+        seen.add(f)
+
+
+def test_fingerprint_cache_follows_reassigned_fields():
+    d = community_data(100, seed=5)
+    base, feat = d.fingerprint(), d.feat
+    d.feat = d.feat + 1  # another array: recomputed
+    assert d.fingerprint() != base
+    d.feat = feat
+    assert d.fingerprint() == base
+    d.num_classes += 1
+    assert d.fingerprint() != base
+    d.num_classes -= 1
+    d.label = d.label.copy()
+    assert d.fingerprint() == base

@@ -12,7 +12,6 @@ import subprocess
 import sys
 import textwrap
 
-import numba
 import numpy as np
 import pytest
 
@@ -46,7 +45,7 @@ def check_splitmix64(kernel, twin):
 def check_draw(kernel, twin):
     rng = np.random.default_rng(1)
     for _ in range(100):
-        key, v, j = int(rng.integers(0, 2**63)), int(rng.integers(0, 10**9)), int(rng.integers(0, 10**4))
+        key, v, j = (int(rng.integers(0, hi)) for hi in (2**63, 10**9, 10**4))
         assert int(kernel(np.uint64(key), v, j)) == twin(key, v, j)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -12,8 +13,8 @@ from conftest import community_data
 from twopgraph.cli import main
 from twopgraph.errors import ConfigError
 from twopgraph.graph import CSRGraph, inverse_permutation
-from twopgraph.partition.selfdep import (PartitionError, load_part, partition_selfdep,
-                                         read_meta)
+from twopgraph.partition.selfdep import (FORMAT_VERSION, PartitionError, load_part,
+                                         partition_selfdep, read_meta)
 from twopgraph.sampler import NeighborSampler
 
 FANOUTS = [4, 3, 3]
@@ -171,3 +172,80 @@ def test_cli_partition_and_stale_source(data, tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "is stale" in err[0]
     assert not (tmp_path / "run").exists()
+    # its content did not change: partition finds the same fingerprint, keeps the parts and
+    # records the file's new mtime, after which the folder loads again
+    assert main(args) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["partition_id"] == meta["partition_id"] and again["source"]["mtime_ns"] == 0
+    assert read_meta(out) == again
+
+
+def _count_part_writes(monkeypatch) -> list:
+    from twopgraph.partition import selfdep
+    writes = []
+    real = selfdep._write_part
+    monkeypatch.setattr(selfdep, "_write_part", lambda *a: writes.append(a[1]) or real(*a))
+    return writes
+
+
+def test_cli_partition_recomputes_when_any_setting_or_the_content_changes(
+        data, tmp_path, capsys, monkeypatch):
+    npz = data.save_npz(tmp_path / "comm.npz")
+    out = tmp_path / "parts"
+    writes = _count_part_writes(monkeypatch)
+    ids = set()
+
+    def run(*flags, new: bool) -> dict:
+        before = len(writes)
+        assert main(["partition", "--dataset", str(npz), "--data-root", str(tmp_path),
+                     "--num-parts", "2", "--out", str(out), "--json", *flags]) == 0
+        meta = json.loads(capsys.readouterr().out)
+        assert meta == read_meta(out)
+        assert (len(writes) > before) == new, flags
+        assert (meta["partition_id"] not in ids) == new, flags
+        ids.add(meta["partition_id"])
+        return meta
+
+    meta = run("--hops", "1", "--num-clusters", "15", "--seed", "0", new=True)
+    assert (meta["hops"], meta["num_clusters"], meta["seed"]) == (1, 15, 0)
+    run("--hops", "1", "--num-clusters", "15", "--seed", "0", new=False)
+    assert run("--hops", "1", "--num-clusters", "20", "--seed", "0", new=True)[
+        "num_clusters"] == 20
+    assert run("--hops", "1", "--num-clusters", "20", "--seed", "1", new=True)["seed"] == 1
+    assert run("--hops", "2", "--num-clusters", "20", "--seed", "1", new=True)["hops"] == 2
+    # the default count is resolved before comparing: the same count given explicitly reuses
+    k = run("--hops", "2", "--seed", "1", new=True)["num_clusters"]
+    run("--hops", "2", "--seed", "1", "--num-clusters", str(k), new=False)
+    # --force rewrites, and the fingerprint of equal inputs is equal
+    before = len(writes)
+    assert main(["partition", "--dataset", str(npz), "--data-root", str(tmp_path),
+                 "--num-parts", "2", "--out", str(out), "--hops", "2", "--seed", "1",
+                 "--force"]) == 0
+    capsys.readouterr()
+    assert len(writes) > before and read_meta(out)["partition_id"] in ids
+    # the same graph with other features, labels or splits is another source
+    swapped = np.concatenate([data.train_idx[1:], data.val_idx[:1]])
+    for other in (replace(data, feat=data.feat * 2), replace(data, label=data.label[::-1].copy()),
+                  replace(data, train_idx=np.sort(swapped), val_idx=np.sort(np.concatenate(
+                      [data.val_idx[1:], data.train_idx[:1]])))):
+        other.save_npz(npz)
+        assert run("--hops", "2", "--seed", "1", new=True)["source"]["fingerprint"] == \
+            other.fingerprint()
+
+
+def test_old_format_folder_is_refused_in_one_line_and_rewritten(data, tmp_path, capsys):
+    npz = data.save_npz(tmp_path / "comm.npz")
+    out = tmp_path / "parts"
+    args = ["partition", "--dataset", str(npz), "--data-root", str(tmp_path),
+            "--num-parts", "2", "--hops", "1", "--num-clusters", "12", "--out", str(out)]
+    assert main(args) == 0
+    meta = json.loads((out / "meta.json").read_text())
+    meta["format"] = 1  # what twopgraph wrote before the fingerprint (source.hash)
+    meta["source"]["hash"] = meta["source"].pop("fingerprint")
+    (out / "meta.json").write_text(json.dumps(meta))
+    capsys.readouterr()
+    assert main(["train", "--partitions", str(out), "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "partition format 1" in err[0] and "twopgraph partition" in err[0]
+    assert main(args) == 0  # the partition verb rewrites it
+    assert read_meta(out)["format"] == FORMAT_VERSION

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import fields, replace
 
 import numpy as np
 import pytest
@@ -10,7 +10,7 @@ import pytest
 from twopgraph.errors import ConfigError
 from twopgraph.graph import GraphData
 from twopgraph.synthetic import (SYNTHETIC_PRESETS, SyntheticSpec, edge_homophily, generate,
-                                 spec_summary)
+                                 spec_fingerprint, spec_summary)
 
 TINY = "synthetic-tiny"
 
@@ -166,3 +166,21 @@ def test_bad_arguments_raise():
         generate(42)
     with pytest.raises(ConfigError):
         generate(TINY, seed=-1)
+
+
+def test_spec_fingerprint_covers_every_field_that_changes_the_arrays(monkeypatch):
+    from twopgraph import synthetic
+    spec = SYNTHETIC_PRESETS[TINY]
+    base = spec_fingerprint(spec)
+    assert spec_fingerprint(replace(spec, name="x", description="y")) == base
+    seen = {base}
+    for f in fields(SyntheticSpec):
+        if f.name in ("name", "description"):
+            continue
+        v = getattr(spec, f.name)
+        other = 0.2 if v is None else (v + 1 if isinstance(v, int) else v * 0.9)
+        fp = spec_fingerprint(replace(spec, **{f.name: other}))
+        assert fp not in seen, f.name
+        seen.add(fp)
+    monkeypatch.setattr(synthetic, "GENERATOR_VERSION", synthetic.GENERATOR_VERSION + 1)
+    assert spec_fingerprint(spec) not in seen

@@ -146,6 +146,8 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(message)s", datefmt="%H:%M:%S", stream=sys.stderr)
     key = (args.command, args.bench) if args.command == "bench" else args.command
     try:
+        from .jit import configure_threading
+        configure_threading()  # before any parallel kernel: numba picks its layer at the first
         return COMMANDS[key](args)
     except TwopgraphError as e:
         print(f"twopgraph: error: {e}", file=sys.stderr)

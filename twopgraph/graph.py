@@ -66,7 +66,7 @@ class CSRGraph:
     def fingerprint(self) -> str:
         """Content fingerprint of the CSR (``indptr`` and ``indices``: dtype, shape, bytes; see
         :mod:`twopgraph.fingerprint`), cached on this (frozen) instance: changing the arrays in
-        place afterwards is not noticed. Cost: one read of both arrays (~1 s/GB per thread)."""
+        place afterwards is not noticed. Cost: one read of both arrays (1-2 s/GB per thread)."""
         fp = self.__dict__.get("_fingerprint")
         if fp is None:
             fp = fingerprint("csr", None, self.indptr, self.indices)
@@ -232,7 +232,7 @@ class GraphData:
 
         Cached on the instance: it is recomputed when a field is assigned another array or
         value, but changing an array in place afterwards is not noticed. Cost of the first
-        call: one read of every array, about 1 s/GB per thread (up to 8 threads; ~1.3 GB,
+        call: one read of every array, about 1-2 s/GB per thread (up to 8 threads; ~1.5 GB,
         mostly features, for ogbn-products); memory-mapped arrays are read from disk once.
         """
         arrays = (self.graph, self.feat, self.label, self.train_idx, self.val_idx,

@@ -22,7 +22,8 @@ Importing this module changes nothing; configuration happens on the first call.
 
 Example::
 
-    >>> configure_threading()
+    >>> configure_threading() in SAFE_LAYERS
+    True
     >>> with thread_count(1):
     ...     num_threads()
     1

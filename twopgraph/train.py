@@ -31,7 +31,7 @@ from .config import TrainConfig, resolve_device
 from .errors import ConfigError
 from .fingerprint import run_fingerprint
 from .graph import GraphData, atomic_write_bytes
-from .jit import thread_count
+from .jit import configure_threading, thread_count
 from .loader import Loader, ThreadPlan, as_long_tensor
 from .metrics import peak_rss_mib, write_json
 from .models import BlockGNN, build_model
@@ -263,6 +263,7 @@ def train(cfg: TrainConfig, data: GraphData | None = None) -> TrainResult:
     """Train per ``cfg`` (loading ``cfg.data.dataset`` unless ``data`` is given); see the
     module doc."""
     cfg.validate()
+    configure_threading()  # before the first parallel kernel (clustering, renumbering)
     run = cfg.run
     device = resolve_device(run.device)
     if data is None:
@@ -370,7 +371,7 @@ def train_epoch(model, opt, loader: Loader, epoch: int, progress: bool = True) -
     """One epoch of ``loader``'s batches through ``model`` (cross-entropy, ``opt`` step per
     batch); returns the epoch's record (DESIGN.md metrics, seconds)."""
     model.train()
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     compute_s = 0.0
     loss_sum, correct, seen = 0.0, 0, 0
     bar = None
@@ -401,7 +402,9 @@ def train_epoch(model, opt, loader: Loader, epoch: int, progress: bool = True) -
         if bar is not None:
             bar.close()
     epoch_s = time.perf_counter() - t0
+    cpu_s = time.process_time() - cpu0  # every thread of the process
     rec = {"epoch": epoch, "loss": loss_sum / max(seen, 1), "train_acc": correct / max(seen, 1),
-           "epoch_s": epoch_s, "compute_s": compute_s, "seeds_per_s": seen / epoch_s}
+           "epoch_s": epoch_s, "compute_s": compute_s, "seeds_per_s": seen / epoch_s,
+           "cpu_s": cpu_s, "cpu_per_wall": cpu_s / epoch_s}
     rec.update(loader.stats.as_dict())
     return rec

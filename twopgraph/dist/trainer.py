@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import threading
 import time
 from dataclasses import dataclass
@@ -46,7 +47,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from .. import kernels
+from ..rng import mix_key
 from ..config import TrainConfig
 from ..errors import ConfigError, TwopgraphError
 from ..loader import available_cores
@@ -68,6 +69,8 @@ SUM_KEYS = ("num_batches", "num_seeds", "feature_rows", "cache_hits", "h2d_bytes
             "cache_fill_bytes", "cache_budget_rows", "remote_graph_requests",
             "remote_feature_bytes", "halo_input_rows")
 MAX_KEYS = ("epoch_s", "sample_s", "load_s", "compute_s")
+# "[.../third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error ...": raised by gloo itself
+_GLOO_ERROR = re.compile(r"\[[^\]]*gloo/[^\]]*:\d+\]")
 
 
 class PartSampler:
@@ -186,6 +189,14 @@ def train_distributed(cfg: TrainConfig, partitions, *, env: DistEnv | None = Non
             return _run(cfg, Path(partitions), meta, env, device, backend)
         except dist.DistError as e:  # a collective failed: a peer died, hung or timed out
             raise _lost_peer(env, timeout_s, e) from None
+        except RuntimeError as e:
+            # DDP hands gloo's transport errors (a killed peer: "Connection reset by peer")
+            # through autograd as plain RuntimeErrors; they are recognised by gloo's own
+            # source location, which no error of twopgraph carries -- anything else is a bug
+            # and keeps its traceback.
+            if not _GLOO_ERROR.match(str(e)):
+                raise
+            raise _lost_peer(env, timeout_s, e) from None
 
 
 @contextlib.contextmanager
@@ -270,7 +281,7 @@ def _run(cfg: TrainConfig, folder: Path, meta: dict, env: DistEnv, device, backe
 
     with loader.plan.applied():
         for epoch in range(start_epoch, run.epochs):
-            torch.manual_seed(kernels.mix_key(run.seed, rank, epoch) & 0x7FFFFFFFFFFFFFFF)
+            torch.manual_seed(mix_key(run.seed, rank, epoch) & 0x7FFFFFFFFFFFFFFF)
             before = sampler.counters()
             rec = train_epoch(ddp, opt, loader, epoch, progress)
             after = sampler.counters()
@@ -322,4 +333,6 @@ def _total(ranks: list[dict]) -> dict:
                                 h2d_bytes=tot["h2d_bytes"], row_bytes=tot["row_bytes"],
                                 num_batches=tot["num_batches"]))
     tot["seeds_per_s"] = tot["num_seeds"] / tot["epoch_s"] if tot["epoch_s"] else 0.0
+    tot["cpu_s"] = sum(r["cpu_s"] for r in ranks)  # every rank's threads
+    tot["cpu_per_wall"] = tot["cpu_s"] / tot["epoch_s"] if tot["epoch_s"] else 0.0
     return tot

@@ -146,12 +146,6 @@ def sparsify(graph: CSRGraph, max_degree: int, seed: int = 0) -> CSRGraph:
     return CSRGraph(*kernels.sparsify_csr(graph.indptr, graph.indices, int(max_degree), salt))
 
 
-def graph_hash(graph: CSRGraph) -> str:
-    """The CSR's content fingerprint, :meth:`CSRGraph.fingerprint` (kept for the package's
-    public names)."""
-    return graph.fingerprint()
-
-
 def cluster_key(graph: CSRGraph, num_clusters: int, *, train_idx: np.ndarray | None = None,
                 seed: int = 0, ufactor: int = DEFAULT_UFACTOR,
                 max_degree: int | None = DEFAULT_METIS_MAX_DEGREE) -> str:

@@ -258,8 +258,12 @@ def _refresh_source(folder: Path, data: GraphData, source_path) -> dict:
     src = _source_info(data, source_path)
     if src != meta["source"]:
         meta["source"] = src
-        atomic_write_bytes(folder / META,
-                           lambda f: f.write((json.dumps(meta, indent=2) + "\n").encode()))
+        try:
+            atomic_write_bytes(folder / META,
+                               lambda f: f.write((json.dumps(meta, indent=2) + "\n").encode()))
+        except OSError as e:  # read-only folder: the parts are right, the record stays old
+            log.warning("could not record the source's new mtime in %s (%s); loading it will "
+                        "call it stale", folder / META, e.strerror or e)
     return meta
 
 
@@ -437,14 +441,6 @@ def read_meta(folder, check_source: bool = True) -> dict:
             raise PartitionError(f"{folder} is stale: its source {src['path']} changed since it "
                                  "was partitioned; re-run `twopgraph partition`")
     return meta
-
-
-def source_matches(folder, data: GraphData, num_parts: int, hops: int, *, seed: int = 0,
-                   num_clusters: int = 0) -> bool:
-    """Whether ``folder`` already holds the partition of ``data`` with these settings (equal
-    :func:`partition_fingerprint`; the source file's recorded mtime is not compared)."""
-    return _holds(Path(folder), partition_fingerprint(data, num_parts, hops, seed=seed,
-                                                      num_clusters=num_clusters))
 
 
 def load_part(folder, index: int, meta: dict | None = None, mmap: bool = True) -> Part:

@@ -53,10 +53,11 @@ def _sample_one(indptr, indices, v, fanout, key, nbrs, o):
 def sample_neighbors(indptr, indices, nodes, fanout, key):
     """Sample up to ``fanout`` distinct neighbours of each vertex in ``nodes``.
 
-    Returns ``(offsets, nbrs)``: the neighbours of ``nodes[i]`` are ``nbrs[offsets[i]:offsets[i+1]]``
-    (global ids, dtype of ``indices``). A vertex of degree d gives all d neighbours when
-    ``fanout < 0`` or ``d <= fanout``; otherwise ``fanout`` distinct ones, each neighbour being
-    taken with probability ``fanout / d`` (Floyd's algorithm, positions in CSR order).
+    Returns ``(offsets, nbrs)``: the neighbours of ``nodes[i]`` are
+    ``nbrs[offsets[i]:offsets[i+1]]`` (global ids, dtype of ``indices``). A vertex of degree d
+    gives all d neighbours when ``fanout < 0`` or ``d <= fanout``; otherwise ``fanout``
+    distinct ones, each neighbour being taken with probability ``fanout / d`` (Floyd's
+    algorithm, positions in CSR order).
     Parallel over vertices; :func:`sample_neighbors_serial` is the same on one thread.
     """
     n = nodes.shape[0]

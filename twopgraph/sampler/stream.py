@@ -15,7 +15,7 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Iterator
 
-from .. import kernels
+from ..rng import mix_key
 from .minibatch import MiniBatch
 
 
@@ -28,7 +28,7 @@ def sampled_batches(scheduler, sampler, epoch: int,
     thread count set to 1 inside each: their kernels are serial), ``2 x workers`` batches in
     flight, stopped when the iterator is closed.
     """
-    jobs = ((b, seeds, kernels.mix_key(epoch, b))
+    jobs = ((b, seeds, mix_key(epoch, b))
             for b, seeds in enumerate(scheduler.batches(epoch)))
 
     def timed(b, seeds, key):

@@ -1,0 +1,247 @@
+"""The architecture the docs promise: no import cycle in ``twopgraph/``, the layers import one
+way, every pipeline component implements its protocol, registries discover new modules."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import twopgraph
+from twopgraph.errors import ConfigError
+from twopgraph.registry import Registry
+
+PKG = Path(twopgraph.__file__).parent
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(PKG.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    t = node.test
+    return (isinstance(t, ast.Name) and t.id == "TYPE_CHECKING") or (
+        isinstance(t, ast.Attribute) and t.attr == "TYPE_CHECKING")
+
+
+def _imports(path: Path, modules: set[str]) -> set[str]:
+    """twopgraph modules imported anywhere in ``path`` (functions included; ``if
+    TYPE_CHECKING`` blocks excluded: they never run)."""
+    name = _module_name(path)
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    out: set[str] = set()
+
+    def resolve(base: str) -> str | None:
+        while base and base not in modules:  # an attribute import: the module holding it
+            base = base.rsplit(".", 1)[0] if "." in base else ""
+        return base or None
+
+    def visit(node):
+        if isinstance(node, ast.If) and _is_type_checking(node):
+            for n in node.orelse:
+                visit(n)
+            return
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.startswith("twopgraph"):
+                    m = resolve(a.name)
+                    if m:
+                        out.add(m)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[:len(base) - (node.level - 1)]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            if mod.startswith("twopgraph"):
+                for a in node.names:  # "from . import x" may name a submodule
+                    sub = f"{mod}.{a.name}"
+                    m = sub if sub in modules else resolve(mod)
+                    if m:
+                        out.add(m)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(ast.parse(path.read_text()))
+    out.discard(name)
+    return out
+
+
+def import_graph() -> dict[str, set[str]]:
+    files = sorted(PKG.rglob("*.py"))
+    modules = {_module_name(f) for f in files}
+    graph = {_module_name(f): _imports(f, modules) for f in files}
+    # importing a submodule runs its package's __init__ first: those edges are implied, and
+    # an __init__ that imports its own submodules is not a cycle through them
+    return graph
+
+
+def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def dfs(v):
+        state[v] = 1
+        stack.append(v)
+        for w in sorted(graph.get(v, ())):
+            if state.get(w) == 1:
+                return stack[stack.index(w):] + [w]
+            if w not in state:
+                found = dfs(w)
+                if found:
+                    return found
+        stack.pop()
+        state[v] = 2
+        return None
+
+    for v in sorted(graph):
+        if v not in state:
+            found = dfs(v)
+            if found:
+                return found
+    return None
+
+
+def test_no_import_cycle():
+    cycle = _find_cycle(import_graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_cycle_finder_finds_a_planted_cycle():
+    g = import_graph()
+    g["twopgraph.graph"] = set(g["twopgraph.graph"]) | {"twopgraph.train"}
+    assert _find_cycle(g) is not None
+
+
+# Layers, bottom first; a module may import its own layer and the ones below, never above.
+LAYERS = [
+    {"twopgraph", "twopgraph.__main__", "twopgraph.errors", "twopgraph.registry",
+     "twopgraph.jit", "twopgraph.rng", "twopgraph.fingerprint", "twopgraph.graph",
+     "twopgraph.metrics", "twopgraph.protocols", "twopgraph.synthetic", "twopgraph.datasets"},
+    {"twopgraph.sampler", "twopgraph.cache", "twopgraph.partition", "twopgraph.models",
+     "twopgraph.dropout"},
+    {"twopgraph.config", "twopgraph.loader"},
+    {"twopgraph.train"},
+    {"twopgraph.dist", "twopgraph.bench"},
+    {"twopgraph.cli"},
+]
+
+
+def _layer(mod: str) -> int:
+    for i, names in enumerate(LAYERS):
+        for n in names:
+            if mod == n or (n != "twopgraph" and mod.startswith(n + ".")):
+                return i
+    raise AssertionError(f"{mod} is in no layer: add it to LAYERS")
+
+
+def test_imports_go_one_way():
+    bad = [f"{a} (layer {_layer(a)}) imports {b} (layer {_layer(b)})"
+           for a, deps in import_graph().items() for b in deps
+           if a not in ("twopgraph", "twopgraph.__main__") and _layer(b) > _layer(a)]
+    assert not bad, "\n".join(bad)
+
+
+def test_protocols_are_implemented():
+    from twopgraph.cache import FeatureCache, HostFeatures, PolicyContext, make_policy
+    from twopgraph.dist.trainer import FixedSteps
+    from twopgraph.graph import CSRGraph
+    from twopgraph.protocols import FeatureSource, Sampler, Scheduler
+    from twopgraph.sampler import LocalityScheduler, NeighborSampler, RandomScheduler
+
+    g = CSRGraph.from_edges([0, 1, 2, 3], [1, 2, 3, 0], num_nodes=4)
+    train = np.arange(4)
+    assert isinstance(NeighborSampler(g, [2]), Sampler)
+    rs = RandomScheduler(train, 2)
+    for s in (rs, LocalityScheduler(train, 2, parts=np.array([0, 0, 1, 1])), FixedSteps(rs, 3)):
+        assert isinstance(s, Scheduler)
+    feat = torch.ones(4, 2)
+    ctx = PolicyContext(g, train, [2], 2)
+    for src in (HostFeatures(feat), FeatureCache(feat, make_policy("degree", ctx), 2)):
+        assert isinstance(src, FeatureSource)
+
+
+def test_registry_discovers_a_new_module(tmp_path, monkeypatch):
+    """Adding an entry = adding one module to the registry's package, nothing else."""
+    pkg = tmp_path / "plugpkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "reg.py").write_text("from twopgraph.registry import Registry\n"
+                                "THINGS = Registry('thing', 'plugpkg')\n")
+    (pkg / "mine.py").write_text(textwrap.dedent("""
+        from plugpkg.reg import THINGS
+
+        @THINGS.register("mine")
+        def make():
+            return "made"
+    """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        reg = importlib.import_module("plugpkg.reg").THINGS
+        assert reg.names() == ["mine"]
+        assert reg.get("mine")() == "made"
+        with pytest.raises(ConfigError, match="unknown thing 'mien' \\(did you mean 'mine'"):
+            reg.get("mien")
+    finally:
+        for m in [m for m in sys.modules if m.startswith("plugpkg")]:
+            del sys.modules[m]
+
+
+def test_registry_refuses_two_factories_for_one_name():
+    reg = Registry("thing")
+    reg.register("a")(int)
+    with pytest.raises(RuntimeError, match="registered twice"):
+        reg.register("a")(float)
+
+
+def test_builtin_registries_list_their_modules():
+    from twopgraph.protocols import CACHE_POLICIES, SAMPLERS, SCHEDULERS
+    assert set(SCHEDULERS.names()) >= {"random", "locality"}
+    assert set(SAMPLERS.names()) >= {"neighbor"}
+    assert set(CACHE_POLICIES.names()) >= {"none", "degree", "presample", "layer"}
+
+
+def _docs_example() -> str:
+    text = (PKG.parent / "docs" / "architecture.md").read_text()
+    start = text.index("```python\n") + len("```python\n")
+    return text[start:text.index("```", start)]
+
+
+def test_docs_worked_example_policy_plugs_in(tmp_path):
+    """The LRU policy of docs/architecture.md, added as one module, trains and is measured."""
+    import importlib.util
+
+    from twopgraph.cache import CacheDirectory, replay
+    from twopgraph.protocols import CACHE_POLICIES
+    from twopgraph.train import TrainConfig, train
+
+    path = tmp_path / "lru.py"
+    path.write_text(_docs_example())
+    spec = importlib.util.spec_from_file_location("twopgraph.cache.lru", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    try:
+        assert CACHE_POLICIES.get("lru") is mod.make
+        # accounting: an LRU cache of 2 rows over a known stream
+        d = CacheDirectory(6, 2, mod.LRUCache(6))
+        c = replay([np.array([0, 1]), np.array([1, 2]), np.array([0, 1]), np.array([3])], d)
+        assert (c.feature_rows, c.cache_hits, c.h2d_rows) == (7, 2, 5)
+        res = train(TrainConfig.of(dataset="synthetic-tiny", data_root=str(tmp_path / "data"),
+                                   out=str(tmp_path / "run"), epochs=1, fanouts=[5, 5], batch_size=100,
+                                   hidden=16, cache_policy="lru", cache_ratio=0.2,
+                                   progress=False, device="cpu"))
+        ep = res.epochs[0]
+        assert ep["cache_budget_rows"] == 400 and 0 < ep["cache_hits"] < ep["feature_rows"]
+    finally:
+        CACHE_POLICIES._entries.pop("lru", None)
