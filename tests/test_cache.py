@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from twopgraph import kernels
+from twopgraph.rng import mix_key
 from twopgraph.cache import (POLICIES, CacheDirectory, FeatureCache, PolicyContext, belady_min,
                              build_feature_cache, exhaustive_min, make_policy, replay,
                              resolve_budget)
@@ -40,7 +40,7 @@ def random_stream(num_rows=30, num_batches=12, max_batch=10, seed=0) -> list[np.
 def sampled_stream(data, fanouts=(5, 5), batch_size=64, epoch=0, seed=0):
     sampler = NeighborSampler(data.graph, list(fanouts), seed=seed)
     sched = RandomScheduler(data.train_idx, batch_size, seed=seed)
-    stream = [sampler.sample(s, key=kernels.mix_key(epoch, b)).input_nodes.numpy()
+    stream = [sampler.sample(s, key=mix_key(epoch, b)).input_nodes.numpy()
               for b, s in enumerate(sched.batches(epoch))]
     ctx = PolicyContext(data.graph, data.train_idx, list(fanouts), batch_size, scheduler=sched,
                         sampler=sampler, seed=seed)
@@ -319,18 +319,18 @@ def test_training_with_the_cache_sees_the_same_features(cdata, tmp_path):
 
 def test_interrupted_epoch_leaves_the_window_consistent(cdata):
     """Batches announced by an abandoned epoch are forgotten at the next epoch's start."""
-    from twopgraph.loader import EpochStats, epoch_batches
+    from twopgraph.loader import Loader
     stream, ctx = sampled_stream(cdata)
     cache = FeatureCache(torch.from_numpy(cdata.feat), make_policy("layer", ctx, lookahead=3),
                          100)
     labels = torch.from_numpy(cdata.label)
-    it = epoch_batches(ctx.scheduler, ctx.sampler, cache, labels, 0, EpochStats(), "cpu", 0)
+    it = Loader(ctx.scheduler, ctx.sampler, cache, labels, prefetch=0).epoch(0)
     next(it)
     it.close()
     assert cache.policy.window.pending > 0
-    stats = EpochStats()
-    n = sum(1 for _ in epoch_batches(ctx.scheduler, ctx.sampler, cache, labels, 1, stats,
-                                     "cpu", 2))
+    loader = Loader(ctx.scheduler, ctx.sampler, cache, labels, prefetch=2)
+    n = sum(1 for _ in loader.epoch(1))
+    stats = loader.stats
     assert n == ctx.scheduler.num_batches and cache.policy.window.pending == 0
     assert stats.feature_rows == stats.cache_hits + stats.h2d_bytes // stats.row_bytes
 

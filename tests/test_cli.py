@@ -333,3 +333,42 @@ def test_subprocess_train_ok_stdout_is_one_json_line(root, tmp_path):
     res = json.loads(lines[0])
     assert {"val_acc", "test_acc"} <= set(res)
     assert (tmp_path / "out" / "metrics.json").is_file()
+
+
+# -- generated parsers ---------------------------------------------------------------------------
+def test_help_shows_the_defaults_the_code_uses(capsys):
+    from twopgraph.config import TrainConfig
+    rc, out, _ = run_cli(["train", "--help"], capsys)
+    assert rc == 0
+    text = " ".join(out[out.index("options:"):].split())  # the options' help, not the usage
+    assert "CPU = 0" in text and "CPU all" not in text  # the cache budget default on CPU
+    defaults = TrainConfig().flat()
+    for flag, key in (("--batch-size", "batch_size"), ("--epochs", "epochs"),
+                      ("--eval-batch-edges", "eval_batch_edges"), ("--lr", "lr")):
+        i = text.index(flag + " ")
+        assert f"(default: {defaults[key]})" in text[i:i + 400], flag
+
+
+def test_negative_fanouts_parse_and_version(root, capsys):
+    from twopgraph.cli import build_parser, _join_values
+    ns = build_parser().parse_args(_join_values(["train", "--fanouts", "-1,-1"]))
+    assert ns.fanouts == "-1,-1"
+    rc, out, _ = run_cli(["--version"], capsys)
+    assert rc == 0 and out.startswith("twopgraph ")
+
+
+def test_bench_cache_without_matplotlib_writes_the_csv(root, tmp_path):
+    """matplotlib is an optional extra: without it, the CSV and one line, no traceback."""
+    out = tmp_path / "bc"
+    code = ("import sys; sys.modules['matplotlib'] = None\n"  # import matplotlib -> ImportError
+            "from twopgraph.cli import main\n"
+            f"sys.exit(main(['bench', 'cache', '--dataset', 'synthetic-tiny', '--data-root', "
+            f"{str(root)!r}, '--fanouts', '5,5', '--ratios', '0.1', '--policies', 'none,layer', "
+            f"'--out', {str(out)!r}]))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert "Traceback" not in r.stderr
+    assert (out / "cache.csv").is_file() and not (out / "cache.png").exists()
+    notes = [ln for ln in r.stderr.splitlines() if "matplotlib" in ln]
+    assert len(notes) == 1 and "cache.png" in notes[0]
