@@ -1,6 +1,10 @@
-"""Small shared builders: random CSR graphs, a tiny community graph with node data."""
+"""Small shared builders: random CSR graphs, a tiny community graph with node data, graphs of
+other degree laws, and the small real datasets of the shared folder (skipped when absent)."""
 
 from __future__ import annotations
+
+import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -37,6 +41,36 @@ def community_data(n: int = 600, k: int = 4, f: int = 8, seed: int = 0) -> Graph
     perm = rng.permutation(n)
     tr, va, te = np.sort(perm[: n // 2]), np.sort(perm[n // 2: 3 * n // 4]), np.sort(perm[3 * n // 4:])
     return GraphData(g, feat, comm.astype(np.int64), tr, va, te, name="community")
+
+
+def power_law_data(n: int = 800, avg_deg: float = 6.0, gamma: float = 2.2, k: int = 5,
+                   f: int = 8, seed: int = 0) -> GraphData:
+    """Chung-Lu graph with power-law expected degrees (exponent ``gamma``: a few hubs, many
+    leaves), random labels and features, half the vertices for training."""
+    rng = np.random.default_rng(seed)
+    w = (1.0 - rng.random(n)) ** (-1.0 / (gamma - 1.0))
+    m = int(n * avg_deg / 2)
+    p = w / w.sum()
+    g = CSRGraph.from_edges(rng.choice(n, m, p=p), rng.choice(n, m, p=p), n)
+    label = rng.integers(0, k, n).astype(np.int64)
+    feat = rng.normal(size=(n, f)).astype(np.float32)
+    perm = rng.permutation(n)
+    return GraphData(g, feat, label, np.sort(perm[:n // 2]), np.sort(perm[n // 2:3 * n // 4]),
+                     np.sort(perm[3 * n // 4:]), name="power-law")
+
+
+def shared_datasets_dir() -> Path:
+    """The shared real datasets (``TWOPGRAPH_SHARED_DATASETS`` or ../../shared/datasets)."""
+    env = os.environ.get("TWOPGRAPH_SHARED_DATASETS")
+    return Path(env) if env else Path(__file__).resolve().parents[2] / "shared" / "datasets"
+
+
+def shared_dataset(name: str) -> GraphData:
+    """A small real dataset (e.g. ``cora``) of the shared folder; skips the test without it."""
+    path = shared_datasets_dir() / f"{name}.npz"
+    if not path.is_file():
+        pytest.skip(f"shared dataset {path} not available")
+    return GraphData.load_npz(path, name=name)
 
 
 @pytest.fixture

@@ -17,8 +17,11 @@ import torch.multiprocessing as mp
 
 from conftest import community_data
 from twopgraph.dist import DistEnv, FixedSteps, PartSampler, torchrun_command, train_distributed
+from twopgraph.dist.env import process_group
+from twopgraph.dist.evaluate import evaluate_distributed
 from twopgraph.dist.launch import strip_nproc
 from twopgraph.errors import ConfigError, TwopgraphError
+from twopgraph.models import build_model
 from twopgraph.partition.selfdep import load_part, partition_selfdep
 from twopgraph.sampler import NeighborSampler, RandomScheduler
 from twopgraph.train import TrainConfig, accuracy, layerwise_inference
@@ -141,6 +144,89 @@ def test_single_process_world(tmp_path):
     labels = torch.from_numpy(part.data.label)
     assert res.test_acc == pytest.approx(accuracy(logits, labels, part.data.test_idx))
     assert res.val_acc == pytest.approx(accuracy(logits, labels, part.data.val_idx))
+
+
+# -- distributed exact evaluation = single-process whole-graph inference --------------------------
+EVAL_JOBS = [dict(model=m, layers=layers, hidden=hidden, seed=seed, hops=hops)
+             for m in ("sage", "gcn")
+             for layers, hidden, seed, hops in ((2, 16, 0, 2), (3, 8, 1, 1))]
+
+
+def _eval_worker(rank, world, port, parts, jobs, result_dir):
+    """Rank ``rank``: ``evaluate_distributed`` of every job's weights; the logits of the last
+    layer for the owned vertices are recorded by a forward hook on the last conv."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    cpu = torch.device("cpu")
+    with process_group(DistEnv(rank, world, rank, world), cpu, 60):
+        for i, job in enumerate(jobs):
+            part = load_part(parts[job["hops"]], rank, mmap=False)
+            d = part.data
+            model = build_model(job["model"], d.num_features, job["hidden"], d.num_classes,
+                                job["layers"])
+            model.load_state_dict(torch.load(Path(result_dir) / f"weights{i}.pt"))
+            seen = []
+            model.convs[-1].register_forward_hook(lambda mod, inp, out, seen=seen:
+                                                  seen.append(out))
+            # small edge ranges: several blocks per layer
+            val, test = evaluate_distributed(model, part, torch.from_numpy(d.feat),
+                                             torch.from_numpy(d.label), cpu, batch_edges=300)
+            torch.save({"val": val, "test": test, "logits": torch.cat(seen) if seen else None,
+                        "owned": np.asarray(d.node_ids[:part.num_owned]).copy()},
+                       Path(result_dir) / f"eval{i}-rank{rank}.pt")
+
+
+@pytest.fixture(scope="module")
+def dist_eval(parts2, tmp_path_factory):
+    """Every EVAL_JOBS job evaluated by 2 gloo ranks (one spawn for all), and the whole-graph
+    single-process logits of the same weights."""
+    data, folder2, _ = parts2
+    root = tmp_path_factory.mktemp("dist_eval")
+    parts = {2: str(folder2), 1: str(root / "p2h1")}
+    partition_selfdep(data, 2, 1, parts[1], num_clusters=12)
+    full = []
+    sampler = NeighborSampler(data.graph, [-1])
+    for i, job in enumerate(EVAL_JOBS):
+        torch.manual_seed(job["seed"])
+        model = build_model(job["model"], data.num_features, job["hidden"], data.num_classes,
+                            job["layers"])
+        torch.save(model.state_dict(), root / f"weights{i}.pt")
+        full.append(layerwise_inference(model, sampler, torch.from_numpy(data.feat),
+                                        torch.device("cpu")))
+    ctx = mp.start_processes(_eval_worker, args=(2, _free_port(), parts, EVAL_JOBS, str(root)),
+                             nprocs=2, join=False, start_method="spawn")
+    for p in ctx.processes:
+        p.join(timeout=120)
+    for p in ctx.processes:
+        if p.is_alive():
+            p.kill()
+            p.join()
+    assert [p.exitcode for p in ctx.processes] == [0, 0]
+    ranks = [[torch.load(root / f"eval{i}-rank{r}.pt", weights_only=False) for r in (0, 1)]
+             for i in range(len(EVAL_JOBS))]
+    return data, full, ranks
+
+
+@pytest.mark.parametrize("job", range(len(EVAL_JOBS)),
+                         ids=[f"{j['model']}-L{j['layers']}-hops{j['hops']}" for j in EVAL_JOBS])
+def test_distributed_evaluation_equals_whole_graph_inference(dist_eval, job):
+    """Each rank's last-layer logits of its owned vertices are the whole-graph ones; the val
+    and test accuracies are the whole graph's, exactly (correct counts over split sizes)."""
+    data, full, ranks = dist_eval
+    logits, labels = full[job], torch.from_numpy(data.label)
+    owned = np.concatenate([r["owned"] for r in ranks[job]])
+    np.testing.assert_array_equal(np.sort(owned), np.arange(data.num_nodes))  # a partition
+    for r in ranks[job]:
+        assert r["logits"] is not None and r["logits"].shape[0] == r["owned"].shape[0]
+        want = logits[torch.from_numpy(r["owned"])]
+        torch.testing.assert_close(r["logits"], want, rtol=1e-5, atol=1e-5)
+        assert torch.equal(r["logits"].argmax(1), want.argmax(1))
+    pred = logits.argmax(1)
+    for key, idx in (("val", data.val_idx), ("test", data.test_idx)):
+        correct = int((pred[idx] == labels[idx]).sum())
+        assert 0 < correct < idx.shape[0]  # not a degenerate model
+        for r in ranks[job]:
+            assert r[key] == correct / idx.shape[0], (key, r[key], correct)
 
 
 @pytest.mark.parametrize("hops", [1, 2])

@@ -60,8 +60,3 @@ def build_feature_source(policy: str, feat: torch.Tensor, ctx: PolicyContext, de
     return FeatureCache(feat, make_policy(policy, ctx, **options), budget, device,
                         dtype=tdtype, out_dtype=torch.float32)
 
-
-# temporary: old names, removed once tests are migrated
-from .optimal import exhaustive_min  # noqa: E402,F401
-POLICIES = CACHE_POLICIES
-build_feature_cache = build_feature_source

@@ -69,29 +69,3 @@ def belady_min(batches: Sequence[np.ndarray], num_rows: int, budget: int,
     """
     d = CacheDirectory(num_rows, budget, OfflineOptimal(num_rows, start))
     return replay(batches, d)
-
-
-def exhaustive_min(batches: Sequence[np.ndarray], budget: int, start: str = "empty") -> int:
-    """Fewest copied rows by exhaustive search over every reachable buffer content (tiny
-    streams only: exponential). Counts ``h2d`` rows; with ``start="best"`` the initial
-    content is any ``budget`` rows for free. Reference for the tests of :func:`belady_min`."""
-    from itertools import combinations
-    sets = [frozenset(np.asarray(b).tolist()) for b in batches]
-    universe = sorted(set().union(*sets)) if sets else []
-    if start == "best":
-        k = min(budget, len(universe))
-        states = {frozenset(c): 0 for c in combinations(universe, k)}
-    else:
-        states = {frozenset(): 0}
-    for b in sets:
-        nxt: dict[frozenset, int] = {}
-        for s, cost in states.items():
-            c = cost + len(b - s)
-            pool = sorted(s | b)
-            for k in range(min(budget, len(pool)) + 1):
-                for keep in combinations(pool, k):
-                    ks = frozenset(keep)
-                    if nxt.get(ks, 1 << 60) > c:
-                        nxt[ks] = c
-        states = nxt
-    return min(states.values())

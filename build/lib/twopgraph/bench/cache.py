@@ -1,0 +1,273 @@
+"""``twopgraph bench cache``: hit rates and bytes of every cache policy x schedule x budget,
+against the offline optimum of the same access stream.
+
+For each schedule, one epoch (epoch ``--epoch``, default 0) is sampled with the real sampler
+and scheduler and its access stream (the input vertices of every batch) is recorded. Each
+policy x ratio is then replayed on that stream through the real
+:class:`~twopgraph.cache.directory.CacheDirectory` (the bookkeeping ``FeatureCache`` runs);
+with ``--copy`` the features are really moved through a ``FeatureCache`` on ``--device`` and
+the gather time is reported as well. The counts are exact either way.
+
+Outputs in ``--out``:
+
+- ``cache.csv``: one row per policy x schedule x ratio, plus the offline optimum as rows with
+  policy ``optimal``. Columns (bytes are feature bytes, ``row_bytes`` per row):
+
+  ``feature_rows`` (sum of |input_nodes|), ``cache_hits``, ``hit_rate``, ``h2d_bytes`` (every
+  copy after the one-off fill), ``cache_fill_bytes`` (the one-off fill), ``total_bytes`` (the
+  two together), ``transfer_ratio`` = h2d_bytes / (feature_rows x row_bytes),
+  ``bytes_vs_baseline`` = h2d_bytes / (feature bytes of ``none`` + ``random``: what DGL's
+  loader copies), ``total_vs_baseline`` = total_bytes / the same, ``vs_optimal`` =
+  h2d_bytes / ``optimal_h2d_bytes`` (the fewest bytes any cache of the budget could copy after
+  a free, optimally chosen initial fill), ``total_vs_optimal`` = total_bytes /
+  ``optimal_total_bytes`` (the fewest bytes any cache of the budget starting empty could copy,
+  i.e. the floor of fill + h2d). For the ``optimal`` rows ``h2d_bytes``/``cache_fill_bytes``
+  are those of the free-fill optimum and ``total_bytes`` is the empty-start optimum.
+  Also ``budget_rows``, ``num_batches``, ``input_nodes_per_batch``, ``policy_s`` (building
+  the policy, pre-sampling included), ``replay_s``, ``presample_s``, ``gather_s`` (--copy).
+- ``cache.png``: hit rate and total bytes / baseline against the cache ratio, one line per
+  policy x schedule, the optimum as the dashed floor.
+
+Example::
+
+    twopgraph bench cache --dataset synthetic-small --policies none,degree,presample,layer \\
+        --ratios 0.01,0.05,0.1,0.2,0.4 --schedules random,locality --out runs/cache
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..cache import (CacheDirectory, FeatureCache, PolicyContext, belady_min, feat_dtype,
+                     make_policy, replay)
+from ..cache.directory import announced
+from ..config import BenchCacheConfig
+from ..datasets import load_dataset
+from ..jit import thread_count
+from ..loader import Loader
+from ..metrics import ratio, transfer_metrics
+from ..sampler import make_sampler, make_scheduler
+from ..train import locality_for
+
+log = logging.getLogger("twopgraph")
+
+COLUMNS = ["policy", "schedule", "ratio", "budget_rows", "feature_rows", "cache_hits",
+           "hit_rate", "h2d_bytes", "cache_fill_bytes", "total_bytes", "transfer_ratio",
+           "bytes_vs_baseline", "total_vs_baseline", "vs_optimal", "total_vs_optimal",
+           "optimal_h2d_bytes", "optimal_total_bytes", "row_bytes", "num_batches",
+           "input_nodes_per_batch", "policy_s", "replay_s", "presample_s", "gather_s"]
+
+
+def run_bench(data, policies: list[str], ratios: list[float], schedules: list[str],
+              fanouts: list[int], batch_size: int, seed: int = 0, epoch: int = 0,
+              parts=None, balance: int = 16, policy_options: dict | None = None,
+              copy: bool = False, device: str = "cpu", dtype=None,
+              threads: int = 0) -> list[dict]:
+    """All rows of ``cache.csv`` (see the module doc) for ``data`` (already renumbered /
+    clustered as the schedules need: ``parts`` = cluster of every vertex); sampling and
+    pre-sampling run on ``threads`` threads (0 = all cores)."""
+    policy_options = policy_options or {}
+    n = data.num_nodes
+    row_dtype = dtype or torch.float32
+    row_bytes = data.num_features * torch.empty(0, dtype=row_dtype).element_size()
+    feat = None
+    if copy:  # stored once (pinned for CUDA) and shared by every FeatureCache below
+        feat = torch.from_numpy(data.feat).to(row_dtype)
+        if torch.device(device).type == "cuda":
+            feat = feat.pin_memory()
+    sampler = make_sampler("neighbor", data.graph, fanouts, seed=seed)
+
+    streams, scheds = {}, {}
+    for s in dict.fromkeys(["random", *schedules]):  # the baseline needs random
+        scheds[s] = make_scheduler(s, data.train_idx, batch_size, seed=seed, parts=parts,
+                                   labels=data.label, balance=balance)
+        loader = Loader(scheds[s], sampler, threads=threads)
+        t = time.perf_counter()
+        streams[s] = loader.input_stream(epoch)
+        secs = time.perf_counter() - t
+        log.info("schedule %s: %d batches, %.0f input rows per batch, sampled in %.1f s", s,
+                 len(streams[s]), np.mean([x.shape[0] for x in streams[s]]), secs)
+    baseline = sum(x.shape[0] for x in streams["random"]) * row_bytes
+
+    rows = []
+    for s in schedules:
+        stream = streams[s]
+        ctx = PolicyContext(data.graph, data.train_idx, list(fanouts), batch_size,
+                            scheduler=scheds[s], sampler=sampler, seed=seed,
+                            workers=loader.plan.total)
+        built = {}
+        for p in policies:  # policies do not depend on the budget: build each once
+            t = time.perf_counter()
+            with thread_count(loader.plan.total):
+                built[p] = (make_policy(p, ctx, **policy_options.get(p, {})),
+                            time.perf_counter() - t)
+        for r in ratios:
+            budget = int(r * n)
+            t = time.perf_counter()
+            best = belady_min(stream, n, budget, start="best")
+            empty = belady_min(stream, n, budget, start="empty")
+            log.info("%s ratio %g: optimum in %.1f s", s, r, time.perf_counter() - t)
+            opt_h2d, opt_total = best.h2d_rows * row_bytes, empty.h2d_rows * row_bytes
+            rows.append(_row("optimal", s, r, budget, best, row_bytes, baseline, opt_h2d,
+                             opt_total, total=opt_total, policy_s=0.0,
+                             replay_s=time.perf_counter() - t))
+            for p in policies:
+                proto, policy_s = built[p]
+                policy = proto.fresh()
+                t = time.perf_counter()
+                gather_s = None
+                if copy:
+                    cache = FeatureCache(feat, policy, budget, device=device, dtype=dtype)
+                    counters, gather_s = _replay_copy(cache, stream)
+                else:
+                    counters = replay(stream, CacheDirectory(n, budget, policy))
+                row = _row(p, s, r, budget, counters, row_bytes, baseline, opt_h2d, opt_total,
+                           policy_s=policy_s, replay_s=time.perf_counter() - t)
+                row["presample_s"] = policy.info().get("presample_s")
+                row["gather_s"] = gather_s
+                rows.append(row)
+                log.info("%-9s %-8s ratio %-5g hit %.3f  total/base %.3f  x opt %.3f", p, s, r,
+                         row["hit_rate"], row["total_vs_baseline"], row["total_vs_optimal"])
+    return rows
+
+
+def _replay_copy(cache, stream):
+    """Replay with real feature movement; returns (counters, seconds spent gathering)."""
+    t_gather = 0.0
+    for ids in announced(stream, cache.policy.lookahead, cache.announce):
+        t0 = time.perf_counter()
+        out, ev = cache.gather(ids)
+        if ev is not None:
+            ev.synchronize()
+        t_gather += time.perf_counter() - t0
+        del out
+    if cache.cuda:
+        torch.cuda.synchronize(cache.device)
+    return cache.counters.copy(), t_gather
+
+
+def _row(policy, schedule, cache_ratio, budget, c, row_bytes, baseline, opt_h2d, opt_total,
+         total=None, **extra) -> dict:
+    h2d = c.h2d_rows * row_bytes
+    fill = c.fill_rows * row_bytes
+    total = h2d + fill if total is None else total
+    row = {
+        "policy": policy, "schedule": schedule, "ratio": cache_ratio, "budget_rows": budget,
+        "feature_rows": c.feature_rows, "cache_hits": c.cache_hits,
+        "h2d_bytes": h2d, "cache_fill_bytes": fill, "total_bytes": total,
+        "bytes_vs_baseline": ratio(h2d, baseline), "total_vs_baseline": ratio(total, baseline),
+        "vs_optimal": ratio(h2d, opt_h2d), "total_vs_optimal": ratio(total, opt_total),
+        "optimal_h2d_bytes": opt_h2d, "optimal_total_bytes": opt_total, "row_bytes": row_bytes,
+        "num_batches": c.num_batches, "presample_s": None, "gather_s": None,
+        **transfer_metrics(feature_rows=c.feature_rows, cache_hits=c.cache_hits, h2d_bytes=h2d,
+                           row_bytes=row_bytes, num_batches=c.num_batches),
+    }
+    row.update(extra)
+    return row
+
+
+def write_csv(rows: list[dict], path: Path) -> None:
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in COLUMNS})
+
+
+def plot(rows: list[dict], path: Path, title: str = "") -> bool:
+    """Hit rate and total bytes / baseline against the cache ratio (optimum dashed); False
+    (and one log line) when matplotlib, an optional dependency, is not installed."""
+    try:
+        import matplotlib
+    except ImportError:
+        log.warning("no plot: %s needs matplotlib (pip install 'twopgraph[plot]')", path.name)
+        return False
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
+    schedules = list(dict.fromkeys(r["schedule"] for r in rows))
+    policies = list(dict.fromkeys(r["policy"] for r in rows))
+    markers = {"random": "o", "locality": "s"}
+    styles = {"random": "-", "locality": "--"}
+    colors = {p: f"C{i}" for i, p in enumerate(x for x in policies if x != "optimal")}
+    for s in schedules:
+        for p in policies:
+            pts = sorted((r["ratio"], r["hit_rate"], r["total_vs_baseline"])
+                         for r in rows if r["schedule"] == s and r["policy"] == p)
+            if not pts:
+                continue
+            x = [a for a, _, _ in pts]
+            if p == "optimal":  # wide and pale, drawn below: policies that reach it stay visible
+                kw = dict(color="black", linestyle=styles.get(s, "-"), linewidth=6, alpha=0.25,
+                          zorder=1, label=f"optimal (floor) / {s}")
+            else:
+                kw = dict(color=colors[p], linestyle=styles.get(s, "-"),
+                          marker=markers.get(s, "^"), label=f"{p} / {s}")
+            axes[0].plot(x, [b for _, b, _ in pts], **kw)
+            axes[1].plot(x, [c for _, _, c in pts], **kw)
+    axes[0].set_ylabel("hit rate")
+    axes[1].set_ylabel("bytes copied (fill included) / none+random")
+    axes[1].set_yscale("log")
+    for ax in axes:
+        ax.set_xlabel("cache ratio (fraction of feature rows)")
+        ax.set_xscale("log")
+        ax.grid(True, which="both", alpha=0.3)
+    axes[1].legend(fontsize=7, ncol=2)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
+def format_table(rows: list[dict]) -> str:
+    head = (f"{'policy':<10}{'schedule':<10}{'ratio':>6}{'hit_rate':>10}{'h2d_MiB':>11}"
+            f"{'fill_MiB':>10}{'transfer':>10}{'vs_base':>9}{'tot/base':>9}{'vs_opt':>8}"
+            f"{'tot/opt':>8}")
+    lines = [head, "-" * len(head)]
+    for r in sorted(rows, key=lambda r: (r["schedule"], r["ratio"], r["policy"] != "optimal",
+                                         r["policy"])):
+        lines.append(
+            f"{r['policy']:<10}{r['schedule']:<10}{r['ratio']:>6g}{r['hit_rate']:>10.4f}"
+            f"{r['h2d_bytes'] / 2**20:>11.1f}{r['cache_fill_bytes'] / 2**20:>10.1f}"
+            f"{r['transfer_ratio']:>10.4f}{r['bytes_vs_baseline']:>9.4f}"
+            f"{r['total_vs_baseline']:>9.4f}{r['vs_optimal']:>8.3f}{r['total_vs_optimal']:>8.3f}")
+    return "\n".join(lines)
+
+
+# -- the CLI verb ---------------------------------------------------------------------------------
+def run(cfg: BenchCacheConfig) -> int:
+    """``twopgraph bench cache``: measure, write ``cache.csv`` (and ``cache.png``), print."""
+    cfg.validate()
+    s, b = cfg.sampling, cfg.bench
+    options = {"presample": {"epochs": b.presample_epochs}}
+    if b.lookahead is not None:
+        options["layer"] = {"lookahead": b.lookahead}
+    data = load_dataset(cfg.data.dataset, cfg.data.data_root)
+    prep = locality_for(data, b.schedules, cfg)
+    parts = None if prep.clustering is None else prep.clustering.parts
+    rows = run_bench(prep.data, b.policies, b.ratios, b.schedules, s.fanouts, s.batch_size,
+                     seed=b.seed, epoch=b.epoch, parts=parts, balance=s.balance,
+                     policy_options=options, copy=b.copy, device=b.device,
+                     dtype=feat_dtype(b.feat_dtype), threads=b.threads)
+    out = Path(b.out)
+    out.mkdir(parents=True, exist_ok=True)
+    write_csv(rows, out / "cache.csv")
+    plotted = plot(rows, out / "cache.png", title=f"{data.name}: fanouts "
+                   f"{','.join(map(str, s.fanouts))}, batch {s.batch_size}, {b.feat_dtype}")
+    if b.json:
+        for r in rows:
+            print(json.dumps(r))
+    else:
+        print(format_table(rows))
+        print(f"wrote {out / 'cache.csv'}" + (f" and {out / 'cache.png'}" if plotted else ""))
+    return 0

@@ -1,0 +1,33 @@
+"""``degree``: PaGraph's static cache of the highest-degree vertices."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..protocols import CACHE_POLICIES
+from .base import CachePolicy, PolicyContext, top_rows
+
+
+class DegreeCache(CachePolicy):
+    """Fills the budget once with the highest-degree rows (ties by id) and never changes.
+
+    Example::
+
+        >>> from twopgraph.graph import CSRGraph
+        >>> g = CSRGraph.from_edges([0, 0, 0, 1], [1, 2, 3, 2], num_nodes=4)
+        >>> DegreeCache(g.degrees()).initial_rows(2).tolist()
+        [0, 1]
+    """
+
+    name = "degree"
+
+    def __init__(self, degrees: np.ndarray):
+        self.degrees = np.asarray(degrees)
+
+    def initial_rows(self, budget: int) -> np.ndarray:
+        return top_rows(self.degrees, budget)
+
+
+@CACHE_POLICIES.register("degree")
+def make(ctx: PolicyContext) -> DegreeCache:
+    return DegreeCache(ctx.graph.degrees())

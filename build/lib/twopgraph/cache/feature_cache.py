@@ -1,0 +1,221 @@
+""":class:`FeatureCache`: a host feature store behind a device buffer, driven by a policy.
+
+``gather(ids)`` returns the features of ``ids`` on the device: hits are read from the buffer,
+misses are gathered on the host into pinned memory and copied in one ``non_blocking`` transfer
+(CUDA), then the rows the policy keeps are moved from that copy into freed buffer slots
+(device-to-device; never copied twice). All index bookkeeping happens on the host
+(:class:`~twopgraph.cache.directory.CacheDirectory`), so the hot loop has no device->host
+synchronisation. On CUDA the work runs on the cache's own stream and ``gather`` returns an
+event the consumer waits on; on CPU the "device" is host memory and the same code and the same
+accounting apply.
+"""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+
+import numpy as np
+import torch
+
+from ..errors import ConfigError
+from .base import CachePolicy
+from ..metrics import CacheCounters
+from .directory import CacheDirectory
+
+FEAT_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+# Bytes of device memory left free for training when the budget is "whatever fits".
+DEFAULT_TRAIN_MARGIN = 0.25
+_FILL_CHUNK_BYTES = 64 << 20
+
+
+def feat_dtype(name: str) -> torch.dtype:
+    try:
+        return FEAT_DTYPES[name]
+    except KeyError:
+        raise ConfigError(f"unknown feat dtype {name!r}; known: {', '.join(FEAT_DTYPES)}") from None
+
+
+def resolve_budget(num_rows: int, row_bytes: int, device, ratio: float | None = None,
+                   gb: float | None = None, margin: float = DEFAULT_TRAIN_MARGIN) -> int:
+    """Buffer size in rows: ``ratio`` x rows, or ``gb`` GiB, else (CUDA) what fits in the free
+    device memory after keeping ``margin`` of the total for training, else (CPU) 0 rows.
+
+    On CPU the model reads host memory directly, so a "device" buffer would only be a second
+    copy of rows the host table already holds (on synthetic-products: +0.9 GiB and a copy per
+    admitted row for nothing); an explicit ``ratio``/``gb`` still builds one, to measure a
+    policy's hit rate and transfer bytes on a machine without a GPU.
+    """
+    if ratio is not None and gb is not None:
+        raise ConfigError("give the cache budget as a ratio or in GB, not both")
+    if ratio is not None:
+        if not (0.0 <= ratio <= 1.0):
+            raise ConfigError(f"cache ratio must be in [0, 1], got {ratio}")
+        return int(ratio * num_rows)
+    if gb is not None:
+        if gb < 0:
+            raise ConfigError(f"cache GB must be >= 0, got {gb}")
+        return min(num_rows, int(gb * (1 << 30)) // max(1, row_bytes))
+    device = torch.device(device)
+    if device.type == "cuda":
+        free, total = torch.cuda.mem_get_info(device)
+        avail = max(0, free - int(margin * total))
+        return min(num_rows, avail // max(1, row_bytes))
+    return 0
+
+
+class FeatureCache:
+    """Features of ``feat`` (host, N x F) served on ``device`` through a buffer of ``budget``
+    rows managed by ``policy``; rows are stored and copied as ``dtype`` (default: feat's) and
+    returned as ``out_dtype`` (default float32: the model computes in float32).
+
+    Counts go to ``self.counters`` (rows) -- ``row_bytes`` turns them into bytes.
+
+    Example::
+
+        >>> from twopgraph.cache.degree import DegreeCache
+        >>> feat = torch.arange(12.).view(6, 2)
+        >>> c = FeatureCache(feat, DegreeCache(np.array([5, 4, 3, 2, 1, 0])), budget=2)
+        >>> out, _ = c.gather(torch.tensor([4, 0]))
+        >>> out.tolist(), c.counters.cache_hits, c.h2d_bytes
+        ([[8.0, 9.0], [0.0, 1.0]], 1, 8)
+    """
+
+    def __init__(self, feat: torch.Tensor, policy: CachePolicy, budget: int,
+                 device="cpu", dtype: torch.dtype | None = None,
+                 out_dtype: torch.dtype | None = torch.float32):
+        if not isinstance(feat, torch.Tensor) or feat.ndim != 2:
+            raise ConfigError("feat must be a 2-D torch tensor (N x F) on the host")
+        if feat.device.type != "cpu":
+            raise ConfigError(f"feat must live in host memory, got {feat.device}")
+        self.device = torch.device(device)
+        if self.device.type == "cuda" and self.device.index is None:
+            self.device = torch.device("cuda", torch.cuda.current_device())
+        self.dtype = feat.dtype if dtype is None else dtype
+        self.out_dtype = out_dtype
+        self.cuda = self.device.type == "cuda"
+        store = feat.to(self.dtype).contiguous()
+        # Pinned so that miss rows can be gathered into pinned staging and copied async
+        # (an already pinned table is used as it is, no copy).
+        self.store = store.pin_memory() if self.cuda and not store.is_pinned() else store
+        self.num_rows, self.num_features = int(feat.shape[0]), int(feat.shape[1])
+        self.row_bytes = self.num_features * self.store.element_size()
+        self.directory = CacheDirectory(self.num_rows, budget, policy)
+        self.buffer = torch.empty((self.directory.budget, self.num_features), dtype=self.dtype,
+                                  device=self.device)
+        self.stream = torch.cuda.Stream(self.device) if self.cuda else None
+        # The stream the trainer consumes features on (the one current at construction).
+        self._consumer = torch.cuda.current_stream(self.device) if self.cuda else None
+
+    # -- accounting ------------------------------------------------------------------------------
+    @property
+    def policy(self) -> CachePolicy:
+        return self.directory.policy
+
+    @property
+    def budget(self) -> int:
+        return self.directory.budget
+
+    @property
+    def lookahead(self) -> int | None:
+        """Batches the loader announces ahead (the policy's window; 0 for static policies)."""
+        return self.directory.policy.lookahead
+
+    @property
+    def counters(self) -> CacheCounters:
+        return self.directory.counters
+
+    @property
+    def h2d_bytes(self) -> int:
+        return self.counters.h2d_rows * self.row_bytes
+
+    @property
+    def cache_fill_bytes(self) -> int:
+        return self.counters.fill_rows * self.row_bytes
+
+    # -- data movement ---------------------------------------------------------------------------
+    def begin_stream(self) -> None:
+        """Start a new access stream (an epoch): batches announced earlier and never
+        gathered (an interrupted epoch) are forgotten."""
+        self.directory.policy.drain()
+
+    def announce(self, ids) -> None:
+        """A batch sampled ahead (the loader's lookahead window)."""
+        self.directory.policy.announce(_as_numpy(ids))
+
+    def gather(self, ids) -> tuple[torch.Tensor, torch.cuda.Event | None]:
+        """Features of the unique row ids ``ids`` (host int64) on the device, in ``ids`` order,
+        and (CUDA) the event after which they are ready, else ``None``."""
+        ids_np = _as_numpy(ids)
+        if self.cuda:
+            with torch.cuda.stream(self.stream):
+                out = self._gather(ids_np)
+                ev = torch.cuda.Event()
+                ev.record(self.stream)
+            return out, ev
+        return self._gather(ids_np), None
+
+    def _gather(self, ids: np.ndarray) -> torch.Tensor:
+        d = self.directory
+        if not d.filled:
+            self._fill(*d.fill())
+        p = d.plan(ids)
+        n, m = ids.shape[0], p.miss_rows.shape[0]
+        # One host->device copy of every index the device needs (pinned on CUDA).
+        idx = self._to_device(np.concatenate(
+            [p.hit_pos, p.hit_slot, p.miss_pos, p.admit_src, p.admit_slot]))
+        h, a = p.hit_pos.shape[0], p.admit_src.shape[0]
+        hit_pos, hit_slot = idx[:h], idx[h:2 * h]
+        miss_pos = idx[2 * h:2 * h + m]
+        admit_src, admit_slot = idx[2 * h + m:2 * h + m + a], idx[2 * h + m + a:]
+        # Hits are read before this batch's admissions overwrite freed slots (stream order).
+        if h == n:
+            out = self.buffer.index_select(0, hit_slot)
+        elif m == n:  # miss_pos is 0..n-1: the copied rows are the batch
+            out = self._host_rows(p.miss_rows)
+            rows = out
+        else:
+            out = torch.empty((n, self.num_features), dtype=self.dtype, device=self.device)
+            out.index_copy_(0, hit_pos, self.buffer.index_select(0, hit_slot))
+            rows = self._host_rows(p.miss_rows)
+            out.index_copy_(0, miss_pos, rows)
+        if a:
+            self.buffer.index_copy_(0, admit_slot, rows.index_select(0, admit_src))
+        if self.out_dtype is not None and out.dtype != self.out_dtype:
+            out = out.to(self.out_dtype)
+        if self.cuda:  # allocated on the cache's stream, consumed on the trainer's
+            out.record_stream(self._consumer)
+        return out
+
+    def _host_rows(self, rows: np.ndarray) -> torch.Tensor:
+        """Rows of the host store on the device: gathered into pinned memory, one
+        ``non_blocking`` copy (CUDA); on CPU a plain gather."""
+        index = torch.from_numpy(rows)
+        if not self.cuda:
+            return torch.index_select(self.store, 0, index)
+        staging = torch.empty((rows.shape[0], self.num_features), dtype=self.dtype,
+                              pin_memory=True)
+        torch.index_select(self.store, 0, index, out=staging)
+        return staging.to(self.device, non_blocking=True)
+
+    def _to_device(self, a: np.ndarray) -> torch.Tensor:
+        t = torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64))
+        if not self.cuda:
+            return t
+        return t.pin_memory().to(self.device, non_blocking=True)
+
+    def _fill(self, rows: np.ndarray, slots: np.ndarray) -> None:
+        """The one-off initial fill, in chunks so pinned staging memory stays small."""
+        chunk = max(1, _FILL_CHUNK_BYTES // max(1, self.row_bytes))
+        ctx = torch.cuda.stream(self.stream) if self.cuda else nullcontext()
+        with ctx:
+            for s in range(0, rows.shape[0], chunk):
+                r, sl = rows[s:s + chunk], slots[s:s + chunk]
+                self.buffer.index_copy_(0, self._to_device(sl), self._host_rows(r))
+
+
+def _as_numpy(ids) -> np.ndarray:
+    if isinstance(ids, torch.Tensor):
+        if ids.device.type != "cpu":
+            raise ConfigError("ids must be a host tensor (the directory lives on the host)")
+        ids = ids.numpy()
+    return np.ascontiguousarray(ids, dtype=np.int64)

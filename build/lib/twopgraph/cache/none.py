@@ -1,0 +1,18 @@
+"""``none``: no cache; every input row is copied host->device for every batch (DGL, PyG)."""
+
+from __future__ import annotations
+
+from ..protocols import CACHE_POLICIES
+from .base import CachePolicy, PolicyContext
+
+
+class NoCache(CachePolicy):
+    """Caches nothing (the directory then gets a zero budget)."""
+
+    name = "none"
+    caches = False
+
+
+@CACHE_POLICIES.register("none")
+def make(ctx: PolicyContext) -> NoCache:
+    return NoCache()

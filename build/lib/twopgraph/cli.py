@@ -1,0 +1,157 @@
+"""The ``twopgraph`` command: ``train | partition | bench sampler | bench cache | datasets |
+info``.
+
+Every verb's flags are generated from its config in :mod:`twopgraph.config` (help texts and
+defaults live there). Bad input (unknown dataset, unreadable file, malformed flag,
+incompatible checkpoint) prints one line ``twopgraph: error: ...`` on stderr and exits with
+code 2; no traceback, no output files. Anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+
+from .config import (BenchCacheConfig, BenchSamplerConfig, DataConfig, PartitionConfig,
+                     TrainConfig, add_section_arguments)
+from .errors import TwopgraphError
+
+log = logging.getLogger("twopgraph")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse whose usage errors are one line (exit 2)."""
+
+    def error(self, message):
+        self.exit(2, f"twopgraph: error: {message} (see `{self.prog} --help`)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+    p = _Parser(prog="twopgraph", description="Locality-aware mini-batch GNN training (2PGraph).")
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    p.add_argument("--version", action="version", version=f"twopgraph {__version__}")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    TrainConfig.add_arguments(
+        sub.add_parser("train", help="train GraphSAGE/GCN with sampled mini-batches"))
+    PartitionConfig.add_arguments(sub.add_parser(
+        "partition", help="write self-dependence partitions for data-parallel training "
+                          "(`train --partitions`)"))
+
+    b = sub.add_parser("bench", help="benchmarks of twopgraph's components")
+    bsub = b.add_subparsers(dest="bench", required=True, parser_class=_Parser)
+    BenchSamplerConfig.add_arguments(
+        bsub.add_parser("sampler", help="sampling-only epochs: throughput and input sizes"))
+    BenchCacheConfig.add_arguments(
+        bsub.add_parser("cache", help="feature-cache policies x schedules x budgets vs the "
+                                      "offline optimum"),
+        exclude=BenchCacheConfig.EXCLUDE)
+
+    add_section_arguments(sub.add_parser("datasets", help="list known and cached datasets"),
+                          DataConfig, exclude=("dataset",))
+    i = sub.add_parser("info", help="statistics of a dataset (generates/converts it if needed)")
+    add_section_arguments(i, DataConfig, required=("dataset",))
+    i.add_argument("--json", action="store_true", help="print JSON")
+    return p
+
+
+def _print_record(rec: dict, as_json: bool) -> None:
+    """One JSON line, or one ``key  value`` line per field."""
+    if as_json:
+        print(json.dumps(rec))
+    else:
+        for k, v in rec.items():
+            print(f"{k:>22}  {v}")
+
+
+def cmd_train(a) -> int:
+    from .train import train
+    cfg = TrainConfig.from_args(a)
+    from .dist.commands import run_partitioned
+    code = run_partitioned(cfg, a.argv)  # --partitions: data-parallel over self-dependence parts
+    if code is not None:
+        return code
+    res = train(cfg)
+    print(json.dumps({"val_acc": res.val_acc, "test_acc": res.test_acc,
+                      "metrics": str(res.out / "metrics.json")}))
+    return 0
+
+
+def cmd_bench_sampler(a) -> int:
+    from .bench.sampler import run
+    res = run(BenchSamplerConfig.from_args(a))
+    _print_record(res, a.json)
+    return 0
+
+
+def cmd_bench_cache(a) -> int:
+    from .bench.cache import run
+    return run(BenchCacheConfig.from_args(a))
+
+
+def cmd_partition(a) -> int:
+    from .dist.commands import cmd_partition as run
+    PartitionConfig.from_args(a).validate()
+    return run(a)
+
+
+def cmd_datasets(a) -> int:
+    from .datasets import list_datasets, resolve_data_root
+    rows = list_datasets(a.data_root)
+    print(f"data root: {resolve_data_root(a.data_root)}")
+    print(f"{'name':<22} {'kind':<10} {'cached':<7} description")
+    for r in rows:
+        print(f"{r['name']:<22} {r['kind']:<10} {'yes' if r['cached'] else 'no':<7} "
+              f"{r.get('description', '')}")
+    return 0
+
+
+def cmd_info(a) -> int:
+    from .datasets import dataset_path, load_dataset
+    data = load_dataset(a.dataset, a.data_root)
+    info = data.summary()
+    path = dataset_path(a.dataset, a.data_root)
+    info["path"] = str(path) if path is not None else None
+    _print_record(info, a.json)
+    return 0
+
+
+COMMANDS = {"train": cmd_train, "datasets": cmd_datasets, "info": cmd_info,
+            ("bench", "sampler"): cmd_bench_sampler, ("bench", "cache"): cmd_bench_cache,
+            "partition": cmd_partition}
+
+# Flags whose value may start with "-" (``--fanouts -1,-1``): argparse would take it for a flag.
+_VALUE_FLAGS = ("--fanouts",)
+
+
+def _join_values(argv: list[str]) -> list[str]:
+    out, it = [], iter(argv)
+    for a in it:
+        if a in _VALUE_FLAGS:
+            v = next(it, None)
+            out.append(a if v is None else f"{a}={v}")
+        else:
+            out.append(a)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(_join_values(argv))
+    args.argv = argv  # train --nproc passes it on
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(message)s", datefmt="%H:%M:%S", stream=sys.stderr)
+    key = (args.command, args.bench) if args.command == "bench" else args.command
+    try:
+        from .jit import configure_threading
+        configure_threading()  # before any parallel kernel: numba picks its layer at the first
+        return COMMANDS[key](args)
+    except TwopgraphError as e:
+        print(f"twopgraph: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("twopgraph: interrupted", file=sys.stderr)
+        return 130

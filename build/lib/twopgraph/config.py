@@ -1,0 +1,571 @@
+"""Every option of every verb, in one place: a tree of dataclass sections from which the
+command-line parsers are generated, validated in one pass.
+
+Each field carries its help text (and, where it differs from ``--field-name``, its flag) in
+its metadata, so defaults and help live here only; ``twopgraph train --help`` shows them as
+they are. Sections:
+
+- :class:`DataConfig` (``--dataset``, ``--data-root``);
+- :class:`SamplingConfig` (fanouts, batch size, schedule, clusters, renumbering);
+- :class:`CacheConfig` (feature cache policy, budget, stored dtype);
+- :class:`ModelConfig` (model and optimiser);
+- :class:`RunConfig` (epochs, seed, device, output, evaluation, threads, ...);
+- :class:`DistConfig` (partitioned data-parallel training);
+
+:class:`TrainConfig` holds one of each; the ``bench`` verbs and ``partition`` have configs of
+their own built from the same sections and fields. Flags and metric keys are a contract:
+they keep their names.
+
+Example::
+
+    >>> cfg = TrainConfig.of(dataset="synthetic-tiny", epochs=2, fanouts="5,5")
+    >>> cfg.validate().sampling.fanouts, cfg.run.epochs
+    ([5, 5], 2)
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import types
+import typing
+from dataclasses import MISSING, Field, asdict, dataclass, field, fields
+from pathlib import Path
+
+import torch
+
+from .cache.feature_cache import FEAT_DTYPES
+from .errors import ConfigError
+from .models import MODELS
+from .protocols import CACHE_POLICIES, SCHEDULERS
+from .sampler.neighbor import parse_fanouts
+
+
+# ----------------------------------------------------------------------------------------------
+# fields
+# ----------------------------------------------------------------------------------------------
+
+
+def option(default=MISSING, help: str = "", *, flag: str | None = None, factory=None,
+           required: bool = False, negatable: bool = False, metavar: str | None = None,
+           show_default: str | None = None, result: bool = False) -> Field:
+    """A config field with its command-line form.
+
+    ``flag`` defaults to ``--field-name``; a bool field is a switch (``store_true``; a flag
+    ``--no-x`` stores False; ``negatable`` gives ``--x/--no-x``); ``required`` fields have no
+    default on the command line; ``show_default`` replaces the default shown in ``--help``;
+    ``result`` marks a parameter that changes the trained model (the checkpoint fingerprint
+    covers exactly these)."""
+    meta = {"help": help, "flag": flag, "required": required, "negatable": negatable,
+            "metavar": metavar, "show_default": show_default, "result": result}
+    if factory is not None:
+        return field(default_factory=factory, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+def _seed() -> Field:
+    return option(0, "random seed of shuffling, sampling and model initialisation; the same "
+                     "seed gives the same result on CPU", result=True)
+
+
+def _threads() -> Field:
+    return option(0, "CPU threads the whole process uses (model, sampling workers, prefetch); "
+                     "0 = all cores")
+
+
+def _feat_dtype() -> Field:
+    return option("float32", "how features are stored and copied: float32 | float16 | "
+                             "bfloat16 (half the bytes; the model computes in float32 and is "
+                             "evaluated on the same rounded features)", result=True)
+
+
+def _num_clusters(help_extra: str = "") -> Field:
+    return option(0, "METIS clusters of the locality scheduler and of --renumber, cached under "
+                     "DATA_ROOT/clusters; fewer = more locality, less batch diversity; 0 = "
+                     "automatic (4 clusters per batch on graphs of >= 512 x batch-size "
+                     "vertices, else at least min(2048, N/8) clusters)" + help_extra,
+                  result=True)
+
+
+# ----------------------------------------------------------------------------------------------
+# sections
+# ----------------------------------------------------------------------------------------------
+
+
+class Section:
+    """Base of the config sections: :meth:`validate` checks every field in one pass and
+    raises :class:`ConfigError` naming the flag and the bad value."""
+
+    def validate(self):
+        return self
+
+
+@dataclass
+class DataConfig(Section):
+    dataset: str = option("synthetic-small", "synthetic-tiny | synthetic-small | "
+                          "synthetic-products | ogbn-arxiv | ogbn-products | ogbn-papers100M | "
+                          "a .npz path | NAME for DATA_ROOT/NAME.npz", result=True)
+    data_root: str | None = option(None, "where datasets are generated, cached and looked up; "
+                                   "ogb's root", show_default="$TWOPGRAPH_DATA, else ./datasets")
+
+    def validate(self):
+        if not isinstance(self.dataset, str) or not self.dataset.strip():
+            raise ConfigError("--dataset must name a dataset or a file")
+        return self
+
+
+@dataclass
+class SamplingConfig(Section):
+    fanouts: list[int] = option(
+        help="neighbours sampled per GNN layer, input layer first (DGL's order); -1 = all; the "
+             "number of entries is the number of layers", factory=lambda: [15, 10, 5],
+        result=True)
+    batch_size: int = option(1024, "seed vertices per mini-batch", result=True)
+    schedule: str = option("locality", "seed scheduler: locality (each batch = seeds of a few "
+                           "whole METIS clusters, label-balanced) | random (uniform shuffle per "
+                           "epoch, what DGL/PyG do)", result=True)
+    num_clusters: int = _num_clusters()
+    renumber: bool = option(True, "renumber the graph so that each cluster is one contiguous id "
+                            "range (results stay in original ids)", negatable=True, result=True)
+    balance: int = option(16, "locality: the next cluster of a batch is the best of this many "
+                          "for the batch's label mix; 1 = plain shuffled cluster order",
+                          result=True)
+
+    def validate(self):
+        self.fanouts = parse_fanouts(self.fanouts)
+        _positive_int(self, "batch_size")
+        SCHEDULERS.check(self.schedule)
+        _int_at_least(self, "num_clusters", 0, "(0 = automatic)")
+        _int_at_least(self, "balance", 1)
+        if not isinstance(self.renumber, bool):
+            raise ConfigError(f"renumber must be true or false, got {self.renumber!r}")
+        return self
+
+
+@dataclass
+class CacheConfig(Section):
+    cache_policy: str = option("none", "device feature cache: none (copy every input row every "
+                               "batch) | degree (PaGraph) | presample (GNNLab) | layer (2PGraph: "
+                               "layer-aware static rank + Belady over the schedule's lookahead)")
+    cache_ratio: float | None = option(None, "cache budget as a fraction of the feature rows, "
+                                       "in [0, 1]", show_default="what fits: CUDA = free device "
+                                       "memory after a 25%% training margin; CPU = 0, the host "
+                                       "table is what the model reads")
+    cache_gb: float | None = option(None, "cache budget in GiB (instead of --cache-ratio)")
+    feat_dtype: str = _feat_dtype()
+
+    def validate(self):
+        CACHE_POLICIES.check(self.cache_policy)
+        _choice(self, "feat_dtype", FEAT_DTYPES)
+        if self.cache_ratio is not None and self.cache_gb is not None:
+            raise ConfigError("give --cache-ratio or --cache-gb, not both")
+        if self.cache_ratio is not None and not (
+                _is_number(self.cache_ratio) and 0.0 <= self.cache_ratio <= 1.0):
+            raise ConfigError(f"cache-ratio must be in [0, 1], got {self.cache_ratio!r}")
+        if self.cache_gb is not None and not (
+                _is_number(self.cache_gb) and math.isfinite(self.cache_gb) and self.cache_gb >= 0):
+            raise ConfigError(f"cache-gb must be a finite number >= 0, got {self.cache_gb!r}")
+        return self
+
+
+@dataclass
+class ModelConfig(Section):
+    model: str = option("sage", "sage (GraphSAGE, mean aggregator) | gcn", result=True)
+    hidden: int = option(256, "hidden width", result=True)
+    dropout: float = option(0.5, "dropout between layers", result=True)
+    lr: float = option(0.003, "Adam learning rate", result=True)
+    weight_decay: float = option(0.0, "Adam weight decay", result=True)
+
+    def validate(self):
+        _choice(self, "model", MODELS)
+        _positive_int(self, "hidden")
+        if not (_is_number(self.lr) and math.isfinite(self.lr) and self.lr > 0):
+            raise ConfigError(f"lr must be a positive finite number, got {self.lr!r}")
+        if not (_is_number(self.dropout) and 0.0 <= self.dropout < 1.0):
+            raise ConfigError(f"dropout must be in [0, 1), got {self.dropout!r}")
+        if not (_is_number(self.weight_decay) and math.isfinite(self.weight_decay)
+                and self.weight_decay >= 0):
+            raise ConfigError(f"weight-decay must be a finite number >= 0, "
+                              f"got {self.weight_decay!r}")
+        return self
+
+
+@dataclass
+class RunConfig(Section):
+    epochs: int = option(5, "training epochs")
+    seed: int = _seed()
+    device: str = option("auto", "cpu | cuda | cuda:N | auto (= cuda if available)")
+    out: str = option("runs/train", "output folder: metrics.json, checkpoint.pt")
+    resume: bool = option(False, "continue from OUT/checkpoint.pt (the same configuration; "
+                          "--epochs may grow)")
+    eval_every: int = option(1, "exact evaluation every N epochs; 0 = after the last only")
+    eval_batch_edges: int = option(4_000_000, "edges per chunk of layer-wise inference")
+    prefetch: int = option(2, "batches prepared ahead (sampled, gathered) in a background "
+                           "thread; 0 = none")
+    threads: int = _threads()
+    progress: bool = option(True, "no progress bars", flag="--no-progress")
+
+    def validate(self):
+        _positive_int(self, "epochs")
+        _seed_ok(self.seed)
+        resolve_device(self.device)
+        for name in ("eval_every", "prefetch", "threads"):
+            _int_at_least(self, name, 0)
+        _positive_int(self, "eval_batch_edges")
+        if not isinstance(self.out, str) or not self.out.strip():
+            raise ConfigError("--out must name a folder")
+        out = Path(self.out)
+        for parent in (out, *out.parents):
+            if parent.exists():
+                if not parent.is_dir():
+                    raise ConfigError(f"--out {self.out}: {parent} exists and is not a folder")
+                break
+        return self
+
+
+@dataclass
+class DistConfig(Section):
+    partitions: str | None = option(None, "train data-parallel on the parts of DIR (written by "
+                                    "`twopgraph partition`; one process per part; --dataset is "
+                                    "taken from DIR); run under torchrun or give --nproc",
+                                    metavar="DIR")
+    nproc: int | None = option(None, "with --partitions: start torchrun with this many "
+                               "processes on this machine (= the number of parts)")
+    dist_timeout: float = option(600.0, "seconds a rank waits for the others in a collective "
+                                 "before it stops with an error")
+
+    def validate(self):
+        if self.nproc is not None:
+            _positive_int(self, "nproc")
+            if self.partitions is None:
+                raise ConfigError("--nproc needs --partitions DIR (see `twopgraph partition`)")
+        if not (_is_number(self.dist_timeout) and math.isfinite(self.dist_timeout)
+                and 0 < self.dist_timeout <= 7 * 24 * 3600):
+            raise ConfigError(f"dist-timeout must be a positive number of seconds (at most a "
+                              f"week), got {self.dist_timeout!r}")
+        return self
+
+
+# ----------------------------------------------------------------------------------------------
+# configs of the verbs
+# ----------------------------------------------------------------------------------------------
+
+
+class Config:
+    """A verb's configuration: a dataclass whose fields are :class:`Section` instances.
+
+    Field names are unique across the sections of one config, so a flat view exists:
+    :meth:`of` builds one from flat keyword arguments, :meth:`flat` gives them back."""
+
+    @classmethod
+    def sections(cls) -> dict[str, type]:
+        hints = typing.get_type_hints(cls)
+        return {f.name: hints[f.name] for f in fields(cls)}
+
+    @classmethod
+    def of(cls, **flat):
+        """Build from flat field names, e.g. ``TrainConfig.of(dataset="cora", epochs=3)``;
+        an unknown name is a :class:`ConfigError`."""
+        parts = {}
+        rest = dict(flat)
+        for name, sec in cls.sections().items():
+            mine = {f.name: rest.pop(f.name) for f in fields(sec) if f.name in rest}
+            parts[name] = sec(**mine)
+        if rest:
+            raise ConfigError(f"unknown config keys: {', '.join(sorted(rest))}")
+        return cls(**parts)
+
+    @classmethod
+    def from_dict(cls, d: dict):
+        """From :meth:`flat` output or from ``asdict`` (nested) output."""
+        if any(k in d for k in cls.sections()) and all(isinstance(v, dict) for v in d.values()):
+            flat = {k: v for sec in d.values() for k, v in sec.items()}
+        else:
+            flat = d
+        return cls.of(**flat)
+
+    @classmethod
+    def from_args(cls, ns: argparse.Namespace):
+        """From a namespace parsed by a parser made with :meth:`add_arguments`."""
+        flat = {}
+        for sec in cls.sections().values():
+            for f in fields(sec):
+                if hasattr(ns, f.name):
+                    flat[f.name] = getattr(ns, f.name)
+        return cls.of(**flat)
+
+    @classmethod
+    def add_arguments(cls, parser: argparse.ArgumentParser, exclude=(), required=()) -> None:
+        """One flag per field of every section (``exclude``: field names left out;
+        ``required``: field names made required)."""
+        for sec in cls.sections().values():
+            add_section_arguments(parser, sec, exclude=exclude, required=required)
+
+    def flat(self) -> dict:
+        """Every field as ``{name: value}`` (what ``metrics.json`` records as ``config``)."""
+        return {k: v for sec in asdict(self).values() for k, v in sec.items()}
+
+    def result_params(self) -> dict:
+        """The fields that change a trained model (``result=True``), by name."""
+        out = {}
+        for name in self.sections():
+            sec = getattr(self, name)
+            for f in fields(sec):
+                if f.metadata.get("result"):
+                    out[f.name] = getattr(sec, f.name)
+        return out
+
+    def validate(self):
+        """Validate every section (one pass; the first bad value raises)."""
+        for name in self.sections():
+            getattr(self, name).validate()
+        return self
+
+
+@dataclass
+class TrainConfig(Config):
+    """Every option of ``twopgraph train``."""
+
+    data: DataConfig = field(default_factory=DataConfig)
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    cache: CacheConfig = field(default_factory=CacheConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+    dist: DistConfig = field(default_factory=DistConfig)
+
+
+@dataclass
+class SamplerBenchOptions(Section):
+    epochs: int = option(3, "timed epochs; the median is reported")
+    warmup: int = option(1, "untimed epochs first (JIT compilation, caches)")
+    seed: int = _seed()
+    threads: int = _threads()
+    json: bool = option(False, "print one JSON line")
+
+    def validate(self):
+        _positive_int(self, "epochs")
+        _int_at_least(self, "warmup", 0)
+        _seed_ok(self.seed)
+        _int_at_least(self, "threads", 0)
+        return self
+
+
+@dataclass
+class BenchSamplerConfig(Config):
+    """``twopgraph bench sampler``: sampling-only epochs."""
+
+    data: DataConfig = field(default_factory=DataConfig)
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    bench: SamplerBenchOptions = field(default_factory=SamplerBenchOptions)
+
+
+@dataclass
+class CacheBenchOptions(Section):
+    policies: str = option("none,degree,presample,layer", "comma-separated cache policies")
+    ratios: str = option("0.01,0.05,0.1,0.2,0.4",
+                         "cache budgets as fractions of the feature rows")
+    schedules: str = option("random,locality", "comma-separated seed schedulers")
+    out: str = option("runs/bench_cache", "output folder: cache.csv, cache.png")
+    epoch: int = option(0, "which epoch's access stream is measured")
+    presample_epochs: int = option(1, "presample: pre-sampling epochs K")
+    lookahead: int | None = option(None, "layer: batches sampled ahead",
+                                   show_default="the policy's, 32")
+    copy: bool = option(False, "really move the features through a FeatureCache on --device "
+                        "and time the gathers (the counts are the same)")
+    device: str = option("cpu", "device for --copy")
+    feat_dtype: str = _feat_dtype()
+    seed: int = _seed()
+    threads: int = _threads()
+    json: bool = option(False, "print the rows as JSON lines")
+
+    def validate(self):
+        for name in ("policies", "schedules"):
+            setattr(self, name, csv_list(getattr(self, name), name))
+        for p in self.policies:
+            CACHE_POLICIES.check(p)
+        for s in self.schedules:
+            SCHEDULERS.check(s)
+        self.ratios = csv_list(self.ratios, "ratios", float)
+        for r in self.ratios:
+            if not 0.0 <= r <= 1.0:
+                raise ConfigError(f"cache ratios must be in [0, 1], got {r}")
+        _int_at_least(self, "epoch", 0)
+        _positive_int(self, "presample_epochs")
+        if self.lookahead is not None:
+            _int_at_least(self, "lookahead", 0)
+        resolve_device(self.device)
+        _choice(self, "feat_dtype", FEAT_DTYPES)
+        _seed_ok(self.seed)
+        _int_at_least(self, "threads", 0)
+        out = Path(self.out)
+        if out.exists() and not out.is_dir():
+            raise ConfigError(f"--out {self.out} exists and is not a folder")
+        return self
+
+
+@dataclass
+class BenchCacheConfig(Config):
+    """``twopgraph bench cache``: policies x schedules x budgets against the optimum
+    (``--schedules`` replaces ``--schedule``)."""
+
+    data: DataConfig = field(default_factory=DataConfig)
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    bench: CacheBenchOptions = field(default_factory=CacheBenchOptions)
+
+    EXCLUDE = ("schedule",)
+
+
+@dataclass
+class PartitionOptions(Section):
+    num_parts: int | None = option(None, "parts = training processes (GPUs or CPU workers)",
+                                   required=True)
+    hops: int = option(3, "halo depth H; H >= the model's layers (entries of --fanouts) makes "
+                          "sampling in a part exact, a smaller H replicates less but truncates "
+                          "sampling at part boundaries")
+    out: str | None = option(None, "partition folder to write", required=True, metavar="DIR")
+    num_clusters: int = _num_clusters(" for batch size 1024, as `twopgraph train`")
+    seed: int = option(0, "METIS seed")
+    force: bool = option(False, "rewrite DIR even if it already holds this partition")
+    json: bool = option(False, "print meta.json as one JSON line")
+
+    def validate(self):
+        _positive_int(self, "num_parts")
+        _int_at_least(self, "hops", 0)
+        _int_at_least(self, "num_clusters", 0, "(0 = automatic)")
+        _seed_ok(self.seed)
+        return self
+
+
+@dataclass
+class PartitionConfig(Config):
+    """``twopgraph partition``: self-dependence partitions."""
+
+    data: DataConfig = field(default_factory=DataConfig)
+    partition: PartitionOptions = field(default_factory=PartitionOptions)
+
+
+# ----------------------------------------------------------------------------------------------
+# argparse generation
+# ----------------------------------------------------------------------------------------------
+
+
+def add_section_arguments(parser: argparse.ArgumentParser, section: type, exclude=(),
+                          required=()) -> None:
+    """Add one flag per field of the dataclass ``section`` (see :func:`option`)."""
+    hints = typing.get_type_hints(section)
+    for f in fields(section):
+        if f.name in exclude:
+            continue
+        meta = f.metadata
+        flag = meta.get("flag") or "--" + f.name.replace("_", "-")
+        default = f.default_factory() if f.default is MISSING else f.default
+        kind = hints[f.name]
+        base = _base_type(kind)
+        req = meta.get("required") or f.name in required
+        kw: dict = {"dest": f.name, "help": _help(meta, default, req, base)}
+        if base is bool:
+            if meta.get("negatable"):
+                kw.update(action=argparse.BooleanOptionalAction, default=default)
+            else:
+                kw.update(action="store_false" if flag.startswith("--no-") else "store_true",
+                          default=default)
+        else:
+            kw.update(type=base if base in (int, float) else str, default=default)
+            if req:
+                kw.update(required=True, default=None)
+            if meta.get("metavar"):
+                kw["metavar"] = meta["metavar"]
+        parser.add_argument(flag, **kw)
+
+
+def _base_type(kind) -> type:
+    args = [a for a in typing.get_args(kind) if a is not type(None)]
+    if typing.get_origin(kind) in (typing.Union, types.UnionType):
+        return _base_type(args[0])
+    if typing.get_origin(kind) is list:
+        return list
+    return kind
+
+
+def _help(meta, default, required: bool, base) -> str:
+    text = meta.get("help", "")
+    if required or base is bool and not meta.get("negatable"):
+        return text
+    shown = meta.get("show_default")
+    if shown is None:
+        if isinstance(default, list):
+            shown = ",".join(str(v) for v in default)
+        elif default is None:
+            shown = "none"
+        elif isinstance(default, bool):
+            shown = "on" if default else "off"
+        else:
+            shown = str(default)
+    return f"{text} (default: {shown})"
+
+
+# ----------------------------------------------------------------------------------------------
+# validation helpers
+# ----------------------------------------------------------------------------------------------
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` -> cuda when available else cpu; ``cuda`` without a GPU is an error."""
+    if not isinstance(name, str):
+        raise ConfigError(f"device must be a string, got {name!r}")
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name not in ("cpu", "cuda") and not (name.startswith("cuda:") and name[5:].isdigit()):
+        raise ConfigError(f"unknown device {name!r}; use cpu, cuda, cuda:N or auto")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError("device cuda requested but torch sees no CUDA GPU")
+    return torch.device(name)
+
+
+def csv_list(value, what: str, conv=str) -> list:
+    """``"a,b"`` (or a list) -> ``[conv("a"), conv("b")]``; at least one entry."""
+    items = value if isinstance(value, (list, tuple)) else \
+        [t.strip() for t in str(value).split(",") if t.strip()]
+    if not items:
+        raise ConfigError(f"--{what} needs at least one value")
+    try:
+        return [conv(t) for t in items]
+    except (TypeError, ValueError):
+        raise ConfigError(f"malformed --{what} {value!r}") from None
+
+
+def _flag(name: str) -> str:
+    return name.replace("_", "-")
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _positive_int(obj, name: str) -> None:
+    _int_at_least(obj, name, 1)
+
+
+def _int_at_least(obj, name: str, low: int, note: str = "") -> None:
+    v = getattr(obj, name)
+    if not _is_int(v) or v < low:
+        what = "a positive integer" if low == 1 else f"an integer >= {low}"
+        raise ConfigError(f"{_flag(name)} must be {what}{' ' + note if note else ''}, got {v!r}")
+
+
+def _choice(obj, name: str, allowed) -> None:
+    v = getattr(obj, name)
+    if v not in allowed:
+        raise ConfigError(f"unknown {_flag(name).replace('-', ' ')} {v!r}; known: "
+                          f"{', '.join(allowed)}")
+
+
+def _seed_ok(seed) -> None:
+    if not _is_int(seed) or not 0 <= seed < 2 ** 63:
+        raise ConfigError(f"seed must be an integer in [0, 2**63), got {seed!r}")
+
+

@@ -1,0 +1,473 @@
+"""Dataset registry behind ``--dataset``: synthetic presets, ``.npz`` files and OGB graphs.
+
+Names resolve in this order (:func:`load_dataset`):
+
+1. a synthetic preset (``twopgraph.synthetic.SYNTHETIC_PRESETS``, e.g. ``synthetic-tiny``):
+   generated once, then cached as ``<root>/<name>.npz`` beside ``<root>/<name>.spec.json``
+   (see :func:`load_synthetic`);
+2. a path to an existing ``.npz`` file (also tried relative to the data root);
+3. ``ogbn-arxiv``, ``ogbn-products``, ``ogbn-papers100M`` through the ``ogb`` package, in
+   ogb's own folder ``<root>/ogbn_<x>/`` (so an existing OGB download is used as is),
+   converted once and cached as ``<root>/ogbn_<x>/twopgraph.npz``; later runs read only
+   that cache;
+4. ``<root>/<name>.npz`` (drop any dataset in the DESIGN.md format into the data root).
+
+The data root is ``--data-root``, else ``$TWOPGRAPH_DATA``, else ``./datasets``
+(:func:`resolve_data_root`). Every failure a user can fix raises a one-line
+:class:`~twopgraph.errors.TwopgraphError`; malformed files raise
+:class:`~twopgraph.errors.GraphFormatError`. Only exceptions of the kinds a download or a
+damaged file produces, raised inside ogb, are turned into such a line; any other exception
+(a bug, in twopgraph or in ogb) keeps its traceback.
+
+Example::
+
+    >>> data = load_dataset("synthetic-tiny", data_root="/tmp/data")   # doctest: +SKIP
+    >>> [d["name"] for d in list_datasets("/tmp/data")][:1]              # doctest: +SKIP
+    ['synthetic-tiny']
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import importlib.util
+import io
+import json
+import logging
+import os
+import pickle
+import socket
+import sys
+import urllib.error
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+from .errors import ConfigError, GraphFormatError, TwopgraphError
+from .graph import CSRGraph, GraphData, atomic_write_bytes
+
+log = logging.getLogger("twopgraph")
+
+DATA_ROOT_ENV = "TWOPGRAPH_DATA"
+DEFAULT_DATA_ROOT = "datasets"
+OGB_CACHE_FILE = "twopgraph.npz"
+# Seconds one network operation of ogb (connect, one read) may block before it fails.
+OGB_NET_TIMEOUT_S = 60.0
+# Exception types that ogb's download and raw-file reading raise for a user-fixable cause
+# (network down or refused, a damaged, truncated or missing file, a declined prompt); they
+# become one-line errors only when raised inside ogb (see _raised_in_ogb).
+_OGB_FAILURES = (OSError, EOFError, ValueError, KeyError, IndexError, RuntimeError,
+                 zipfile.BadZipFile, http.client.HTTPException, SystemExit)
+_NETWORK_ERRORS = (urllib.error.URLError, http.client.HTTPException, TimeoutError,
+                   ConnectionError)
+# What torch.load raises for a damaged or foreign pickle.
+_PICKLE_ERRORS = (OSError, EOFError, RuntimeError, ValueError, pickle.UnpicklingError,
+                  ImportError, AttributeError)
+
+OGB_DATASETS = {
+    "ogbn-arxiv": "OGB citation graph: 169,343 nodes, 1.17M edges, 128 features, 40 classes",
+    "ogbn-products": "OGB co-purchase graph: 2.45M nodes, 61.9M edges, 100 features, "
+                     "47 classes",
+    "ogbn-papers100M": "OGB citation graph: 111M nodes, 1.6B edges, 128 features, 172 classes "
+                       "(~60 GiB in RAM)",
+}
+
+
+# -- public API ------------------------------------------------------------------------------
+def resolve_data_root(arg: str | os.PathLike | None = None) -> Path:
+    """The data root: ``arg`` if given, else ``$TWOPGRAPH_DATA``, else ``datasets`` (cwd-relative)."""
+    if arg is not None and str(arg) != "":
+        return Path(arg).expanduser()
+    env = os.environ.get(DATA_ROOT_ENV, "")
+    return Path(env).expanduser() if env else Path(DEFAULT_DATA_ROOT)
+
+
+def load_dataset(name: str, data_root=None, progress: bool = True) -> GraphData:
+    """Load dataset ``name`` (see the module docstring for how names resolve).
+
+    ``data_root`` defaults to :func:`resolve_data_root`; ``progress`` shows progress bars on
+    stderr for long steps (generation, OGB conversion). Generated and converted datasets are
+    cached in the data root, so only the first call is slow.
+    """
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"dataset name must be a non-empty string, got {name!r}")
+    root = resolve_data_root(data_root)
+    presets = _synthetic_presets()
+    if name in presets:
+        return load_synthetic(presets[name], root / f"{name}.npz", progress)
+    if name.endswith(".npz"):
+        path = _npz_file(name, root)
+        if path is None:
+            raise TwopgraphError(f"dataset file not found: {name} (also looked in {root})")
+        return GraphData.load_npz(path)
+    if name in OGB_DATASETS:
+        return _load_ogb(name, root, progress)
+    path = root / f"{name}.npz"
+    if path.is_file():
+        return GraphData.load_npz(path, name=name)
+    raise ConfigError(f"unknown dataset {name!r}; known: {', '.join(_known_names(root))}, "
+                      f"or a path to a .npz file (data root: {root})")
+
+
+def dataset_path(name: str, data_root=None) -> Path | None:
+    """The ``.npz`` that :func:`load_dataset` reads or caches for ``name``; None if unknown.
+
+    For synthetic presets and OGB names the file need not exist yet (it is the cache path).
+    """
+    root = resolve_data_root(data_root)
+    if name in _synthetic_presets():
+        return root / f"{name}.npz"
+    if name.endswith(".npz"):
+        return _npz_file(name, root)
+    if name in OGB_DATASETS:
+        return _ogb_folder(name, root) / OGB_CACHE_FILE
+    path = root / f"{name}.npz"
+    return path if path.is_file() else None
+
+
+def list_datasets(data_root=None) -> list[dict]:
+    """Every known dataset: presets, OGB names, then each ``*.npz`` in the data root.
+
+    Each entry is ``{"name", "kind" ("synthetic"|"ogb"|"npz"), "cached" (bool), "path" (str),
+    "description"}``; ``cached`` says whether loading needs no generation/download/conversion.
+    """
+    root = resolve_data_root(data_root)
+    out = []
+    presets = _synthetic_presets()
+    for name, preset in presets.items():
+        path = root / f"{name}.npz"
+        out.append(dict(name=name, kind="synthetic", cached=path.is_file(), path=str(path),
+                        description=_describe_preset(preset)))
+    for name, desc in OGB_DATASETS.items():
+        folder = _ogb_folder(name, root)
+        path = folder / OGB_CACHE_FILE
+        if not path.is_file() and folder.is_dir():
+            desc += f" (ogb files in {folder}, not converted yet)"
+        out.append(dict(name=name, kind="ogb", cached=path.is_file(), path=str(path),
+                        description=desc))
+    for path in sorted(root.glob("*.npz")) if root.is_dir() else []:
+        if path.stem in presets:
+            continue
+        size = path.stat().st_size / 2**20
+        out.append(dict(name=path.stem, kind="npz", cached=True, path=str(path),
+                        description=f".npz file in the data root ({size:.1f} MiB)"))
+    return out
+
+
+# -- helpers: names, synthetic, npz ----------------------------------------------------------
+def _synthetic_presets() -> dict:
+    """The preset table of :mod:`twopgraph.synthetic` (imported lazily: it pulls in numba)."""
+    from .synthetic import SYNTHETIC_PRESETS
+    return SYNTHETIC_PRESETS
+
+
+def _describe_preset(preset) -> str:
+    """One-line description of a preset, whatever shape the preset table uses."""
+    if isinstance(preset, str):
+        return preset
+    if isinstance(preset, dict):
+        return str(preset.get("description", "synthetic graph"))
+    return str(getattr(preset, "description", "synthetic graph"))
+
+
+def _known_names(root: Path) -> list[str]:
+    """Names for error messages: presets, OGB names, and the stems of ``*.npz`` in ``root``."""
+    names = list(_synthetic_presets()) + list(OGB_DATASETS)
+    if root.is_dir():
+        names += sorted(p.stem for p in root.glob("*.npz") if p.stem not in names)
+    return names
+
+
+def _npz_file(name: str, root: Path) -> Path | None:
+    """``name`` as an existing ``.npz`` path, else ``root / name`` if that exists, else None."""
+    for path in (Path(name).expanduser(), root / name):
+        if path.is_file():
+            return path
+    return None
+
+
+def load_synthetic(spec, path: str | os.PathLike, progress: bool = False) -> GraphData:
+    """The dataset of :class:`~twopgraph.synthetic.SyntheticSpec` ``spec``: read from the
+    cache ``path`` (``.npz``) if it was made from this spec, else generated and cached there.
+
+    Cache format: the DESIGN.md ``.npz`` plus a sidecar ``<path stem>.spec.json`` with
+    ``fingerprint`` (:func:`~twopgraph.synthetic.spec_fingerprint`: every spec field that
+    changes the arrays and the generator version), and, for people, ``generator_version``
+    and ``spec``. Only ``fingerprint`` is compared: a cache of another spec or generator
+    version, or with a sidecar of an older format (no ``fingerprint``), is regenerated. The
+    sidecar is removed before the ``.npz`` is rewritten and written after it, so a crash in
+    between leaves no sidecar that vouches for other content. ``GraphData.name`` is the
+    spec's name. An unwritable folder raises :class:`TwopgraphError`.
+    """
+    from .synthetic import GENERATOR_VERSION, generate, spec_fingerprint, spec_summary
+    path = Path(path)
+    sidecar = path.with_suffix(".spec.json")
+    want = spec_fingerprint(spec)
+    if path.is_file():
+        try:
+            have = json.loads(sidecar.read_text()).get("fingerprint")
+        except (OSError, ValueError, AttributeError):  # missing, unreadable, not an object
+            have = None
+        if have == want:
+            return GraphData.load_npz(path, name=spec.name)
+        log.warning("cached %s was made from another spec or generator version: regenerating",
+                    path)
+    data = generate(spec, progress=progress)
+    record = {"fingerprint": want, "generator_version": GENERATOR_VERSION,
+              "spec": spec_summary(spec)}
+    try:
+        sidecar.unlink(missing_ok=True)
+        _save_cache(data, path)
+        atomic_write_bytes(sidecar, lambda f: f.write(
+            (json.dumps(record, indent=1) + "\n").encode()))
+    except OSError as e:
+        raise TwopgraphError(f"cannot write dataset cache {path} ({e.strerror or e}); "
+                             f"choose a writable --data-root or ${DATA_ROOT_ENV}") from e
+    return data
+
+
+def _save_cache(data: GraphData, path: Path) -> None:
+    """Write a cache file; an unwritable data root is a user error, not a crash."""
+    try:
+        data.save_npz(path)
+    except OSError as e:
+        raise TwopgraphError(f"cannot write dataset cache {path} ({e.strerror or e}); "
+                             f"choose a writable --data-root or ${DATA_ROOT_ENV}") from e
+
+
+# -- helpers: OGB ----------------------------------------------------------------------------
+def _ogb_folder(name: str, root: Path) -> Path:
+    """ogb's own folder for ``name``: ``<root>/ogbn_<x>`` (hyphens become underscores)."""
+    return root / name.replace("-", "_")
+
+
+def _load_ogb(name: str, root: Path, progress: bool) -> GraphData:
+    """Our cache if present; else ogb's processed file, else ogb itself; convert and cache."""
+    folder = _ogb_folder(name, root)
+    cache = folder / OGB_CACHE_FILE
+    if cache.is_file():
+        return GraphData.load_npz(cache, name=name)
+    meta = _ogb_meta(name)
+    release = folder / f"RELEASE_v{meta['version']}.txt"
+    if folder.is_dir() and not release.is_file():
+        # ogb would ask on stdin whether to delete the folder and download it again.
+        raise TwopgraphError(
+            f"{name}: {folder} exists but has no {release.name}, so ogb would offer to delete "
+            f"and re-download it; if it holds a complete {name} download, create the empty file "
+            f"{release}, otherwise remove the folder to download afresh")
+    processed = folder / "processed" / "data_processed"
+    if processed.is_file():
+        graph, labels = _read_ogb_processed(processed)
+    else:
+        graph, labels = _run_ogb(name, root, meta, progress)
+    split = _read_ogb_split(folder / "split" / meta["split"], name)
+    data = _ogb_to_graphdata(name, graph, labels, split, progress)
+    data.num_classes = max(data.num_classes, int(meta["num classes"]))
+    del graph, labels
+    _save_cache(data, cache)
+    return data
+
+
+def _ogb_meta(name: str) -> dict:
+    """ogb's row of ``nodeproppred/master.csv`` for ``name`` (read without importing torch)."""
+    spec = importlib.util.find_spec("ogb")
+    if spec is None or not spec.submodule_search_locations:
+        raise TwopgraphError(f"{name} needs the 'ogb' package: pip install ogb")
+    import pandas as pd
+    master = Path(list(spec.submodule_search_locations)[0]) / "nodeproppred" / "master.csv"
+    table = pd.read_csv(master, index_col=0, keep_default_na=False)
+    if name not in table:
+        raise TwopgraphError(f"the installed ogb does not know {name}; upgrade ogb")
+    return table[name].to_dict()
+
+
+def _run_ogb(name: str, root: Path, meta: dict, progress: bool):
+    """Let ogb download (if needed) and process the raw files; return ``(graph, labels)``.
+
+    ogb runs inside :func:`ogb_session` (no stdin, network timeout, prints to stderr).
+    Exceptions of the kinds in ``_OGB_FAILURES`` that ogb raised become a one-line
+    :class:`TwopgraphError` naming the fix; anything else propagates with its traceback.
+    """
+    folder = _ogb_folder(name, root)
+    root.mkdir(parents=True, exist_ok=True)
+    if folder.is_dir():  # ogb saves processed/data_processed without creating the folder
+        (folder / "processed").mkdir(exist_ok=True)
+    try:
+        with ogb_session(progress):
+            ds = _construct_ogb(name, root, folder)
+    except _OGB_FAILURES as e:
+        if not _raised_in_ogb(e):
+            raise  # twopgraph's own code failed: a bug, keep the traceback
+        raise _ogb_failure(name, root, folder, meta["url"], e) from e
+    return ds.graph, ds.labels
+
+
+@contextlib.contextmanager
+def ogb_session(progress: bool = True):
+    """The scope of one call into ogb; everything it changes is restored on exit.
+
+    ogb asks questions with ``input()`` (whether to re-download an outdated folder, whether
+    to download more than 1 GB) and opens URLs without a timeout, so inside this block
+    ``sys.stdin`` is an empty stream (a prompt fails at once with ``EOFError`` instead of
+    waiting on a terminal or pipe nobody answers), ``socket.setdefaulttimeout`` is
+    :data:`OGB_NET_TIMEOUT_S` (a dead connection fails instead of hanging), and stdout goes
+    to stderr (or nowhere without ``progress``), so twopgraph's stdout stays machine-readable.
+    These are process-wide settings: other threads see them while the block runs (twopgraph
+    loads datasets before it starts any thread).
+    """
+    old_stdin, old_timeout = sys.stdin, socket.getdefaulttimeout()
+    sys.stdin = io.StringIO("")
+    socket.setdefaulttimeout(OGB_NET_TIMEOUT_S)
+    try:
+        with contextlib.redirect_stdout(sys.stderr if progress else io.StringIO()):
+            yield
+    finally:
+        sys.stdin = old_stdin
+        socket.setdefaulttimeout(old_timeout)
+
+
+def _raised_in_ogb(e: BaseException) -> bool:
+    """Whether ``e`` was raised inside ogb (or a library ogb called): a frame of the ``ogb``
+    package lies on its traceback."""
+    tb = e.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_globals.get("__name__", "").split(".")[0] == "ogb":
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def _ogb_failure(name: str, root: Path, folder: Path, url: str,
+                 e: BaseException) -> TwopgraphError:
+    """The one-line error for a failure ``e`` inside ogb, naming what to do."""
+    offline = (f"download {url} yourself, unzip it in {root} and rename its folder to "
+               f"{folder.name}")
+    if isinstance(e, SystemExit):
+        return TwopgraphError(f"{name}: ogb stopped (download refused); the raw files are "
+                              f"expected in {folder}/raw")
+    if isinstance(e, EOFError) and _innermost_module(e).split(".")[0] == "ogb":
+        return TwopgraphError(f"{name}: ogb asked for confirmation (a download over 1 GB); "
+                              f"{offline}")
+    text = str(e).strip()
+    what = f"{type(e).__name__}: {text.splitlines()[0]}" if text else type(e).__name__
+    if isinstance(e, _NETWORK_ERRORS) or isinstance(e.__context__, _NETWORK_ERRORS):
+        return TwopgraphError(f"{name}: ogb could not download the dataset ({what}); the raw "
+                              f"files are expected in {folder}/raw (offline: {offline})")
+    return TwopgraphError(f"{name}: ogb could not read the raw files in {folder}/raw ({what}); "
+                          f"delete {folder} to download it afresh, or {offline}")
+
+
+def _innermost_module(e: BaseException) -> str:
+    tb = e.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb.tb_frame.f_globals.get("__name__", "") if tb is not None else ""
+
+
+def _construct_ogb(name: str, root: Path, folder: Path):
+    """``NodePropPredDataset(name, root)``; retried once if a fresh download lacked processed/."""
+    from ogb.nodeproppred import NodePropPredDataset
+    try:
+        return NodePropPredDataset(name, root=str(root))
+    except RuntimeError:
+        processed = folder / "processed"
+        if not (folder / "raw").is_dir() or processed.is_dir():
+            raise
+        processed.mkdir()
+        return NodePropPredDataset(name, root=str(root))
+
+
+def _torch_load_local(path: Path):
+    """``torch.load`` of a pickle that ogb wrote in the user's own folder.
+
+    torch >= 2.6 defaults to ``weights_only=True``, which refuses ogb's numpy arrays; the file
+    is local and was written by ogb, so the full unpickler is used.
+    """
+    import torch
+    try:
+        return torch.load(path, weights_only=False)
+    except _PICKLE_ERRORS as e:
+        raise GraphFormatError(f"{path}: cannot read ogb's file ({type(e).__name__}: {e}); "
+                               "delete it so that ogb rebuilds it from the raw files") from e
+
+
+def _read_ogb_processed(path: Path):
+    """``(graph, labels)`` from ogb's ``processed/data_processed``."""
+    loaded = _torch_load_local(path)
+    if not isinstance(loaded, dict) or "graph" not in loaded or "labels" not in loaded:
+        raise GraphFormatError(f"{path}: not an ogb processed file (no 'graph'/'labels'); "
+                               "delete it so that ogb rebuilds it from the raw files")
+    return loaded["graph"], loaded["labels"]
+
+
+def _read_ogb_split(folder: Path, name: str) -> dict:
+    """``{"train", "valid", "test"}`` id arrays, as ogb's ``get_idx_split`` reads them."""
+    if (folder / "split_dict.pt").is_file():
+        split = _torch_load_local(folder / "split_dict.pt")
+        return {k: np.asarray(split[k]) for k in ("train", "valid", "test")}
+    import pandas as pd
+    split = {}
+    for key in ("train", "valid", "test"):
+        path = folder / f"{key}.csv.gz"
+        if not path.is_file():
+            raise TwopgraphError(f"{name}: split file {path} is missing (incomplete download?)")
+        try:
+            table = pd.read_csv(path, compression="gzip", header=None)
+        except (OSError, EOFError, ValueError) as e:  # damaged gzip or csv
+            raise GraphFormatError(f"{name}: cannot read split file {path} "
+                                   f"({type(e).__name__}); delete it and re-download") from None
+        split[key] = table.values.T[0]
+    return split
+
+
+def _ogb_to_graphdata(name: str, graph: dict, labels, split: dict,
+                      progress: bool) -> GraphData:
+    """Convert ogb's graph dict to :class:`GraphData` (symmetric CSR, float32 features).
+
+    Unlabelled nodes (NaN in papers100M) get label 0; they must be in no split.
+    """
+    from tqdm import tqdm
+    n = int(graph["num_nodes"])
+    with tqdm(total=4, desc=f"converting {name}", unit="step", disable=not progress,
+              file=sys.stderr) as bar:
+        bar.set_postfix_str("symmetrising edges")
+        edge_index = np.asarray(graph["edge_index"])
+        csr = CSRGraph.from_edges(edge_index[0], edge_index[1], num_nodes=n)
+        del edge_index
+        bar.update()
+        bar.set_postfix_str("features")
+        feat = graph.get("node_feat")
+        if feat is None:
+            raise GraphFormatError(f"{name}: ogb graph has no node features")
+        feat = np.asarray(feat)
+        if feat.dtype not in (np.float32, np.float16):
+            feat = feat.astype(np.float32)
+        bar.update()
+        bar.set_postfix_str("labels and splits")
+        splits = {k: np.sort(np.asarray(v, dtype=np.int64).ravel()) for k, v in split.items()}
+        label = _ogb_labels(name, labels, n, splits)
+        bar.update()
+        data = GraphData(graph=csr, feat=feat, label=label, train_idx=splits["train"],
+                         val_idx=splits["valid"], test_idx=splits["test"], name=name)
+        try:
+            data.validate()
+        except GraphFormatError as e:
+            raise GraphFormatError(f"{name}: converted ogb data is inconsistent: {e}") from None
+        bar.update()
+    return data
+
+
+def _ogb_labels(name: str, labels, n: int, splits: dict) -> np.ndarray:
+    """int64 (N) labels from ogb's (N x 1) array; NaN (unlabelled) -> 0 if in no split."""
+    y = np.asarray(labels).reshape(-1)
+    if y.shape[0] != n:
+        raise GraphFormatError(f"{name}: {y.shape[0]} labels for {n} nodes")
+    if np.issubdtype(y.dtype, np.floating):
+        missing = np.isnan(y)
+        for key, idx in splits.items():
+            if idx.shape[0] and idx.max() < n and missing[idx].any():
+                raise GraphFormatError(f"{name}: {int(missing[idx].sum())} nodes of the "
+                                       f"{key} split have no label")
+        y = np.where(missing, 0, y)
+    return y.astype(np.int64)

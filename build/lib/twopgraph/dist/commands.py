@@ -1,0 +1,65 @@
+"""Command-line glue of partitioned training: the ``twopgraph partition`` verb and
+``twopgraph train --partitions`` (flags: :class:`~twopgraph.config.DistConfig`)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+
+from ..errors import ConfigError
+
+log = logging.getLogger("twopgraph")
+
+
+def cmd_partition(a) -> int:
+    from ..datasets import dataset_path, load_dataset, resolve_data_root
+    from ..partition.selfdep import partition_selfdep
+    data = load_dataset(a.dataset, a.data_root)
+    # Reused only if DIR holds the partition of this very content and settings (its
+    # partition_id, a fingerprint); any other value, or --force, recomputes it.
+    meta = partition_selfdep(data, a.num_parts, a.hops, a.out, seed=a.seed,
+                             num_clusters=a.num_clusters,
+                             cache_dir=resolve_data_root(a.data_root) / "clusters",
+                             source_path=dataset_path(a.dataset, a.data_root),
+                             reuse=not a.force)
+    if a.json:
+        print(json.dumps(meta))
+    else:
+        for k in ("num_parts", "hops", "replication_factor", "edge_cut", "edge_cut_fraction",
+                  "seconds"):
+            print(f"{k:>20}  {meta[k]}")
+        print(f"{'part':>5} {'vertices':>10} {'owned':>10} {'halo':>10} {'edges':>12} "
+              f"{'train':>8} {'val':>8} {'test':>8}")
+        for i, p in enumerate(meta["parts"]):
+            print(f"{i:>5} {p['num_nodes']:>10} {p['num_owned']:>10} {p['num_halo']:>10} "
+                  f"{p['num_edges']:>12} {p['num_train']:>8} {p['num_val']:>8} "
+                  f"{p['num_test']:>8}")
+    return 0
+
+
+def run_partitioned(cfg, argv: list[str]) -> int | None:
+    """``twopgraph train --partitions``: launch torchrun (``--nproc`` outside torchrun) or
+    train as this torchrun rank. Returns the exit code, or None without ``--partitions``.
+    ``argv`` is the command line, passed on to the workers."""
+    d = cfg.dist
+    cfg.validate()  # refuse bad flags once, before any worker starts
+    if d.partitions is None:
+        return None
+    if d.nproc is not None and "RANK" not in os.environ:
+        from ..partition.selfdep import read_meta
+        from .launch import launch
+        parts = read_meta(d.partitions)["num_parts"]  # refuse a stale partition up front
+        if d.nproc != parts:
+            raise ConfigError(f"{d.partitions} has {parts} parts; use --nproc {parts}")
+        return launch(d.nproc, argv)
+    from .env import detect
+    from .trainer import train_distributed
+    env = detect()
+    if d.nproc is not None and d.nproc != env.world_size:
+        raise ConfigError(f"--nproc {d.nproc} but torchrun started {env.world_size} processes")
+    res = train_distributed(cfg, d.partitions, env=env)
+    if env.is_main:
+        print(json.dumps({"val_acc": res.val_acc, "test_acc": res.test_acc,
+                          "metrics": str(res.out / "metrics.json")}))
+    return 0

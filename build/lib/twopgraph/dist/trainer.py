@@ -1,0 +1,338 @@
+"""Data-parallel training over self-dependence partitions (one rank per part, DDP).
+
+Each rank loads only its own part (:func:`~twopgraph.partition.selfdep.load_part`), runs its own
+locality scheduler, sampler and feature cache on it, and trains a DDP replica: the only traffic
+between ranks in training is the gradient all-reduce. The pieces are those of single-process
+training (:mod:`twopgraph.train`: model, epoch pipeline, checkpoints, metrics), with:
+
+- **batches**: the global ``batch_size`` B is split over the W ranks, ``ceil(B / W)`` seeds per
+  rank and step, and every rank runs the same number of steps per epoch: ``ceil(T / (W
+  ceil(B / W)))`` for T training vertices in all, i.e. as many optimizer steps as a
+  single-process epoch. A rank whose part holds fewer seeds than that wraps around into a fresh
+  shuffle of its own; one with more leaves its last few for the next epoch's shuffle. DDP
+  averages the gradients, so a step sees about B seeds, as in a single-process run.
+- **seeds**: model init from ``seed`` (DDP also broadcasts rank 0's weights); dropout from
+  (``seed``, rank, epoch), so a resumed run continues the same streams.
+- **files**: rank 0 alone logs and writes ``OUT/metrics.json`` and ``OUT/checkpoint.pt``
+  (atomically, after every epoch). ``resume`` makes every rank read that checkpoint (with
+  several machines ``OUT`` must be on a shared file system).
+- **accounting** (per rank under ``ranks`` and in total per epoch): the DESIGN.md metrics plus
+  ``remote_graph_requests`` = expansions of a sampled vertex whose row the part holds only in
+  part (truncated at the boundary: the requests an exact sampler would send to another worker),
+  ``remote_feature_bytes`` = expected bytes of the feature rows those requests would bring
+  (sum over them of ``min(fanout, d) (d - d_local) / d`` rows), both 0 when hops >= layers, and
+  ``halo_input_rows`` = input rows of replicated (not owned) vertices, which a partition without
+  replication would have to fetch remotely. Totals sum counts over ranks and take the slowest
+  rank's times; ``input_nodes_per_batch`` is per rank and step.
+- **robustness**: collectives time out after ``--dist-timeout`` seconds; a rank that loses its peers raises
+  :class:`~twopgraph.errors.TwopgraphError` (one line) instead of hanging.
+
+Example (inside ``torchrun --nproc-per-node 4``)::
+
+    >>> res = train_distributed(TrainConfig.of(epochs=2), "parts/small-4")  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from ..rng import mix_key
+from ..config import TrainConfig
+from ..errors import ConfigError, TwopgraphError
+from ..loader import available_cores
+from ..metrics import peak_rss_mib, transfer_metrics
+from ..partition.selfdep import Part, load_part, read_meta
+from ..sampler import make_sampler
+from ..train import (CHECKPOINT, METRICS, build_training, eval_features, evaluates_after,
+                     log_epoch, make_loader, read_checkpoint, run_signature, save_checkpoint,
+                     train_epoch, write_metrics)
+from .env import DistEnv, detect, process_group, rank_device
+from .evaluate import evaluate_distributed, global_degrees
+
+log = logging.getLogger("twopgraph")
+
+# Result parameters a distributed --resume does not compare: the partition (and so the
+# dataset, the clusters and the numbering) is matched through its partition_id instead.
+PARTITION_KEYS = ("dataset", "num_clusters", "renumber")
+SUM_KEYS = ("num_batches", "num_seeds", "feature_rows", "cache_hits", "h2d_bytes",
+            "cache_fill_bytes", "cache_budget_rows", "remote_graph_requests",
+            "remote_feature_bytes", "halo_input_rows")
+MAX_KEYS = ("epoch_s", "sample_s", "load_s", "compute_s")
+# "[.../third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error ...": raised by gloo itself
+_GLOO_ERROR = re.compile(r"\[[^\]]*gloo/[^\]]*:\d+\]")
+
+
+class PartSampler:
+    """A :class:`~twopgraph.sampler.NeighborSampler` over a part's local graph that also counts
+    what exact sampling would have needed from other workers (see the module docstring).
+
+    GCN's normalisation reads full-graph degrees, which the part stores (a halo vertex's local
+    row may be truncated), so the sampler is given those instead of the local ones.
+    """
+
+    def __init__(self, part: Part, fanouts, seed: int = 0):
+        self.inner = make_sampler("neighbor", part.data.graph, fanouts, seed=seed,
+                                  degrees=part.degree)
+        self.graph, self.fanouts, self.seed = self.inner.graph, self.inner.fanouts, seed
+        self.num_owned = part.num_owned
+        self._degree = np.asarray(part.degree, dtype=np.int64)
+        self._missing = self._degree - self.graph.degrees()  # > 0: truncated row
+        self.remote_graph_requests = 0
+        self.remote_feature_rows = 0.0
+        self.halo_input_rows = 0
+        self._lock = threading.Lock()
+
+    @property
+    def num_layers(self) -> int:
+        return self.inner.num_layers
+
+    def sample(self, seeds, key: int | None = None, parallel: bool = True):
+        """:meth:`NeighborSampler.sample`, counting; safe from several sampler threads."""
+        mb = self.inner.sample(seeds, key, parallel)
+        ids = mb.input_nodes.numpy()
+        requests, rows = 0, 0.0
+        for fanout, block in zip(self.fanouts, mb.blocks):
+            dst = ids[:block.num_dst]
+            miss = self._missing[dst]
+            cut = miss > 0
+            if cut.any():
+                d = self._degree[dst[cut]]
+                take = d if fanout < 0 else np.minimum(fanout, d)
+                requests += int(cut.sum())
+                rows += float((take * miss[cut] / d).sum())
+        halo = int(np.count_nonzero(ids >= self.num_owned))
+        with self._lock:
+            self.remote_graph_requests += requests
+            self.remote_feature_rows += rows
+            self.halo_input_rows += halo
+        return mb
+
+    def counters(self) -> tuple[int, float, int]:
+        return self.remote_graph_requests, self.remote_feature_rows, self.halo_input_rows
+
+    def full_block(self, dst_start: int, dst_end: int):
+        return self.inner.full_block(dst_start, dst_end)
+
+
+# Refill shuffles of a rank that runs out of batches use epoch numbers this far apart, so
+# they never coincide with a real epoch's shuffle (a prime larger than any epoch count).
+REFILL_EPOCH_STRIDE = 100003
+
+
+class FixedSteps:
+    """A scheduler that yields exactly ``num_batches`` batches per epoch from ``inner``,
+    starting fresh shuffles of ``inner`` (epochs ``epoch + k * REFILL_EPOCH_STRIDE``) when it
+    runs out."""
+
+    def __init__(self, inner, num_batches: int):
+        self.inner, self.num_batches = inner, int(num_batches)
+
+    def __getattr__(self, name):  # batch_size, train_idx, ... of the wrapped scheduler
+        if name == "inner":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+    def batches(self, epoch: int):
+        done, k = 0, 0
+        while done < self.num_batches:
+            for seeds in self.inner.batches(epoch + k * REFILL_EPOCH_STRIDE):
+                yield seeds
+                done += 1
+                if done == self.num_batches:
+                    return
+            k += 1
+
+
+@dataclass
+class DistResult:
+    val_acc: float | None
+    test_acc: float | None
+    epochs: list[dict]
+    out: Path
+    rank: int
+    model: torch.nn.Module
+
+
+def train_distributed(cfg: TrainConfig, partitions, *, env: DistEnv | None = None) -> DistResult:
+    """Train per ``cfg`` on the partition folder ``partitions`` as rank ``env.rank`` of
+    ``env.world_size`` (default: from the torchrun variables). The partition must have
+    ``world_size`` parts; the dataset, ``num_clusters`` and ``renumber`` are taken from it.
+    Collectives wait at most ``cfg.dist.dist_timeout`` seconds for the other ranks. Every rank
+    returns the same accuracies; ``model`` is its replica (identical on all ranks).
+    """
+    cfg.validate()
+    env = detect() if env is None else env
+    timeout_s = cfg.dist.dist_timeout
+    meta = read_meta(partitions)
+    if meta["num_parts"] != env.world_size:
+        raise ConfigError(f"{partitions} has {meta['num_parts']} parts but the run has "
+                          f"{env.world_size} processes; use --nproc {meta['num_parts']} "
+                          f"(or torchrun --nproc-per-node {meta['num_parts']})")
+    if meta["hops"] < len(cfg.sampling.fanouts) and env.is_main:
+        log.warning("partition hops %d < %d layers: sampling is truncated at part boundaries "
+                    "(less replication, approximate neighbourhoods; see remote_graph_requests)",
+                    meta["hops"], len(cfg.sampling.fanouts))
+    device = rank_device(cfg.run.device, env)
+    with _quiet_unless_main(env), process_group(env, device, timeout_s) as backend:
+        try:
+            return _run(cfg, Path(partitions), meta, env, device, backend)
+        except dist.DistError as e:  # a collective failed: a peer died, hung or timed out
+            raise _lost_peer(env, timeout_s, e) from None
+        except RuntimeError as e:
+            # DDP hands gloo's transport errors (a killed peer: "Connection reset by peer")
+            # through autograd as plain RuntimeErrors; they are recognised by gloo's own
+            # source location, which no error of twopgraph carries -- anything else is a bug
+            # and keeps its traceback.
+            if not _GLOO_ERROR.match(str(e)):
+                raise
+            raise _lost_peer(env, timeout_s, e) from None
+
+
+@contextlib.contextmanager
+def _quiet_unless_main(env: DistEnv):
+    """Only rank 0 logs below WARNING; the logger's level is restored afterwards."""
+    before = log.level
+    if not env.is_main:
+        log.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        log.setLevel(before)
+
+
+def _lost_peer(env: DistEnv, timeout_s: float, e: BaseException) -> TwopgraphError:
+    first = (str(e).strip().splitlines() or [""])[0][:200]
+    return TwopgraphError(f"rank {env.rank}/{env.world_size}: another rank failed or did not "
+                          f"answer within {timeout_s:g} s; stopping ({type(e).__name__}: {first})")
+
+
+def _rank_threads(threads: int, device, env: DistEnv) -> int:
+    """``threads`` or, on CPU, the cores shared fairly among this machine's ranks."""
+    if threads or device.type != "cpu":
+        return threads
+    return max(1, available_cores() // env.local_world_size)
+
+
+def _signature(cfg: TrainConfig, meta: dict, world: int) -> dict:
+    params = {k: v for k, v in cfg.result_params().items() if k not in PARTITION_KEYS}
+    params["world_size"] = world
+    return run_signature(params, meta["partition_id"])
+
+
+def _run(cfg: TrainConfig, folder: Path, meta: dict, env: DistEnv, device, backend) -> DistResult:
+    world, rank = env.world_size, env.rank
+    run = cfg.run
+    out = Path(run.out)
+    sig = _signature(cfg, meta, world)
+    ckpt = (read_checkpoint(out / CHECKPOINT, sig, run.epochs, kind="distributed")
+            if run.resume else None)
+    t = time.perf_counter()
+    part = load_part(folder, rank, meta, mmap=False)
+    data = part.data
+    log.info("rank %d: part %d loaded in %.1f s: %d vertices (%d owned), %d edges, %d train",
+             rank, rank, time.perf_counter() - t, data.num_nodes, part.num_owned,
+             data.graph.num_edges, data.train_idx.shape[0])
+
+    # the same initial weights on every rank
+    model, opt, epochs_log, start_epoch = build_training(cfg, data, device, ckpt)
+    if ckpt is not None:
+        log.info("resuming from %s after epoch %d", out / CHECKPOINT, start_epoch)
+    ddp = DDP(model)
+
+    local_bs = -(-cfg.sampling.batch_size // world)
+    # As many optimizer steps per epoch as a single-process run with the same global batch.
+    steps = -(-sum(p["num_train"] for p in meta["parts"]) // (local_bs * world))
+    sampler = PartSampler(part, cfg.sampling.fanouts, seed=run.seed)
+    loader = make_loader(cfg, data, device, parts=np.asarray(part.cluster, dtype=np.int64),
+                         batch_size=local_bs, sampler=sampler,
+                         wrap_scheduler=lambda s: FixedSteps(s, steps),
+                         threads=_rank_threads(run.threads, device, env))
+    feat, labels = eval_features(data, loader), loader.labels
+    gdeg = global_degrees(part, device)
+    if env.is_main:
+        out.mkdir(parents=True, exist_ok=True)
+    progress = run.progress and env.is_main
+    val_acc = test_acc = None
+    evaluated = False
+
+    def evaluate():
+        return evaluate_distributed(model, part, feat, labels, device, run.eval_batch_edges, gdeg)
+
+    def metrics(final=None, rss=None):
+        write_metrics(out, cfg, device, loader.plan, epochs_log, final,
+                      distributed={"world_size": world, "backend": backend,
+                                   "batch_size_per_rank": local_bs},
+                      partition={k: meta[k] for k in (
+                          "partition_id", "num_parts", "hops", "replication_factor",
+                          "edge_cut", "edge_cut_fraction", "num_clusters")}
+                      | {"source": meta["source"]["name"]},
+                      **({"peak_rss_mib": rss} if rss is not None else {}))
+
+    with loader.plan.applied():
+        for epoch in range(start_epoch, run.epochs):
+            torch.manual_seed(mix_key(run.seed, rank, epoch) & 0x7FFFFFFFFFFFFFFF)
+            before = sampler.counters()
+            rec = train_epoch(ddp, opt, loader, epoch, progress)
+            after = sampler.counters()
+            rec.update(rank=rank, remote_graph_requests=after[0] - before[0],
+                       remote_feature_bytes=int(round((after[1] - before[1])
+                                                      * loader.features.row_bytes)),
+                       halo_input_rows=after[2] - before[2])
+            ranks = [None] * world
+            dist.all_gather_object(ranks, rec)
+            total = _total(ranks)
+            evaluated = False
+            if evaluates_after(cfg, epoch):
+                t = time.perf_counter()
+                val_acc, test_acc = evaluate()
+                evaluated = True
+                total.update(val_acc=val_acc, test_acc=test_acc, eval_s=time.perf_counter() - t)
+            total["ranks"] = ranks
+            epochs_log.append(total)
+            if env.is_main:
+                log_epoch(total)
+                log.info("epoch %d  remote_graph_requests %d  halo_input_rows %d", epoch,
+                         total["remote_graph_requests"], total["halo_input_rows"])
+                save_checkpoint(out, model, opt, sig, epochs_log, kind="distributed",
+                                config=cfg.flat())
+                metrics()
+
+        if not evaluated:  # resumed a finished run: evaluate the final model again
+            val_acc, test_acc = evaluate()
+    rss = [None] * world
+    dist.all_gather_object(rss, peak_rss_mib())
+    if env.is_main:
+        metrics((val_acc, test_acc), rss)
+        log.info("final  val_acc %s  test_acc %s  -> %s", val_acc, test_acc, out / METRICS)
+    return DistResult(val_acc, test_acc, epochs_log, out, rank, model)
+
+
+def _total(ranks: list[dict]) -> dict:
+    """One epoch record for the whole job from the per-rank ones (see module docstring)."""
+    tot = {"epoch": ranks[0]["epoch"], "world_size": len(ranks)}
+    for k in SUM_KEYS:
+        tot[k] = sum(r[k] for r in ranks)
+    for k in MAX_KEYS:
+        tot[k] = max(r[k] for r in ranks)
+    seeds = max(tot["num_seeds"], 1)
+    tot["loss"] = sum(r["loss"] * r["num_seeds"] for r in ranks) / seeds
+    tot["train_acc"] = sum(r["train_acc"] * r["num_seeds"] for r in ranks) / seeds
+    tot["row_bytes"] = ranks[0]["row_bytes"]
+    tot.update(transfer_metrics(feature_rows=tot["feature_rows"], cache_hits=tot["cache_hits"],
+                                h2d_bytes=tot["h2d_bytes"], row_bytes=tot["row_bytes"],
+                                num_batches=tot["num_batches"]))
+    tot["seeds_per_s"] = tot["num_seeds"] / tot["epoch_s"] if tot["epoch_s"] else 0.0
+    tot["cpu_s"] = sum(r["cpu_s"] for r in ranks)  # every rank's threads
+    tot["cpu_per_wall"] = tot["cpu_s"] / tot["epoch_s"] if tot["epoch_s"] else 0.0
+    return tot

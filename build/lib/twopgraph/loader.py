@@ -1,0 +1,275 @@
+"""The mini-batch pipeline: one :class:`Loader` owns every stage and every thread of it.
+
+::
+
+    Scheduler.batches(epoch)            seeds, in training order
+      -> sampling workers               Sampler.sample(seeds, key=mix_key(epoch, b)), whole
+                                        batches per worker thread, batches kept in order
+      -> lookahead window               FeatureSource.announce(input_nodes), ``lookahead``
+                                        batches ahead of the gather (the ``layer`` cache
+                                        learns the rows of upcoming batches before it evicts)
+      -> gather                         FeatureSource.gather(input_nodes) + seed labels
+      -> prefetch                       the stages above run in one background thread,
+                                        ``prefetch`` batches ahead of the consumer
+      -> device                         blocks and labels copied, features already there
+
+Threads: ``threads`` (0 = the cores this process may use) is the number of CPU threads the
+whole process keeps busy -- see :class:`ThreadPlan`. The loader sets numba's thread count
+inside every thread it starts (numba's count is per thread) and checks at start-up that numba
+uses a thread-safe threading layer (:func:`twopgraph.jit.configure_threading`). Sampling is
+deterministic per (seed, epoch, batch), so neither the thread count nor the lookahead changes
+the batches. Times and row/byte counts of each stage go into :class:`EpochStats`.
+
+Example::
+
+    >>> loader = Loader(scheduler, sampler, HostFeatures(feat), labels)    # doctest: +SKIP
+    >>> for mb in loader.epoch(0):                                           # doctest: +SKIP
+    ...     loss = F.cross_entropy(model(mb), mb.labels)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import threading
+import time
+from dataclasses import asdict, dataclass
+from typing import Iterator
+
+import numpy as np
+import torch
+
+from .cache.directory import announced
+from .jit import configure_threading, thread_count
+from .metrics import transfer_metrics
+from .protocols import FeatureSource
+from .sampler.minibatch import MiniBatch
+from .sampler.stream import sampled_batches
+
+
+@dataclass
+class EpochStats:
+    """Per-epoch counters; times in seconds, bytes in bytes, rows in feature rows.
+
+    ``h2d_bytes`` counts every feature byte copied host->device in the epoch (cache refills
+    included); the one-off initial fill of the cache is ``cache_fill_bytes``, apart.
+    ``sample_s`` sums the sampling time of every batch over the workers (it may exceed the wall
+    time, and in training it overlaps the other stages); ``load_s`` is the gathering time.
+    """
+
+    num_batches: int = 0
+    num_seeds: int = 0
+    feature_rows: int = 0
+    cache_hits: int = 0
+    h2d_bytes: int = 0
+    cache_fill_bytes: int = 0
+    cache_budget_rows: int = 0
+    row_bytes: int = 0
+    sample_s: float = 0.0
+    load_s: float = 0.0
+
+    @property
+    def input_nodes_per_batch(self) -> float:
+        return self.feature_rows / self.num_batches if self.num_batches else 0.0
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d.update(transfer_metrics(feature_rows=self.feature_rows, cache_hits=self.cache_hits,
+                                  h2d_bytes=self.h2d_bytes, row_bytes=self.row_bytes,
+                                  num_batches=self.num_batches))
+        return d
+
+
+@dataclass(frozen=True)
+class ThreadPlan:
+    """How ``total`` CPU threads are spent: the model computes on ``compute`` torch/numba
+    threads in the caller's thread; ``workers`` threads sample whole batches; ``background``
+    says whether sampling and gathering run ahead in a prefetch thread at all.
+
+    With one thread nothing runs ahead (overlap cannot help on one core): sampling, gathering
+    and computing take turns in the caller's thread, on that one thread. With ``N >= 2`` the
+    model computes on all ``N`` threads and ``W = max(1, N // 4)`` sampling workers run ahead
+    of it in the background. Sampling is a small share of a step (synthetic-small: ~4% of the
+    epoch's thread time), so the process averages about ``N`` busy threads; ``metrics.json``
+    reports the measured ``cpu_per_wall`` of every epoch.
+    """
+
+    total: int
+    compute: int
+    workers: int
+    background: bool
+
+    @classmethod
+    def for_threads(cls, threads: int = 0, prefetch: int = 2) -> "ThreadPlan":
+        """The plan for ``threads`` (0 = :func:`available_cores`) and ``prefetch`` depth."""
+        n = int(threads) or available_cores()
+        if n == 1:
+            return cls(1, 1, 1, False)
+        if prefetch <= 0:  # the stages take turns: each may use every thread
+            return cls(n, n, n, False)
+        return cls(n, n, max(1, n // 4), True)
+
+    @contextlib.contextmanager
+    def applied(self):
+        """torch's and (this thread's) numba's thread counts set to ``compute`` inside the
+        block, restored after it."""
+        before = torch.get_num_threads()
+        torch.set_num_threads(self.compute)
+        try:
+            with thread_count(self.compute):
+                yield self
+        finally:
+            torch.set_num_threads(before)
+
+
+def available_cores() -> int:
+    """CPU cores this process may run on (its affinity mask where the OS has one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+class Loader:
+    """Mini-batches of every epoch, ready on ``device``: ``for mb in loader.epoch(e)``.
+
+    ``scheduler``, ``sampler`` and ``features`` follow :mod:`twopgraph.protocols`;
+    ``features=None`` gives batches without features (sampling only). ``labels`` (int64 tensor
+    over all vertices, or None) fills ``mb.labels``. ``prefetch`` batches are prepared ahead in
+    a background thread (0 = none); ``threads`` CPU threads in all (:class:`ThreadPlan`).
+    After (or during) an epoch, :attr:`stats` holds its :class:`EpochStats`.
+    """
+
+    def __init__(self, scheduler, sampler, features: FeatureSource | None = None,
+                 labels: torch.Tensor | None = None, device="cpu", *, prefetch: int = 2,
+                 threads: int = 0):
+        self.scheduler = scheduler
+        self.sampler = sampler
+        self.features = features
+        self.labels = labels
+        self.device = torch.device(device)
+        self.plan = ThreadPlan.for_threads(threads, prefetch)
+        self.prefetch = int(prefetch) if self.plan.background else 0
+        self.stats = EpochStats()
+        configure_threading()
+
+    def __len__(self) -> int:
+        return self.scheduler.num_batches
+
+    def epoch(self, epoch: int) -> Iterator[MiniBatch]:
+        """The batches of epoch ``epoch`` on the device; counts go to a fresh :attr:`stats`.
+        Closing the iterator early stops the background threads."""
+        stats = self.stats = EpochStats()
+        it = self._sampled(epoch, stats)
+        src = self.features
+        if src is not None:
+            src.begin_stream()  # forget batches an interrupted epoch announced but never used
+            it = self._gathered(announced(it, src.lookahead, lambda mb: src.announce(
+                mb.input_nodes)), src, stats)
+        for mb, ready in _prefetch(it, self.prefetch):
+            if ready is not None:  # features were copied on the source's stream
+                torch.cuda.current_stream(self.device).wait_event(ready)
+            yield mb.to(self.device, non_blocking=True)
+
+    def sample_epoch(self, epoch: int = 0) -> EpochStats:
+        """Sampling only (no features, no prefetch thread: every thread samples); the figures
+        of ``twopgraph bench sampler``."""
+        stats = EpochStats()
+        workers = self.plan.total
+        with thread_count(1):
+            for mb, secs in sampled_batches(self.scheduler, self.sampler, epoch, workers):
+                _count_sampled(stats, mb, secs)
+                stats.feature_rows += int(mb.input_nodes.shape[0])
+        self.stats = stats
+        return stats
+
+    def input_stream(self, epoch: int = 0) -> list[np.ndarray]:
+        """The input vertices of every batch of ``epoch`` (the access stream a feature source
+        sees), sampled on every thread."""
+        with thread_count(1):
+            return [mb.input_nodes.numpy() for mb, _ in
+                    sampled_batches(self.scheduler, self.sampler, epoch, self.plan.total)]
+
+    # -- stages ------------------------------------------------------------------------------
+    def _sampled(self, epoch: int, stats: EpochStats) -> Iterator[MiniBatch]:
+        # one worker: sampled in the thread that runs the pipeline (no pool thread)
+        for mb, secs in sampled_batches(self.scheduler, self.sampler, epoch, self.plan.workers):
+            _count_sampled(stats, mb, secs)
+            yield mb
+
+    def _gathered(self, batches: Iterator[MiniBatch], src: FeatureSource,
+                  stats: EpochStats) -> Iterator[tuple[MiniBatch, object]]:
+        stats.row_bytes = src.row_bytes
+        stats.cache_budget_rows = src.budget
+        for mb in batches:
+            t = time.perf_counter()
+            before = src.counters.copy()
+            mb.features, ready = src.gather(mb.input_nodes)
+            stats.load_s += time.perf_counter() - t
+            c = src.counters - before
+            stats.feature_rows += c.feature_rows
+            stats.cache_hits += c.cache_hits
+            stats.h2d_bytes += c.h2d_rows * src.row_bytes
+            stats.cache_fill_bytes += c.fill_rows * src.row_bytes
+            if self.labels is not None:
+                mb.labels = self.labels[mb.seeds]
+            yield mb, ready
+
+
+def _count_sampled(stats: EpochStats, mb: MiniBatch, secs: float) -> None:
+    stats.sample_s += secs
+    stats.num_batches += 1
+    stats.num_seeds += mb.num_seeds
+
+
+_DONE = object()
+
+
+def _prefetch(it: Iterator, depth: int) -> Iterator:
+    """Run ``it`` in a background thread (numba: one thread there), ``depth`` items ahead;
+    ``depth`` 0 runs it inline. Exceptions are re-raised in the consumer; closing the consumer
+    stops the producer."""
+    if depth <= 0:
+        yield from it
+        return
+    q: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def produce():
+        try:
+            with thread_count(1):
+                for item in it:
+                    while not stop.is_set():
+                        try:
+                            q.put(item, timeout=0.1)
+                            break
+                        except queue.Full:
+                            continue
+                    if stop.is_set():
+                        return
+            q.put(_DONE)
+        except BaseException as e:  # handed to the consumer, who re-raises it
+            q.put(e)
+
+    th = threading.Thread(target=produce, name="twopgraph-prefetch", daemon=True)
+    th.start()
+    try:
+        while True:
+            item = q.get()
+            if item is _DONE:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        while th.is_alive():
+            try:
+                q.get_nowait()
+            except queue.Empty:
+                th.join(timeout=0.05)
+
+
+def as_long_tensor(a) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64))

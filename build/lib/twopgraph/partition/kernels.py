@@ -1,0 +1,166 @@
+"""Partitioning kernels: cluster BFS order (renumbering), METIS sparsification, edge cut.
+
+Each kernel is parallel over clusters or vertices and has a plain NumPy/Python twin
+registered in :mod:`twopgraph.jit`. Graphs are CSR (``indptr`` int64, ``indices`` int32/int64);
+``parts`` gives each vertex's cluster (int64, 0..C-1).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+from numba import njit, prange
+
+from ..jit import register
+
+# -- cluster-contiguous renumbering (renumber.py) -------------------------------------------------
+
+
+@njit(parallel=True, nogil=True, cache=True)
+def cluster_bfs_order(indptr, indices, parts, members, cluster_start):
+    """Vertices cluster by cluster, each cluster in BFS order over its own induced subgraph.
+
+    ``members`` lists the vertices sorted by cluster (ascending ids within a cluster) and
+    ``cluster_start`` (C+1) delimits each cluster's range in it. Cluster ``c`` fills
+    ``order[cluster_start[c]:cluster_start[c+1]]``: a BFS from its lowest unvisited id,
+    following only edges inside ``c``, restarted at the next unvisited member until all are
+    placed. Clusters run in parallel (a vertex is only ever touched by its own cluster).
+    """
+    n = parts.shape[0]
+    order = np.empty(n, dtype=np.int64)
+    visited = np.zeros(n, dtype=np.uint8)
+    for c in prange(cluster_start.shape[0] - 1):
+        pos = cluster_start[c]
+        head = pos
+        for k in range(cluster_start[c], cluster_start[c + 1]):
+            r = members[k]
+            if visited[r]:
+                continue
+            visited[r] = 1
+            order[pos] = r
+            pos += 1
+            while head < pos:
+                u = order[head]
+                head += 1
+                for j in range(indptr[u], indptr[u + 1]):
+                    w = indices[j]
+                    if parts[w] == c and visited[w] == 0:
+                        visited[w] = 1
+                        order[pos] = w
+                        pos += 1
+    return order
+
+
+def cluster_bfs_order_ref(indptr, indices, parts, members, cluster_start):
+    """Plain-Python twin of :func:`cluster_bfs_order`."""
+    order, visited = [], set()
+    for c in range(cluster_start.shape[0] - 1):
+        for r in members[cluster_start[c]:cluster_start[c + 1]]:
+            if r in visited:
+                continue
+            visited.add(r)
+            queue = deque([r])
+            while queue:
+                u = queue.popleft()
+                order.append(u)
+                for w in indices[indptr[u]:indptr[u + 1]]:
+                    if parts[w] == c and w not in visited:
+                        visited.add(int(w))
+                        queue.append(w)
+    return np.asarray(order, dtype=np.int64)
+
+
+# -- sparsification for METIS (cluster.py) --------------------------------------------------------
+
+
+@njit(inline="always", cache=True)
+def _edge_coin(u, w, salt):
+    lo = np.uint64(min(u, w))
+    hi = np.uint64(max(u, w))
+    x = (lo * np.uint64(0x100000001B3)) ^ (hi + salt)
+    x = (x ^ (x >> np.uint64(31))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(29))) * np.uint64(0x94D049BB133111EB)
+    x = x ^ (x >> np.uint64(32))
+    return np.float64(x >> np.uint64(11)) * (1.0 / 9007199254740992.0)
+
+
+@njit(parallel=True, nogil=True, cache=True)
+def sparsify_csr(indptr, indices, max_degree, salt):
+    """Symmetric subgraph for METIS: edge {u, v} is kept when ``coin(u, v) * min(deg u, deg v)
+    < max_degree``, ``coin`` a hash of (min(u, v), max(u, v), ``salt``) in [0, 1), so both
+    directions agree. Returns ``(indptr, indices)`` of the kept edges (rows keep their order)."""
+    n = indptr.shape[0] - 1
+    counts = np.empty(n + 1, dtype=np.int64)
+    counts[0] = 0
+    for u in prange(n):
+        du = indptr[u + 1] - indptr[u]
+        c = 0
+        for j in range(indptr[u], indptr[u + 1]):
+            w = indices[j]
+            dmin = min(du, indptr[w + 1] - indptr[w])
+            if _edge_coin(u, w, salt) * dmin < max_degree:
+                c += 1
+        counts[u + 1] = c
+    new_indptr = np.cumsum(counts)
+    out = np.empty(new_indptr[n], dtype=indices.dtype)
+    for u in prange(n):
+        du = indptr[u + 1] - indptr[u]
+        o = new_indptr[u]
+        for j in range(indptr[u], indptr[u + 1]):
+            w = indices[j]
+            dmin = min(du, indptr[w + 1] - indptr[w])
+            if _edge_coin(u, w, salt) * dmin < max_degree:
+                out[o] = w
+                o += 1
+    return new_indptr, out
+
+
+def sparsify_csr_ref(indptr, indices, max_degree, salt):
+    """NumPy twin of :func:`sparsify_csr` (the same hash on uint64 arrays)."""
+    indptr = np.asarray(indptr, dtype=np.int64)
+    deg = np.diff(indptr)
+    u = np.repeat(np.arange(deg.shape[0], dtype=np.uint64), deg)
+    w = np.asarray(indices).astype(np.uint64)
+    salt = np.uint64(salt)
+    with np.errstate(over="ignore"):
+        lo, hi = np.minimum(u, w), np.maximum(u, w)
+        x = (lo * np.uint64(0x100000001B3)) ^ (hi + salt)
+        x = (x ^ (x >> np.uint64(31))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(29))) * np.uint64(0x94D049BB133111EB)
+        x ^= x >> np.uint64(32)
+    coin = (x >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
+    keep = coin * np.minimum(deg[u.astype(np.int64)], deg[w.astype(np.int64)]) < max_degree
+    new_indptr = np.zeros(deg.shape[0] + 1, dtype=np.int64)
+    np.cumsum(np.bincount(u[keep].astype(np.int64), minlength=deg.shape[0]), out=new_indptr[1:])
+    return new_indptr, np.asarray(indices)[keep]
+
+
+# -- edge cut (cluster.py) ------------------------------------------------------------------------
+
+
+@njit(parallel=True, nogil=True, cache=True)
+def cut_edges(indptr, indices, parts):
+    """Directed CSR entries (u, w) with ``parts[u] != parts[w]`` (twice the undirected cut)."""
+    n = indptr.shape[0] - 1
+    total = 0
+    for u in prange(n):
+        pu = parts[u]
+        c = 0
+        for j in range(indptr[u], indptr[u + 1]):
+            if parts[indices[j]] != pu:
+                c += 1
+        total += c
+    return total
+
+
+def cut_edges_ref(indptr, indices, parts):
+    """NumPy twin of :func:`cut_edges`."""
+    parts = np.asarray(parts)
+    src = np.repeat(parts, np.diff(indptr))
+    return int(np.count_nonzero(src != parts[np.asarray(indices)]))
+
+
+register(cluster_bfs_order, cluster_bfs_order_ref)
+register(sparsify_csr, sparsify_csr_ref)
+register(cut_edges, cut_edges_ref)

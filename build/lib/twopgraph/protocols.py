@@ -1,0 +1,115 @@
+"""The contracts between pipeline stages, in one place, and one registry per pluggable kind.
+
+::
+
+    Scheduler.batches(epoch) ──seeds──▶ Sampler.sample(seeds, key) ──MiniBatch──▶
+        FeatureSource.announce(input_nodes)   (lookahead window, if the source wants one)
+        FeatureSource.gather(input_nodes)     ──features on the device──▶ model
+
+:class:`~twopgraph.loader.Loader` drives these stages; it only relies on what is written here.
+Implementations (docs/architecture.md lists them):
+
+- schedulers: ``random`` (:class:`~twopgraph.sampler.schedule.RandomScheduler`), ``locality``
+  (:class:`~twopgraph.sampler.schedule.LocalityScheduler`) -- registry :data:`SCHEDULERS`,
+  modules of ``twopgraph/sampler/``;
+- samplers: ``neighbor`` (:class:`~twopgraph.sampler.neighbor.NeighborSampler`) -- registry
+  :data:`SAMPLERS`, modules of ``twopgraph/sampler/``;
+- feature sources: :class:`~twopgraph.cache.host.HostFeatures` (a plain host table) and
+  :class:`~twopgraph.cache.feature_cache.FeatureCache` (a device buffer driven by a cache
+  policy) -- policies in registry :data:`CACHE_POLICIES`, modules of ``twopgraph/cache/``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Iterator, Protocol, Sequence, runtime_checkable
+
+import numpy as np
+
+from .registry import Registry
+
+if TYPE_CHECKING:  # annotations only: the protocols sit below every implementation
+    import torch
+
+    from .graph import CSRGraph
+    from .metrics import CacheCounters
+    from .sampler.minibatch import Block, MiniBatch
+
+SCHEDULERS = Registry("schedule", "twopgraph.sampler")
+"""name -> ``factory(train_idx, batch_size, seed=0, **options)`` returning a
+:class:`Scheduler`; a factory with ``needs_clusters = True`` also takes ``parts=`` (the METIS
+cluster of every vertex), ``labels=`` and ``balance=``."""
+
+SAMPLERS = Registry("sampler", "twopgraph.sampler")
+"""name -> ``factory(graph, fanouts, seed=0, degrees=None)`` returning a :class:`Sampler`."""
+
+CACHE_POLICIES = Registry("cache policy", "twopgraph.cache")
+"""name -> ``factory(ctx: PolicyContext, **options)`` returning a
+:class:`~twopgraph.cache.base.CachePolicy`."""
+
+
+@runtime_checkable
+class Scheduler(Protocol):
+    """Decides which seeds share a mini-batch and in which order batches come."""
+
+    #: batches per epoch (the same every epoch)
+    num_batches: int
+
+    def batches(self, epoch: int) -> Iterator[np.ndarray]:
+        """The seed arrays of epoch ``epoch`` (unique global ids, int64), in training order;
+        deterministic in (the scheduler's seed, ``epoch``)."""
+        ...
+
+
+@runtime_checkable
+class Sampler(Protocol):
+    """Expands seeds into one block per GNN layer."""
+
+    graph: "CSRGraph"
+    #: neighbours per GNN layer, input layer first (``-1`` = all)
+    fanouts: Sequence[int]
+
+    def sample(self, seeds, key: int | None = None, parallel: bool = True) -> "MiniBatch":
+        """The blocks of ``seeds``. ``key`` picks the random stream: the same ``key`` gives
+        the same mini-batch; ``None`` draws fresh randomness (a counter that advances with
+        every such call). ``parallel=False`` keeps the work on the calling thread (the
+        loader's workers each sample whole batches); the result does not depend on it."""
+        ...
+
+    def full_block(self, dst_start: int, dst_end: int) -> "Block":
+        """Every in-edge of the dst range ``[dst_start, dst_end)`` over *global* src ids
+        (exact layer-wise inference)."""
+        ...
+
+
+@runtime_checkable
+class FeatureSource(Protocol):
+    """Serves the input features of a batch on the device and counts rows and bytes.
+
+    The loader calls :meth:`begin_stream` at the start of every epoch, then, for every batch
+    in stream order, :meth:`announce` as soon as it is sampled (``lookahead`` batches before
+    it is gathered; a source with ``lookahead == 0`` ignores it) and :meth:`gather` when it is
+    trained on. Announcing is part of the contract: a source with a lookahead window may
+    refuse a gather that was not announced.
+    """
+
+    #: bytes of one stored row (features x element size)
+    row_bytes: int
+    #: rows held on the device (0 = none)
+    budget: int
+    #: batches announced ahead of the one gathered (0 = no window)
+    lookahead: int
+    #: row counts so far (:class:`~twopgraph.metrics.CacheCounters`)
+    counters: "CacheCounters"
+
+    def begin_stream(self) -> None:
+        """A new access stream (epoch) starts; forget batches announced and never gathered."""
+        ...
+
+    def announce(self, ids) -> None:
+        """A batch (unique row ids, host int64) was sampled and will be gathered later."""
+        ...
+
+    def gather(self, ids) -> "tuple[torch.Tensor, object | None]":
+        """The rows ``ids`` (unique, host int64) on the device as float32, in ``ids`` order,
+        and a CUDA event after which they are ready (``None`` when already ready)."""
+        ...

@@ -1,0 +1,94 @@
+"""The :class:`MiniBatch` that each pipeline stage fills in, and the per-layer :class:`Block`.
+
+Local ids: in a mini-batch every vertex gets one local id, seeds first (``0..B-1``), then the
+vertices each hop adds, in order of first appearance. Because every hop keeps the previous
+vertices as a prefix, the dst vertices of a block are the first ``num_dst`` of its src
+vertices (as in DGL and PyG), and ``input_nodes[i]`` is the global id of local vertex ``i``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+
+
+@dataclass
+class Block:
+    """One GNN layer's bipartite graph: ``num_src`` src vertices -> ``num_dst`` dst vertices.
+
+    ``indptr`` (int64, num_dst+1) and ``indices`` (int64, E) are dst-major CSR over local src
+    ids: the sampled neighbours of dst ``i`` are ``indices[indptr[i]:indptr[i+1]]``.
+    ``src_deg`` / ``dst_deg`` (float32) are the full-graph degrees of the src / dst vertices
+    (GCN's normalisation needs them; sampling rescales by full/sampled degree).
+
+    Example::
+
+        >>> b = Block(2, 1, torch.tensor([0, 1]), torch.tensor([1]),
+        ...           torch.tensor([1., 1.]), torch.tensor([1.]))
+        >>> b.edge_index.tolist(), b.size
+        ([[1], [0]], (2, 1))
+    """
+
+    num_src: int
+    num_dst: int
+    indptr: torch.Tensor
+    indices: torch.Tensor
+    src_deg: torch.Tensor
+    dst_deg: torch.Tensor
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.indices.shape[0])
+
+    @property
+    def size(self) -> tuple[int, int]:
+        """PyG-style ``(num_src, num_dst)``."""
+        return (self.num_src, self.num_dst)
+
+    @property
+    def edge_index(self) -> torch.Tensor:
+        """PyG-style ``2 x E`` int64 tensor: row 0 = local src id, row 1 = local dst id
+        (messages flow source -> target)."""
+        dst = torch.repeat_interleave(
+            torch.arange(self.num_dst, device=self.indptr.device), self.indptr.diff())
+        return torch.stack([self.indices, dst])
+
+    def sampled_deg(self) -> torch.Tensor:
+        """Number of sampled neighbours of each dst vertex (int64, num_dst)."""
+        return self.indptr.diff()
+
+    def to(self, device, non_blocking: bool = False) -> "Block":
+        return replace(self, **{f: getattr(self, f).to(device, non_blocking=non_blocking)
+                                for f in ("indptr", "indices", "src_deg", "dst_deg")})
+
+@dataclass
+class MiniBatch:
+    """Everything one training step needs.
+
+    ``seeds`` and ``input_nodes`` hold global vertex ids (int64); ``blocks[0]`` consumes the
+    input features (one block per GNN layer, input side first); ``labels`` (int64) of the
+    seeds and ``features`` (rows of ``input_nodes``) are filled by later stages.
+    ``batch_id`` is the position in the epoch.
+    """
+
+    seeds: torch.Tensor
+    input_nodes: torch.Tensor
+    blocks: list[Block]
+    labels: torch.Tensor | None = None
+    features: torch.Tensor | None = None
+    batch_id: int = 0
+
+    @property
+    def num_seeds(self) -> int:
+        return int(self.seeds.shape[0])
+
+    def to(self, device, non_blocking: bool = False) -> "MiniBatch":
+        """Copy tensors to ``device`` (ids stay where they are: the host needs them)."""
+        return replace(
+            self,
+            blocks=[b.to(device, non_blocking) for b in self.blocks],
+            labels=None if self.labels is None else self.labels.to(device, non_blocking=non_blocking),
+            features=None if self.features is None
+            else self.features.to(device, non_blocking=non_blocking),
+        )

@@ -1,0 +1,147 @@
+"""Uniform neighbour sampling into per-layer blocks (numba kernels, GIL-free)."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from ..errors import ConfigError
+from ..graph import CSRGraph
+from ..protocols import SAMPLERS
+from ..rng import mix_key
+from . import kernels
+from .minibatch import Block, MiniBatch
+
+# Keys of calls without an explicit key are mix_key(_FRESH_STREAM, 0, 1, 2, ...): a stream of
+# their own, apart from the loader's mix_key(epoch, batch) keys.
+_FRESH_STREAM = 0x46524553480A
+
+
+def parse_fanouts(text: str | Sequence[int]) -> list[int]:
+    """``"15,10,5"`` -> ``[15, 10, 5]``; each entry a positive int or ``-1`` (all neighbours).
+
+    ``fanouts[i]`` is the fanout of GNN layer ``i`` (layer 0 reads the input features), as in
+    DGL: the seeds' own neighbours are sampled with the *last* fanout.
+    """
+    if isinstance(text, str):
+        parts = [p.strip() for p in text.split(",")]
+        try:
+            values = [int(p) for p in parts]
+        except ValueError:
+            raise ConfigError(
+                f"malformed fanouts {text!r}: expected comma-separated integers like 15,10,5"
+            ) from None
+    else:
+        values = [int(v) for v in text]
+    if not values:
+        raise ConfigError("fanouts must name at least one layer, e.g. 15,10,5")
+    bad = [v for v in values if v == 0 or v < -1]
+    if bad:
+        raise ConfigError(f"malformed fanouts {values}: each must be >= 1 or -1 (all neighbours)")
+    return values
+
+
+@SAMPLERS.register("neighbor")
+class NeighborSampler:
+    """Samples an L-layer neighbourhood of a set of seeds: ``sample(seeds) -> MiniBatch``.
+
+    For each hop, every current vertex gets up to ``fanout`` distinct uniformly chosen
+    neighbours (all of them for ``-1``), sampled in parallel by numba. The result depends only
+    on ``(seed, key, layer, vertex)``, not on the number of threads. One instance may be used
+    from several threads (each thread has its own relabelling scratch array of N int64).
+
+    Example::
+
+        >>> from twopgraph.graph import CSRGraph
+        >>> g = CSRGraph.from_edges([0, 0, 1], [1, 2, 3], num_nodes=4)
+        >>> mb = NeighborSampler(g, [2, 2], seed=0).sample(np.array([0]))
+        >>> [b.size for b in mb.blocks], mb.input_nodes[:1].tolist()
+        ([(4, 3), (3, 1)], [0])
+    """
+
+    def __init__(self, graph: CSRGraph, fanouts: Sequence[int], seed: int = 0,
+                 degrees: np.ndarray | None = None):
+        self.graph = graph
+        self.fanouts = parse_fanouts(fanouts)
+        self.seed = int(seed)
+        # The degrees blocks carry (GCN's normalisation): the graph's own unless given, e.g.
+        # full-graph degrees for a partition whose halo rows are truncated.
+        deg = graph.degrees() if degrees is None else np.asarray(degrees)
+        if deg.shape != (graph.num_nodes,):
+            raise ConfigError(f"degrees must have one entry per vertex ({graph.num_nodes})")
+        self._deg = deg.astype(np.float32)
+        self._tls = threading.local()
+        self._fresh = itertools.count()
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.fanouts)
+
+    def _node_map(self) -> np.ndarray:
+        m = getattr(self._tls, "node_map", None)
+        if m is None:
+            m = np.full(self.graph.num_nodes, -1, dtype=np.int64)
+            self._tls.node_map = m
+        return m
+
+    def sample(self, seeds, key: int | None = None, parallel: bool = True) -> MiniBatch:
+        """Sample the blocks of ``seeds`` (unique global ids); ``key`` picks the random stream
+        (e.g. a batch counter: same seed + key => same mini-batch); without a key every call
+        draws fresh randomness (keys from a counter that advances with each such call, so a
+        hand-written loop gets new neighbours in every batch). ``parallel=False`` keeps
+        the work on the calling thread (for :func:`~twopgraph.loader.sampled_batches` with
+        several workers, each sampling whole batches); the result is the same."""
+        seeds = np.ascontiguousarray(np.asarray(seeds, dtype=np.int64))
+        n = self.graph.num_nodes
+        if seeds.ndim != 1 or seeds.shape[0] == 0:
+            raise ConfigError("seeds must be a non-empty 1-D array of vertex ids")
+        if seeds.min() < 0 or seeds.max() >= n:
+            raise ConfigError(f"seed ids out of range [0, {n})")
+        if np.unique(seeds).shape[0] != seeds.shape[0]:
+            raise ConfigError("seeds must be unique")
+        if key is None:
+            key = mix_key(_FRESH_STREAM, next(self._fresh))  # itertools.count: thread-safe
+        return self._sample(seeds, int(key), parallel)
+
+    def _sample(self, seeds: np.ndarray, key: int, parallel: bool = True) -> MiniBatch:
+        g = self.graph
+        sample_neighbors = kernels.sample_neighbors if parallel else \
+            kernels.sample_neighbors_serial
+        reset_map = kernels.reset_map if parallel else kernels.reset_map_serial
+        node_map = self._node_map()
+        nodes = seeds
+        node_map[seeds] = np.arange(seeds.shape[0], dtype=np.int64)
+        raw_blocks = []
+        try:
+            for hop, fanout in enumerate(reversed(self.fanouts)):
+                hop_key = np.uint64(mix_key(self.seed, key, hop))
+                offsets, nbrs = sample_neighbors(g.indptr, g.indices, nodes, fanout, hop_key)
+                frontier = np.empty(nbrs.shape[0], dtype=np.int64)
+                local, num_new = kernels.relabel(nbrs, node_map, nodes.shape[0], frontier)
+                num_dst = nodes.shape[0]
+                if num_new:
+                    nodes = np.concatenate([nodes, frontier[:num_new]])
+                raw_blocks.append((nodes.shape[0], num_dst, offsets, local))
+        finally:
+            reset_map(node_map, nodes)
+        deg = torch.from_numpy(self._deg[nodes])
+        blocks = [Block(num_src, num_dst, torch.from_numpy(offsets), torch.from_numpy(local),
+                        deg[:num_src], deg[:num_dst])
+                  for num_src, num_dst, offsets, local in reversed(raw_blocks)]
+        return MiniBatch(seeds=torch.from_numpy(seeds), input_nodes=torch.from_numpy(nodes),
+                         blocks=blocks)
+
+    def full_block(self, dst_start: int, dst_end: int) -> Block:
+        """All in-edges of the dst range ``[dst_start, dst_end)`` as one block over *global*
+        src ids (``num_src = N``): exact layer-wise inference uses it without relabelling."""
+        g = self.graph
+        s, e = int(g.indptr[dst_start]), int(g.indptr[dst_end])
+        indptr = torch.from_numpy(g.indptr[dst_start:dst_end + 1] - s)
+        indices = torch.from_numpy(g.indices[s:e].astype(np.int64))
+        deg = torch.from_numpy(self._deg)
+        return Block(g.num_nodes, dst_end - dst_start, indptr, indices, deg,
+                     deg[dst_start:dst_end])

@@ -1,0 +1,410 @@
+"""The training loop: config, sampled training, exact layer-wise evaluation, checkpoints, metrics.
+
+Outputs in ``out`` (written by :func:`train`):
+
+- ``checkpoint.pt`` -- after every epoch, atomically (temp file + rename): model, optimizer,
+  torch RNG state, the epochs done and the config that matters for resuming;
+- ``metrics.json`` -- top-level ``val_acc``, ``test_acc`` (final model), ``epochs`` (one object
+  per epoch with the DESIGN.md metrics), the config and the dataset summary.
+
+Example::
+
+    >>> cfg = TrainConfig.of(dataset="synthetic-tiny", epochs=1, out="runs/doc")  # doctest: +SKIP
+    >>> result = train(cfg)                                                      # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import time
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from .cache import PolicyContext, build_feature_source
+from .config import TrainConfig, resolve_device
+from .errors import ConfigError
+from .fingerprint import run_fingerprint
+from .graph import GraphData, atomic_write_bytes
+from .jit import configure_threading, thread_count
+from .loader import Loader, ThreadPlan, as_long_tensor
+from .metrics import peak_rss_mib, write_json
+from .models import BlockGNN, build_model
+from .partition import prepare_locality, to_original_order
+from .protocols import SCHEDULERS
+from .sampler import NeighborSampler, make_sampler, make_scheduler
+
+log = logging.getLogger("twopgraph")
+
+CHECKPOINT = "checkpoint.pt"
+METRICS = "metrics.json"
+CHECKPOINT_FORMAT = 2
+# ----------------------------------------------------------------------------------------------
+# evaluation
+# ----------------------------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def layerwise_inference(model: BlockGNN, sampler: NeighborSampler, feat: torch.Tensor,
+                        device: torch.device, batch_edges: int = 4_000_000) -> torch.Tensor:
+    """Exact full-neighbour inference, one layer at a time over all N vertices.
+
+    Each layer runs over ranges of dst vertices holding about ``batch_edges`` edges, reading
+    the previous layer's whole output (no sampling, no neighbourhood explosion). A layer that
+    shrinks the width (``in_dim > out_dim``, e.g. hidden -> classes) is computed from per-vertex
+    projections (:meth:`~twopgraph.models.SAGEConv.project`), made once per vertex -- and made
+    straight from the previous layer's output ranges as they come, so that output (N x hidden)
+    is never held in full. Peak memory: the input table plus one N x hidden table plus the
+    projections (N x 2 x classes for SAGE). Returns the logits (N x C, float32, on CPU).
+    """
+    was_training = model.training
+    model.eval()
+    n = sampler.graph.num_nodes
+    starts = edge_balanced_ranges(sampler.graph.indptr, batch_edges)
+    convs = model.convs
+    projects = [c.in_dim > c.out_dim and hasattr(c, "project") for c in convs]
+    h = feat.to(device, torch.float32)
+    proj = None
+    if projects[0]:
+        proj, h = _project_rows(convs[0], h, n, device, starts), None
+    for i, conv in enumerate(convs):
+        fuse = i + 1 < len(convs) and projects[i + 1]
+        out, nxt = None, None
+        for a, b in zip(starts[:-1], starts[1:]):
+            block = sampler.full_block(a, b).to(device)
+            if proj is not None:
+                y = conv.from_projection(block, proj, a, b)
+            else:
+                y = conv(block, h, h[a:b])
+            if i < len(convs) - 1:
+                y = torch.relu(y)  # eval: dropout is the identity
+            if fuse:
+                parts = convs[i + 1].project(y)
+                if nxt is None:
+                    nxt = tuple(torch.empty((n, t.shape[1]), dtype=t.dtype, device=device)
+                                for t in parts)
+                for dst, t in zip(nxt, parts):
+                    dst[a:b] = t
+            else:
+                if out is None:
+                    out = torch.empty((n, y.shape[1]), dtype=y.dtype, device=device)
+                out[a:b] = y
+        h, proj = out, nxt
+    model.train(was_training)
+    return h.cpu()
+
+
+def _project_rows(conv, h: torch.Tensor, n: int, device, starts: list[int]):
+    """``conv.project`` of every row of ``h``, range by range (bounded temporaries)."""
+    out = None
+    for a, b in zip(starts[:-1], starts[1:]):
+        parts = conv.project(h[a:b])
+        if out is None:
+            out = tuple(torch.empty((n, t.shape[1]), dtype=t.dtype, device=device) for t in parts)
+        for dst, t in zip(out, parts):
+            dst[a:b] = t
+    return out
+
+
+def edge_balanced_ranges(indptr: np.ndarray, batch_edges: int) -> list[int]:
+    """Vertex range bounds ``[0, ..., N]`` cutting the CSR rows into pieces of about
+    ``batch_edges`` edges each (a vertex's row is never split)."""
+    n = indptr.shape[0] - 1
+    cuts = np.searchsorted(indptr, np.arange(batch_edges, int(indptr[-1]), batch_edges))
+    bounds = sorted(set([0, n] + [int(c) for c in cuts if 0 < c < n]))
+    return bounds
+
+
+def accuracy(logits: torch.Tensor, labels: torch.Tensor, idx: np.ndarray) -> float | None:
+    """Fraction of ``idx`` whose argmax matches its label; None for an empty split."""
+    if idx.shape[0] == 0:
+        return None
+    idx_t = as_long_tensor(idx)
+    return float((logits[idx_t].argmax(1) == labels[idx_t]).float().mean())
+
+
+# ----------------------------------------------------------------------------------------------
+# checkpoints and files
+# ----------------------------------------------------------------------------------------------
+
+
+def run_signature(params: dict, data_fingerprint: str) -> dict:
+    """What a checkpoint must match to be resumed: the parameters that change the weights
+    (``params``), the content of the data they were trained on and the fingerprint of both
+    (:func:`~twopgraph.fingerprint.run_fingerprint`)."""
+    return {"params": params, "data": data_fingerprint,
+            "fingerprint": run_fingerprint(params, data_fingerprint)}
+
+
+def read_checkpoint(path: Path, signature: dict, epochs: int, kind: str = "single") -> dict:
+    """Read ``path``; refuse (ConfigError) a missing, foreign or unreadable file, a checkpoint
+    of another ``kind`` ("single" | "distributed"), one whose ``signature`` (see
+    :func:`run_signature`) differs, or one with more than ``epochs`` epochs done."""
+    if not path.is_file():
+        raise ConfigError(f"--resume: no checkpoint at {path}")
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=False)
+    except (OSError, EOFError, RuntimeError, ValueError, pickle.UnpicklingError,
+            zipfile.BadZipFile) as e:  # a corrupt, truncated or foreign file
+        first = (str(e).strip().splitlines() or [""])[0][:200]
+        raise ConfigError(f"--resume: cannot read checkpoint {path} "
+                          f"({type(e).__name__}: {first})") from None
+    if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT:
+        raise ConfigError(f"--resume: {path} is not a twopgraph checkpoint of format "
+                          f"{CHECKPOINT_FORMAT} (written by another version?)")
+    if ckpt.get("kind", "single") != kind:
+        raise ConfigError(f"--resume: {path} is a checkpoint of a {ckpt.get('kind', 'single')} "
+                          f"run, this is a {kind} run")
+    have = ckpt.get("signature", {})
+    if have.get("fingerprint") != signature["fingerprint"]:
+        old, new = have.get("params", {}), signature["params"]
+        diff = [f"{k}={old.get(k)!r} (now {new.get(k)!r})" for k in sorted(set(old) | set(new))
+                if old.get(k) != new.get(k)]
+        if have.get("data") != signature["data"]:
+            diff.append("the data (its content changed)")
+        raise ConfigError(f"--resume: checkpoint {path} was written by another configuration: "
+                          f"{', '.join(diff) or 'fingerprint differs'}")
+    if ckpt["epochs_done"] > epochs:
+        raise ConfigError(f"--resume: checkpoint already has {ckpt['epochs_done']} epochs, "
+                          f"more than --epochs {epochs}")
+    return ckpt
+
+
+def save_checkpoint(out: Path, model, opt, signature: dict, epochs_log: list, **extra) -> None:
+    """``out/checkpoint.pt`` (atomically) after ``len(epochs_log)`` epochs; ``extra`` keys
+    (e.g. ``torch_rng``, ``kind``, ``config``) are stored as they are; :func:`read_checkpoint`
+    reads it."""
+    state = {"format": CHECKPOINT_FORMAT, "signature": signature,
+             "epochs_done": len(epochs_log), "model": model.state_dict(),
+             "optimizer": opt.state_dict(), "epochs_log": epochs_log, **extra}
+    atomic_write_bytes(out / CHECKPOINT, lambda f: torch.save(state, f))
+
+
+def write_metrics(out: Path, cfg: TrainConfig, device, plan: ThreadPlan, epochs_log: list,
+                  final: tuple | None = None, **extra) -> None:
+    """``out/metrics.json``: ``final`` = (val_acc, test_acc) of the final model; before that,
+    the last evaluated epoch's. ``extra`` adds (or replaces) top-level keys."""
+    last = next((e for e in reversed(epochs_log) if "val_acc" in e), {})
+    val_acc, test_acc = final if final is not None else (last.get("val_acc"), last.get("test_acc"))
+    metrics = {
+        "val_acc": val_acc,
+        "test_acc": test_acc,
+        "final": final is not None,
+        "epochs": epochs_log,
+        "config": cfg.flat(),
+        "device": str(device),
+        "threads": {"total": plan.total, "torch": plan.compute, "numba": plan.compute,
+                    "sample_workers": plan.workers, "background": plan.background},
+        "peak_rss_mib": peak_rss_mib(),
+        **extra,
+    }
+    write_json(out / METRICS, metrics)
+
+
+# ----------------------------------------------------------------------------------------------
+# the pipeline and the loop
+# ----------------------------------------------------------------------------------------------
+
+
+def make_loader(cfg: TrainConfig, data: GraphData, device, *, parts=None,
+                batch_size: int | None = None, sampler=None, wrap_scheduler=None,
+                threads: int | None = None) -> Loader:
+    """The training :class:`~twopgraph.loader.Loader` of ``cfg`` over ``data``: the
+    ``neighbor`` sampler (unless ``sampler`` is given), the scheduler of ``cfg`` (``parts`` =
+    the METIS cluster of every vertex; ``wrap_scheduler`` may wrap it), and the feature
+    source of the cache options. ``batch_size`` and ``threads`` override ``cfg``'s."""
+    s = cfg.sampling
+    batch_size = s.batch_size if batch_size is None else batch_size
+    threads = cfg.run.threads if threads is None else threads
+    if sampler is None:
+        sampler = make_sampler("neighbor", data.graph, s.fanouts, seed=cfg.run.seed)
+    scheduler = make_scheduler(s.schedule, data.train_idx, batch_size, seed=cfg.run.seed,
+                               balance=s.balance, parts=parts, labels=data.label)
+    if wrap_scheduler is not None:
+        scheduler = wrap_scheduler(scheduler)
+    plan = ThreadPlan.for_threads(threads, cfg.run.prefetch)
+    ctx = PolicyContext(data.graph, data.train_idx, s.fanouts, batch_size, scheduler=scheduler,
+                        sampler=sampler, seed=cfg.run.seed, workers=plan.total)
+    c = cfg.cache
+    with thread_count(plan.total):  # pre-sampling (presample policy) may use every thread
+        features = build_feature_source(c.cache_policy, torch.from_numpy(data.feat), ctx,
+                                        device, ratio=c.cache_ratio, gb=c.cache_gb,
+                                        dtype=c.feat_dtype)
+    if c.cache_policy != "none" and features.budget == 0:
+        log.warning("cache policy %s has a budget of 0 rows on %s: every row is copied; give "
+                    "--cache-ratio or --cache-gb to build a cache", c.cache_policy, device)
+    return Loader(scheduler, sampler, features, torch.from_numpy(data.label), device,
+                  prefetch=cfg.run.prefetch, threads=threads)
+
+
+def eval_features(data: GraphData, loader: Loader) -> torch.Tensor:
+    """The features exact evaluation reads: the host table, rounded to the stored dtype (the
+    model is evaluated on the features it was trained on)."""
+    feat = torch.from_numpy(data.feat)
+    dtype = loader.features.dtype
+    return feat if dtype == feat.dtype else feat.to(dtype).to(torch.float32)
+
+
+@dataclass
+class TrainResult:
+    val_acc: float | None
+    test_acc: float | None
+    epochs: list[dict]
+    out: Path
+    logits: torch.Tensor | None = None
+
+
+def train(cfg: TrainConfig, data: GraphData | None = None) -> TrainResult:
+    """Train per ``cfg`` (loading ``cfg.data.dataset`` unless ``data`` is given); see the
+    module doc."""
+    cfg.validate()
+    configure_threading()  # before the first parallel kernel (clustering, renumbering)
+    run = cfg.run
+    device = resolve_device(run.device)
+    if data is None:
+        from .datasets import load_dataset  # datasets sits beside graph; imported lazily
+        data = load_dataset(cfg.data.dataset, cfg.data.data_root, progress=run.progress)
+    out = Path(run.out)
+    signature = run_signature(cfg.result_params(), data.fingerprint())
+    ckpt = read_checkpoint(out / CHECKPOINT, signature, run.epochs) if run.resume else None
+    if cfg.sampling.batch_size > data.train_idx.shape[0]:
+        log.warning("batch size %d exceeds the %d training vertices: one batch per epoch",
+                    cfg.sampling.batch_size, data.train_idx.shape[0])
+    model, opt, epochs_log, start_epoch = build_training(cfg, data, device, ckpt)
+    if ckpt is not None:
+        torch.set_rng_state(ckpt["torch_rng"])
+        log.info("resuming from %s after epoch %d", out / CHECKPOINT, start_epoch)
+
+    prep = locality_for(data, [cfg.sampling.schedule], cfg)
+    data = prep.data
+    loader = make_loader(cfg, data, device,
+                         parts=None if prep.clustering is None else prep.clustering.parts)
+    feat = eval_features(data, loader)
+    labels = loader.labels
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"--out {out}: cannot create the folder ({e.strerror})") from None
+    logits = None
+
+    with loader.plan.applied():
+        for epoch in range(start_epoch, run.epochs):
+            rec = train_epoch(model, opt, loader, epoch, run.progress)
+            if evaluates_after(cfg, epoch):
+                t = time.perf_counter()
+                logits = layerwise_inference(model, loader.sampler, feat, device,
+                                             run.eval_batch_edges)
+                rec["val_acc"] = accuracy(logits, labels, data.val_idx)
+                rec["test_acc"] = accuracy(logits, labels, data.test_idx)
+                rec["eval_s"] = time.perf_counter() - t
+            epochs_log.append(rec)
+            log_epoch(rec)
+            save_checkpoint(out, model, opt, signature, epochs_log,
+                            torch_rng=torch.get_rng_state(), config=cfg.flat())
+            write_metrics(out, cfg, device, loader.plan, epochs_log, dataset=data.summary())
+
+        if logits is None:  # resumed a finished run: evaluate the final model again
+            logits = layerwise_inference(model, loader.sampler, feat, device,
+                                         run.eval_batch_edges)
+    val_acc = accuracy(logits, labels, data.val_idx)
+    test_acc = accuracy(logits, labels, data.test_idx)
+    write_metrics(out, cfg, device, loader.plan, epochs_log, (val_acc, test_acc),
+                  dataset=data.summary())
+    log.info("final  val_acc %s  test_acc %s  -> %s", _fmt(val_acc), _fmt(test_acc), out / METRICS)
+    if prep.perm is not None:  # report per-vertex results in the caller's ids
+        logits = to_original_order(logits, prep.perm)
+    return TrainResult(val_acc, test_acc, epochs_log, out, logits)
+
+
+def evaluates_after(cfg: TrainConfig, epoch: int) -> bool:
+    """Whether epoch ``epoch`` (0-based) ends with an exact evaluation: every ``eval_every``
+    epochs, and always after the last."""
+    run = cfg.run
+    return epoch == run.epochs - 1 or bool(run.eval_every and (epoch + 1) % run.eval_every == 0)
+
+
+def build_training(cfg: TrainConfig, data: GraphData, device, ckpt: dict | None = None):
+    """The model (initialised from ``torch.manual_seed(seed)``, so every process builds the
+    same weights) and its Adam optimizer, restored from ``ckpt`` when resuming.
+    Returns ``(model, optimizer, epochs_log, start_epoch)``."""
+    m = cfg.model
+    torch.manual_seed(cfg.run.seed)
+    model = build_model(m.model, data.num_features, m.hidden, data.num_classes,
+                        len(cfg.sampling.fanouts), m.dropout).to(device)
+    opt = torch.optim.Adam(model.parameters(), lr=m.lr, weight_decay=m.weight_decay)
+    if ckpt is None:
+        return model, opt, [], 0
+    model.load_state_dict(ckpt["model"])
+    opt.load_state_dict(ckpt["optimizer"])
+    return model, opt, list(ckpt["epochs_log"]), ckpt["epochs_done"]
+
+
+def locality_for(data: GraphData, schedules, cfg):
+    """:func:`~twopgraph.partition.prepare_locality` for runs using ``schedules`` (scheduler
+    names) with the sampling options of ``cfg``: METIS clusters when one of them needs them
+    or ``renumber``, cached under DATA_ROOT/clusters."""
+    from .datasets import resolve_data_root
+    s = cfg.sampling
+    return prepare_locality(
+        data, batch_size=s.batch_size, num_clusters=s.num_clusters,
+        need_clusters=any(getattr(SCHEDULERS.get(n), "needs_clusters", False) for n in schedules),
+        renumber_graph=s.renumber, cache_dir=resolve_data_root(cfg.data.data_root) / "clusters")
+
+
+def _fmt(v) -> str:
+    return "-" if v is None else f"{v:.4f}"
+
+
+def log_epoch(rec: dict) -> None:
+    log.info("epoch %d  loss %.4f  val_acc %s  epoch_s %.2f  sample_s %.2f  load_s %.2f  "
+             "compute_s %.2f  inputs/batch %.0f", rec["epoch"], rec["loss"],
+             _fmt(rec.get("val_acc")), rec["epoch_s"], rec["sample_s"], rec["load_s"],
+             rec["compute_s"], rec["input_nodes_per_batch"])
+
+
+def train_epoch(model, opt, loader: Loader, epoch: int, progress: bool = True) -> dict:
+    """One epoch of ``loader``'s batches through ``model`` (cross-entropy, ``opt`` step per
+    batch); returns the epoch's record (DESIGN.md metrics, seconds)."""
+    model.train()
+    t0, cpu0 = time.perf_counter(), time.process_time()
+    compute_s = 0.0
+    loss_sum, correct, seen = 0.0, 0, 0
+    bar = None
+    if progress:
+        from tqdm import tqdm
+        bar = tqdm(total=len(loader), desc=f"epoch {epoch}", unit="batch",
+                   leave=False, dynamic_ncols=True)
+    batches = loader.epoch(epoch)
+    try:
+        for mb in batches:
+            tc = time.perf_counter()
+            opt.zero_grad(set_to_none=True)
+            logits = model(mb)
+            loss = F.cross_entropy(logits, mb.labels)
+            loss.backward()
+            opt.step()
+            n = mb.num_seeds
+            loss_sum += float(loss.detach()) * n
+            correct += int((logits.argmax(1) == mb.labels).sum())
+            seen += n
+            compute_s += time.perf_counter() - tc
+            if bar is not None:
+                el = time.perf_counter() - t0
+                bar.set_postfix(loss=f"{loss_sum / seen:.4f}", seeds_s=f"{seen / el:.0f}")
+                bar.update(1)
+    finally:
+        batches.close()
+        if bar is not None:
+            bar.close()
+    epoch_s = time.perf_counter() - t0
+    cpu_s = time.process_time() - cpu0  # every thread of the process
+    rec = {"epoch": epoch, "loss": loss_sum / max(seen, 1), "train_acc": correct / max(seen, 1),
+           "epoch_s": epoch_s, "compute_s": compute_s, "seeds_per_s": seen / epoch_s,
+           "cpu_s": cpu_s, "cpu_per_wall": cpu_s / epoch_s}
+    rec.update(loader.stats.as_dict())
+    return rec
