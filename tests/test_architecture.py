@@ -128,7 +128,8 @@ def test_cycle_finder_finds_a_planted_cycle():
 LAYERS = [
     {"twopgraph", "twopgraph.__main__", "twopgraph.errors", "twopgraph.registry",
      "twopgraph.jit", "twopgraph.rng", "twopgraph.fingerprint", "twopgraph.graph",
-     "twopgraph.metrics", "twopgraph.protocols", "twopgraph.synthetic", "twopgraph.datasets"},
+     "twopgraph.metrics", "twopgraph.protocols", "twopgraph.synthetic", "twopgraph.datasets",
+     "twopgraph.rundir"},
     {"twopgraph.sampler", "twopgraph.cache", "twopgraph.partition", "twopgraph.models",
      "twopgraph.dropout"},
     {"twopgraph.config", "twopgraph.loader"},

@@ -107,6 +107,36 @@ def check_permute_csr(kernel, twin):
             assert a[1].dtype == b[1].dtype == g.indices.dtype
 
 
+def check_csr_violations(kernel, twin):
+    """Valid graphs and each kind of violation (missing reverses, fully directed either way,
+    self loops, duplicates, symmetric duplicates), with sorted and with unsorted rows."""
+    rng = np.random.default_rng(0)
+
+    def raw_csr(n, src, dst, dtype):  # CSR of the entries as given (sorted rows)
+        o = np.lexsort((dst, src))
+        indptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.bincount(src, minlength=n), out=indptr[1:])
+        return indptr, np.asarray(dst)[o].astype(dtype)
+
+    for dtype in (np.int32, np.int64):
+        for seed, g in graphs():
+            n = g.num_nodes
+            src, dst = np.repeat(np.arange(n), g.degrees()), g.indices.astype(np.int64)
+            keep = rng.random(src.shape[0]) > 0.05
+            d = rng.integers(0, src.shape[0], 4)
+            loops = rng.integers(0, n, 3)
+            for s, t in [(src, dst), (src[keep], dst[keep]), (src[src < dst], dst[src < dst]),
+                         (src[src > dst], dst[src > dst]), (np.r_[src, loops], np.r_[dst, loops]),
+                         (np.r_[src, src[d], dst[d]], np.r_[dst, dst[d], src[d]]),
+                         (np.r_[src, src[d]], np.r_[dst, dst[d]])]:
+                indptr, indices = raw_csr(n, s, t, dtype)
+                for ix in (indices, indices[::-1].copy()):  # sorted rows, then unsorted ones
+                    np.testing.assert_array_equal(kernel(indptr, ix), twin(indptr, ix))
+    for n in (1, 3):  # no edges
+        indptr, ix = np.zeros(n + 1, dtype=np.int64), np.zeros(0, dtype=np.int32)
+        np.testing.assert_array_equal(kernel(indptr, ix), twin(indptr, ix))
+
+
 def bfs_inputs(g, parts):
     members = np.argsort(parts, kind="stable")
     start = np.zeros(parts.max() + 2, dtype=np.int64)
@@ -221,6 +251,7 @@ CHECKS = {
     "twopgraph.rng.splitmix64": check_splitmix64,
     "twopgraph.rng.draw": check_draw,
     "twopgraph.graph.permute_csr": check_permute_csr,
+    "twopgraph.graph.csr_violations": check_csr_violations,
     "twopgraph.sampler.kernels.sample_neighbors": check_sample_neighbors,
     "twopgraph.sampler.kernels.sample_neighbors_serial": check_sample_neighbors,
     "twopgraph.sampler.kernels.relabel": check_relabel,

@@ -3,8 +3,11 @@ info``.
 
 Every verb's flags are generated from its config in :mod:`twopgraph.config` (help texts and
 defaults live there). Bad input (unknown dataset, unreadable file, malformed flag,
-incompatible checkpoint) prints one line ``twopgraph: error: ...`` on stderr and exits with
-code 2; no traceback, no output files. Anything else is a bug and keeps its traceback.
+incompatible checkpoint, an ``--out`` in use by another run or not writable, a full disk)
+prints one line ``twopgraph: error: ...`` on stderr and exits with code 2; no traceback, no
+output files. Exit codes: 0 ok, 2 user error, 3 training diverged (non-finite loss:
+``metrics.json`` says ``"status": "diverged"``), 130 interrupted. Anything else is a bug and
+keeps its traceback.
 """
 
 from __future__ import annotations
@@ -149,9 +152,9 @@ def main(argv: list[str] | None = None) -> int:
         from .jit import configure_threading
         configure_threading()  # before any parallel kernel: numba picks its layer at the first
         return COMMANDS[key](args)
-    except TwopgraphError as e:
+    except TwopgraphError as e:  # exit_code: 2, or 3 for TrainingDiverged
         print(f"twopgraph: error: {e}", file=sys.stderr)
-        return 2
+        return e.exit_code
     except KeyboardInterrupt:
         print("twopgraph: interrupted", file=sys.stderr)
         return 130

@@ -107,11 +107,24 @@ class DataConfig(Section):
                           "a .npz path | NAME for DATA_ROOT/NAME.npz", result=True)
     data_root: str | None = option(None, "where datasets are generated, cached and looked up; "
                                    "ogb's root", show_default="$TWOPGRAPH_DATA, else ./datasets")
+    symmetrize: bool = option(False, "make a directed graph undirected while loading (every "
+                              "edge u->v also as v->u; self loops and duplicate edges dropped; "
+                              "one log line says what changed; the file is not rewritten); "
+                              "without it such a dataset is refused")
 
     def validate(self):
         if not isinstance(self.dataset, str) or not self.dataset.strip():
             raise ConfigError("--dataset must name a dataset or a file")
+        if not isinstance(self.symmetrize, bool):
+            raise ConfigError(f"symmetrize must be true or false, got {self.symmetrize!r}")
         return self
+
+    def load(self, progress: bool = True) -> "GraphData":
+        """The dataset of these options, validated (``--symmetrize`` applied):
+        :func:`twopgraph.datasets.load_dataset`."""
+        from .datasets import load_dataset
+        return load_dataset(self.dataset, self.data_root, progress=progress,
+                            symmetrize=self.symmetrize)
 
 
 @dataclass
@@ -195,7 +208,8 @@ class RunConfig(Section):
     epochs: int = option(5, "training epochs")
     seed: int = _seed()
     device: str = option("auto", "cpu | cuda | cuda:N | auto (= cuda if available)")
-    out: str = option("runs/train", "output folder: metrics.json, checkpoint.pt")
+    out: str = option("runs/train", "output folder: metrics.json, checkpoint.pt; one run at a "
+                      "time (a second run into a folder in use is refused)")
     resume: bool = option(False, "continue from OUT/checkpoint.pt (the same configuration; "
                           "--epochs may grow)")
     eval_every: int = option(1, "exact evaluation every N epochs; 0 = after the last only")

@@ -9,7 +9,8 @@ Names resolve in this order (:func:`load_dataset`):
 3. ``ogbn-arxiv``, ``ogbn-products``, ``ogbn-papers100M`` through the ``ogb`` package, in
    ogb's own folder ``<root>/ogbn_<x>/`` (so an existing OGB download is used as is),
    converted once and cached as ``<root>/ogbn_<x>/twopgraph.npz``; later runs read only
-   that cache;
+   that cache (a damaged cache, synthetic or converted, is reported in one warning and
+   rebuilt);
 4. ``<root>/<name>.npz`` (drop any dataset in the DESIGN.md format into the data root).
 
 The data root is ``--data-root``, else ``$TWOPGRAPH_DATA``, else ``./datasets``
@@ -40,6 +41,7 @@ import socket
 import sys
 import urllib.error
 import zipfile
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -83,31 +85,41 @@ def resolve_data_root(arg: str | os.PathLike | None = None) -> Path:
     return Path(env).expanduser() if env else Path(DEFAULT_DATA_ROOT)
 
 
-def load_dataset(name: str, data_root=None, progress: bool = True) -> GraphData:
+def load_dataset(name: str, data_root=None, progress: bool = True,
+                 symmetrize: bool = False) -> GraphData:
     """Load dataset ``name`` (see the module docstring for how names resolve).
 
     ``data_root`` defaults to :func:`resolve_data_root`; ``progress`` shows progress bars on
     stderr for long steps (generation, OGB conversion). Generated and converted datasets are
     cached in the data root, so only the first call is slow.
+
+    Every dataset is validated where it enters (:meth:`GraphData.validate`: sizes, ranges,
+    labels, and an undirected graph without self loops or duplicate edges); a violation is a
+    one-line :class:`GraphFormatError` naming the first offending edge. ``symmetrize``
+    (``--symmetrize``) repairs the graph instead: every entry u->v becomes the edge {u, v},
+    self loops and duplicates are dropped, and one log line says what changed (the file is
+    not rewritten). Generated and converted datasets are undirected already.
     """
     if not isinstance(name, str) or not name:
         raise ConfigError(f"dataset name must be a non-empty string, got {name!r}")
     root = resolve_data_root(data_root)
     presets = _synthetic_presets()
     if name in presets:
-        return load_synthetic(presets[name], root / f"{name}.npz", progress)
-    if name.endswith(".npz"):
+        data = load_synthetic(presets[name], root / f"{name}.npz", progress)
+    elif name.endswith(".npz"):
         path = _npz_file(name, root)
         if path is None:
             raise TwopgraphError(f"dataset file not found: {name} (also looked in {root})")
-        return GraphData.load_npz(path)
-    if name in OGB_DATASETS:
-        return _load_ogb(name, root, progress)
-    path = root / f"{name}.npz"
-    if path.is_file():
-        return GraphData.load_npz(path, name=name)
-    raise ConfigError(f"unknown dataset {name!r}; known: {', '.join(_known_names(root))}, "
-                      f"or a path to a .npz file (data root: {root})")
+        return _read_npz(path, None, symmetrize)
+    elif name in OGB_DATASETS:
+        data = _load_ogb(name, root, progress)
+    else:
+        path = root / f"{name}.npz"
+        if path.is_file():
+            return _read_npz(path, name, symmetrize)
+        raise ConfigError(f"unknown dataset {name!r}; known: {', '.join(_known_names(root))}, "
+                          f"or a path to a .npz file (data root: {root})")
+    return _symmetrized(data, name) if symmetrize else data
 
 
 def dataset_path(name: str, data_root=None) -> Path | None:
@@ -179,6 +191,33 @@ def _known_names(root: Path) -> list[str]:
     return names
 
 
+def _read_npz(path: Path, name: str | None, symmetrize: bool) -> GraphData:
+    """A user's ``.npz``: validated, or with ``symmetrize`` made undirected first."""
+    if not symmetrize:
+        return GraphData.load_npz(path, name=name)
+    data = GraphData.load_npz(path, name=name, validate=False)
+    try:
+        data.graph.validate()  # structure first: symmetrising needs a well-formed CSR
+        data = _symmetrized(data, str(path))
+        data.validate()
+    except GraphFormatError as e:
+        raise GraphFormatError(f"{path}: {e}") from None
+    return data
+
+
+def _symmetrized(data: GraphData, where: str) -> GraphData:
+    """``data`` with an undirected graph (``--symmetrize``); one log line says what changed."""
+    graph, changed = data.graph.symmetrized()
+    if graph is data.graph:
+        log.info("--symmetrize: %s is undirected already; nothing changed", where)
+        return data
+    log.info("--symmetrize: made %s undirected: %s reverse entries added, %s self loops and "
+             "%s duplicate entries removed (%s -> %s CSR entries)", where,
+             f"{changed['added']:,}", f"{changed['self_loops']:,}",
+             f"{changed['duplicates']:,}", f"{data.graph.num_edges:,}", f"{graph.num_edges:,}")
+    return replace(data, graph=graph)
+
+
 def _npz_file(name: str, root: Path) -> Path | None:
     """``name`` as an existing ``.npz`` path, else ``root / name`` if that exists, else None."""
     for path in (Path(name).expanduser(), root / name):
@@ -197,8 +236,10 @@ def load_synthetic(spec, path: str | os.PathLike, progress: bool = False) -> Gra
     and ``spec``. Only ``fingerprint`` is compared: a cache of another spec or generator
     version, or with a sidecar of an older format (no ``fingerprint``), is regenerated. The
     sidecar is removed before the ``.npz`` is rewritten and written after it, so a crash in
-    between leaves no sidecar that vouches for other content. ``GraphData.name`` is the
-    spec's name. An unwritable folder raises :class:`TwopgraphError`.
+    between leaves no sidecar that vouches for other content. A cache that cannot be read or
+    fails validation (damaged, truncated) is reported in one warning naming the file and
+    regenerated. ``GraphData.name`` is the spec's name. An unwritable folder raises
+    :class:`TwopgraphError`.
     """
     from .synthetic import GENERATOR_VERSION, generate, spec_fingerprint, spec_summary
     path = Path(path)
@@ -210,9 +251,14 @@ def load_synthetic(spec, path: str | os.PathLike, progress: bool = False) -> Gra
         except (OSError, ValueError, AttributeError):  # missing, unreadable, not an object
             have = None
         if have == want:
-            return GraphData.load_npz(path, name=spec.name)
-        log.warning("cached %s was made from another spec or generator version: regenerating",
-                    path)
+            data = _read_cache(path, spec.name)
+            if data is not None:
+                return data
+        elif have is None:
+            log.warning("cached %s has no readable %s: regenerating it", path, sidecar.name)
+        else:
+            log.warning("cached %s was made from another spec or generator version: "
+                        "regenerating", path)
     data = generate(spec, progress=progress)
     record = {"fingerprint": want, "generator_version": GENERATOR_VERSION,
               "spec": spec_summary(spec)}
@@ -225,6 +271,17 @@ def load_synthetic(spec, path: str | os.PathLike, progress: bool = False) -> Gra
         raise TwopgraphError(f"cannot write dataset cache {path} ({e.strerror or e}); "
                              f"choose a writable --data-root or ${DATA_ROOT_ENV}") from e
     return data
+
+
+def _read_cache(path: Path, name: str) -> GraphData | None:
+    """A cache file twopgraph wrote (generated or converted data), or None after one warning
+    if it cannot be read or fails validation: the caller rebuilds it (self-heal)."""
+    try:
+        return GraphData.load_npz(path, name=name)
+    except GraphFormatError as e:
+        log.warning("dataset cache %s is damaged, rebuilding it (%s)", path,
+                    str(e).removeprefix(f"{path}: "))
+        return None
 
 
 def _save_cache(data: GraphData, path: Path) -> None:
@@ -247,7 +304,9 @@ def _load_ogb(name: str, root: Path, progress: bool) -> GraphData:
     folder = _ogb_folder(name, root)
     cache = folder / OGB_CACHE_FILE
     if cache.is_file():
-        return GraphData.load_npz(cache, name=name)
+        data = _read_cache(cache, name)
+        if data is not None:
+            return data
     meta = _ogb_meta(name)
     release = folder / f"RELEASE_v{meta['version']}.txt"
     if folder.is_dir() and not release.is_file():

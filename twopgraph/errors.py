@@ -1,12 +1,17 @@
 """Errors that carry a one-line message meant for the user.
 
-The CLI turns any :class:`TwopgraphError` into ``error: <message>`` on stderr and exit code 2;
-everything else is a bug and keeps its traceback.
+The CLI turns any :class:`TwopgraphError` into ``error: <message>`` on stderr and its
+``exit_code`` (2, a user error; 3 for :class:`TrainingDiverged`); everything else is a bug and
+keeps its traceback.
 """
+
+from __future__ import annotations
 
 
 class TwopgraphError(ValueError):
     """Bad input from the user (arguments, files, configuration). Message is one line."""
+
+    exit_code = 2
 
 
 class GraphFormatError(TwopgraphError):
@@ -15,3 +20,26 @@ class GraphFormatError(TwopgraphError):
 
 class ConfigError(TwopgraphError):
     """An invalid option value or a combination of options that cannot work."""
+
+
+class OutputError(TwopgraphError, OSError):
+    """A file could not be written because of its destination: the disk or quota is full, the
+    folder is read-only or not writable, or the path cannot name a file. The message names the
+    file and the free space there. Also an :class:`OSError` (``errno``, ``strerror`` and
+    ``filename`` are those of the failed call), so code that tolerates an unwritable cache
+    with ``except OSError`` keeps doing so."""
+
+    def __str__(self) -> str:  # the message, not OSError's "[Errno n] ..." form
+        return str(self.args[0]) if self.args else ""
+
+
+class TrainingDiverged(TwopgraphError):
+    """Training produced a non-finite loss (or non-finite weights): the run stops, it is not a
+    bad flag, so the CLI exits with code 3. ``epoch`` and ``step`` (both 0-based) say where."""
+
+    exit_code = 3
+
+    def __init__(self, message: str, *, epoch: int | None = None, step: int | None = None,
+                 loss: float | None = None):
+        super().__init__(message)
+        self.epoch, self.step, self.loss = epoch, step, loss

@@ -4,8 +4,18 @@ Outputs in ``out`` (written by :func:`train`):
 
 - ``checkpoint.pt`` -- after every epoch, atomically (temp file + rename): model, optimizer,
   torch RNG state, the epochs done and the config that matters for resuming;
-- ``metrics.json`` -- top-level ``val_acc``, ``test_acc`` (final model), ``epochs`` (one object
-  per epoch with the DESIGN.md metrics), the config and the dataset summary.
+- ``metrics.json`` -- ``status`` (``running`` after an epoch, ``ok`` at the end,
+  ``diverged``), top-level ``val_acc``, ``test_acc`` (final model; null for a diverged one),
+  ``epochs`` (one object per epoch with the DESIGN.md metrics), the config and the dataset
+  summary; strict JSON (a NaN or infinity is written as null).
+
+The run owns ``out`` while it runs (:class:`~twopgraph.rundir.RunDir`: a second run into it is
+refused; a run that fails before writing anything leaves no empty folder behind). A
+non-finite loss (or non-finite weights after an epoch) stops training with
+:class:`~twopgraph.errors.TrainingDiverged` (CLI exit code 3) after writing ``metrics.json``
+with ``"status": "diverged"``; the last checkpoint, of the last finite epoch, is kept. A file
+that cannot be written (full disk, read-only) ends the run with one
+:class:`~twopgraph.errors.TwopgraphError` line; the files written before stay intact.
 
 Example::
 
@@ -15,7 +25,9 @@ Example::
 
 from __future__ import annotations
 
+import io
 import logging
+import math
 import pickle
 import time
 import zipfile
@@ -28,7 +40,7 @@ import torch.nn.functional as F
 
 from .cache import PolicyContext, build_feature_source
 from .config import TrainConfig, resolve_device
-from .errors import ConfigError
+from .errors import ConfigError, TrainingDiverged, TwopgraphError
 from .fingerprint import run_fingerprint
 from .graph import GraphData, atomic_write_bytes
 from .jit import configure_threading, thread_count
@@ -37,6 +49,7 @@ from .metrics import peak_rss_mib, write_json
 from .models import BlockGNN, build_model
 from .partition import prepare_locality, to_original_order
 from .protocols import SCHEDULERS
+from .rundir import RunDir, check_data_root, writing
 from .sampler import NeighborSampler, make_sampler, make_scheduler
 
 log = logging.getLogger("twopgraph")
@@ -182,16 +195,28 @@ def save_checkpoint(out: Path, model, opt, signature: dict, epochs_log: list, **
     state = {"format": CHECKPOINT_FORMAT, "signature": signature,
              "epochs_done": len(epochs_log), "model": model.state_dict(),
              "optimizer": opt.state_dict(), "epochs_log": epochs_log, **extra}
-    atomic_write_bytes(out / CHECKPOINT, lambda f: torch.save(state, f))
+    # Serialised in memory first: torch.save reports a full disk as a RuntimeError from its
+    # zip writer, a plain write reports it as the OSError it is (see rundir.writing).
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    with writing(out / CHECKPOINT):
+        atomic_write_bytes(out / CHECKPOINT, lambda f: f.write(buf.getbuffer()))
 
 
 def write_metrics(out: Path, cfg: TrainConfig, device, plan: ThreadPlan, epochs_log: list,
-                  final: tuple | None = None, **extra) -> None:
+                  final: tuple | None = None, *, status: str | None = None, **extra) -> None:
     """``out/metrics.json``: ``final`` = (val_acc, test_acc) of the final model; before that,
-    the last evaluated epoch's. ``extra`` adds (or replaces) top-level keys."""
+    the last evaluated epoch's. ``status``: ``running`` (default before ``final``), ``ok``
+    (default with it) or ``diverged`` (no accuracies: the model's weights are not finite).
+    ``extra`` adds (or replaces) top-level keys."""
     last = next((e for e in reversed(epochs_log) if "val_acc" in e), {})
     val_acc, test_acc = final if final is not None else (last.get("val_acc"), last.get("test_acc"))
+    if status is None:
+        status = "running" if final is None else "ok"
+    if status == "diverged":
+        val_acc = test_acc = None
     metrics = {
+        "status": status,
         "val_acc": val_acc,
         "test_acc": test_acc,
         "final": final is not None,
@@ -203,7 +228,8 @@ def write_metrics(out: Path, cfg: TrainConfig, device, plan: ThreadPlan, epochs_
         "peak_rss_mib": peak_rss_mib(),
         **extra,
     }
-    write_json(out / METRICS, metrics)
+    with writing(out / METRICS):
+        write_json(out / METRICS, metrics)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -261,14 +287,21 @@ class TrainResult:
 
 def train(cfg: TrainConfig, data: GraphData | None = None) -> TrainResult:
     """Train per ``cfg`` (loading ``cfg.data.dataset`` unless ``data`` is given); see the
-    module doc."""
+    module doc. Every flag, the data root and ``--out`` (free, writable) are checked before
+    any data is loaded."""
     cfg.validate()
     configure_threading()  # before the first parallel kernel (clustering, renumbering)
-    run = cfg.run
-    device = resolve_device(run.device)
+    device = resolve_device(cfg.run.device)
     if data is None:
-        from .datasets import load_dataset  # datasets sits beside graph; imported lazily
-        data = load_dataset(cfg.data.dataset, cfg.data.data_root, progress=run.progress)
+        check_data_root(cfg.data.data_root, cfg.data.dataset)
+    with RunDir(cfg.run.out):  # held until the run ends: a second run into it is refused
+        return _train(cfg, data, device)
+
+
+def _train(cfg: TrainConfig, data: GraphData | None, device) -> TrainResult:
+    run = cfg.run
+    if data is None:
+        data = cfg.data.load(progress=run.progress)  # validated, --symmetrize applied
     out = Path(run.out)
     signature = run_signature(cfg.result_params(), data.fingerprint())
     ckpt = read_checkpoint(out / CHECKPOINT, signature, run.epochs) if run.resume else None
@@ -286,15 +319,17 @@ def train(cfg: TrainConfig, data: GraphData | None = None) -> TrainResult:
                          parts=None if prep.clustering is None else prep.clustering.parts)
     feat = eval_features(data, loader)
     labels = loader.labels
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise ConfigError(f"--out {out}: cannot create the folder ({e.strerror})") from None
     logits = None
 
     with loader.plan.applied():
         for epoch in range(start_epoch, run.epochs):
-            rec = train_epoch(model, opt, loader, epoch, run.progress)
+            try:
+                rec = train_epoch(model, opt, loader, epoch, run.progress)
+                check_finite_weights(model, opt, rec)
+            except TrainingDiverged as e:
+                write_diverged(out, cfg, device, loader.plan, epochs_log, e,
+                               dataset=data.summary())
+                raise
             if evaluates_after(cfg, epoch):
                 t = time.perf_counter()
                 logits = layerwise_inference(model, loader.sampler, feat, device,
@@ -313,12 +348,44 @@ def train(cfg: TrainConfig, data: GraphData | None = None) -> TrainResult:
                                          run.eval_batch_edges)
     val_acc = accuracy(logits, labels, data.val_idx)
     test_acc = accuracy(logits, labels, data.test_idx)
-    write_metrics(out, cfg, device, loader.plan, epochs_log, (val_acc, test_acc),
+    write_metrics(out, cfg, device, loader.plan, epochs_log, (val_acc, test_acc), status="ok",
                   dataset=data.summary())
     log.info("final  val_acc %s  test_acc %s  -> %s", _fmt(val_acc), _fmt(test_acc), out / METRICS)
     if prep.perm is not None:  # report per-vertex results in the caller's ids
         logits = to_original_order(logits, prep.perm)
     return TrainResult(val_acc, test_acc, epochs_log, out, logits)
+
+
+def diverged(epoch: int, step: int, loss: float, opt, what: str = "") -> TrainingDiverged:
+    """The :class:`TrainingDiverged` of a non-finite loss (or, ``what``, weights) at
+    ``epoch``/``step`` (0-based) of a run optimised by ``opt``."""
+    lr = opt.param_groups[0]["lr"] if opt.param_groups else float("nan")
+    return TrainingDiverged(f"training diverged at epoch {epoch} step {step} ({what}loss "
+                            f"{loss:g}); lower --lr (now {lr:g}) or check the features for "
+                            f"non-finite values", epoch=epoch, step=step, loss=loss)
+
+
+def check_finite_weights(model, opt, rec: dict) -> None:
+    """Raise :func:`diverged` if a parameter of ``model`` is no longer finite after the epoch
+    of ``rec`` (one reduction per parameter tensor, once an epoch)."""
+    if all(bool(torch.isfinite(p).all()) for p in model.parameters()):
+        return
+    raise diverged(rec["epoch"], max(rec.get("num_batches", 1) - 1, 0), rec["loss"], opt,
+                   what="non-finite weights, ")
+
+
+def write_diverged(out: Path, cfg: TrainConfig, device, plan: ThreadPlan, epochs_log: list,
+                   err: TrainingDiverged, **extra) -> None:
+    """``metrics.json`` of a run stopped by ``err``: ``"status": "diverged"``, where
+    (``diverged``: epoch, step, loss as text), no accuracies. A failure to write it is logged:
+    the divergence stays the error reported."""
+    record = {"epoch": err.epoch, "step": err.step, "loss": f"{err.loss:g}",
+              "message": str(err)}
+    try:
+        write_metrics(out, cfg, device, plan, epochs_log, status="diverged", diverged=record,
+                      **extra)
+    except TwopgraphError as w:
+        log.warning("%s", w)
 
 
 def evaluates_after(cfg: TrainConfig, epoch: int) -> bool:
@@ -367,13 +434,19 @@ def log_epoch(rec: dict) -> None:
              rec["compute_s"], rec["input_nodes_per_batch"])
 
 
-def train_epoch(model, opt, loader: Loader, epoch: int, progress: bool = True) -> dict:
+def train_epoch(model, opt, loader: Loader, epoch: int, progress: bool = True,
+                stop_on_nonfinite: bool = True) -> dict:
     """One epoch of ``loader``'s batches through ``model`` (cross-entropy, ``opt`` step per
-    batch); returns the epoch's record (DESIGN.md metrics, seconds)."""
+    batch); returns the epoch's record (DESIGN.md metrics, seconds).
+
+    The first non-finite loss raises :class:`TrainingDiverged` (:func:`diverged`), or, without
+    ``stop_on_nonfinite`` (ranks of a distributed run, which must stop together), is recorded
+    as ``rec["nonfinite"] = {"step", "loss"}`` while the epoch runs to its end."""
     model.train()
     t0, cpu0 = time.perf_counter(), time.process_time()
     compute_s = 0.0
     loss_sum, correct, seen = 0.0, 0, 0
+    nonfinite = None
     bar = None
     if progress:
         from tqdm import tqdm
@@ -381,7 +454,7 @@ def train_epoch(model, opt, loader: Loader, epoch: int, progress: bool = True) -
                    leave=False, dynamic_ncols=True)
     batches = loader.epoch(epoch)
     try:
-        for mb in batches:
+        for step, mb in enumerate(batches):
             tc = time.perf_counter()
             opt.zero_grad(set_to_none=True)
             logits = model(mb)
@@ -389,7 +462,13 @@ def train_epoch(model, opt, loader: Loader, epoch: int, progress: bool = True) -
             loss.backward()
             opt.step()
             n = mb.num_seeds
-            loss_sum += float(loss.detach()) * n
+            loss_value = float(loss.detach())  # the one sync per step: checked for free
+            if not math.isfinite(loss_value):
+                if stop_on_nonfinite:
+                    raise diverged(epoch, step, loss_value, opt)
+                if nonfinite is None:
+                    nonfinite = {"step": step, "loss": loss_value}
+            loss_sum += loss_value * n
             correct += int((logits.argmax(1) == mb.labels).sum())
             seen += n
             compute_s += time.perf_counter() - tc
@@ -407,4 +486,6 @@ def train_epoch(model, opt, loader: Loader, epoch: int, progress: bool = True) -
            "epoch_s": epoch_s, "compute_s": compute_s, "seeds_per_s": seen / epoch_s,
            "cpu_s": cpu_s, "cpu_per_wall": cpu_s / epoch_s}
     rec.update(loader.stats.as_dict())
+    if nonfinite is not None:
+        rec["nonfinite"] = nonfinite
     return rec

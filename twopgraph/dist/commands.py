@@ -6,18 +6,23 @@ from __future__ import annotations
 import json
 import logging
 import os
+from pathlib import Path
 
-from ..errors import ConfigError
+from ..errors import ConfigError, TwopgraphError
 
 log = logging.getLogger("twopgraph")
 
 
 def cmd_partition(a) -> int:
+    """``twopgraph partition``; ``a`` holds the flags of :class:`~twopgraph.config.PartitionConfig`
+    (the CLI validated them)."""
     from ..datasets import dataset_path, load_dataset, resolve_data_root
     from ..partition.selfdep import partition_selfdep
+    _check_out_folder(a.out)  # before loading data and METIS
     data = load_dataset(a.dataset, a.data_root)
     # Reused only if DIR holds the partition of this very content and settings (its
-    # partition_id, a fingerprint); any other value, or --force, recomputes it.
+    # partition_id, a fingerprint) and passes verification; any other value, or --force,
+    # recomputes it.
     meta = partition_selfdep(data, a.num_parts, a.hops, a.out, seed=a.seed,
                              num_clusters=a.num_clusters,
                              cache_dir=resolve_data_root(a.data_root) / "clusters",
@@ -38,27 +43,59 @@ def cmd_partition(a) -> int:
     return 0
 
 
+def _check_out_folder(out) -> None:
+    """``partition --out DIR``: DIR's parent must be (or become) a writable folder, and DIR a
+    folder if it exists; checked before any work."""
+    if out is None or not str(out).strip():
+        raise ConfigError("--out must name a folder, got an empty path")
+    path = Path(out)
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"--out {out} exists and is not a folder")
+    parent = path.absolute().parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"--out {out}: cannot create {parent} ({e.strerror or e})") from None
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError(f"--out {out}: {parent} is not writable")
+
+
 def run_partitioned(cfg, argv: list[str]) -> int | None:
     """``twopgraph train --partitions``: launch torchrun (``--nproc`` outside torchrun) or
     train as this torchrun rank. Returns the exit code, or None without ``--partitions``.
-    ``argv`` is the command line, passed on to the workers."""
+    ``argv`` is the command line, passed on to the workers.
+
+    The launcher checks every part (:func:`~twopgraph.partition.selfdep.verify_partition`)
+    before it starts any rank, so a damaged partition is refused in one line; each rank
+    verifies its own part again as it loads it (so does a rank started by torchrun directly).
+    A rank started by the launcher hands its user errors to the launcher, which prints one
+    line (see :mod:`twopgraph.dist.launch`)."""
     d = cfg.dist
     cfg.validate()  # refuse bad flags once, before any worker starts
     if d.partitions is None:
         return None
     if d.nproc is not None and "RANK" not in os.environ:
-        from ..partition.selfdep import read_meta
+        from ..partition.selfdep import read_meta, verify_partition
         from .launch import launch
-        parts = read_meta(d.partitions)["num_parts"]  # refuse a stale partition up front
+        meta = read_meta(d.partitions)  # refuse a stale partition up front
+        parts = meta["num_parts"]
         if d.nproc != parts:
             raise ConfigError(f"{d.partitions} has {parts} parts; use --nproc {parts}")
+        verify_partition(d.partitions, meta)
         return launch(d.nproc, argv)
     from .env import detect
+    from .launch import report_rank_error
     from .trainer import train_distributed
     env = detect()
-    if d.nproc is not None and d.nproc != env.world_size:
-        raise ConfigError(f"--nproc {d.nproc} but torchrun started {env.world_size} processes")
-    res = train_distributed(cfg, d.partitions, env=env)
+    try:
+        if d.nproc is not None and d.nproc != env.world_size:
+            raise ConfigError(f"--nproc {d.nproc} but torchrun started {env.world_size} "
+                              "processes")
+        res = train_distributed(cfg, d.partitions, env=env)
+    except TwopgraphError as e:
+        if not report_rank_error(env.rank, e):
+            raise  # not started by `--nproc`: the CLI prints it
+        raise SystemExit(getattr(e, "exit_code", 2)) from None  # the launcher prints it
     if env.is_main:
         print(json.dumps({"val_acc": res.val_acc, "test_acc": res.test_acc,
                           "metrics": str(res.out / "metrics.json")}))

@@ -28,6 +28,8 @@ from ..errors import ConfigError
 from ..config import resolve_device
 
 log = logging.getLogger("twopgraph")
+# Longest collective timeout accepted (a week; ``timedelta`` overflows on huge values).
+MAX_TIMEOUT_S = 7 * 24 * 3600
 
 
 @dataclass(frozen=True)
@@ -80,8 +82,10 @@ def rank_device(name: str, env: DistEnv) -> torch.device:
 def process_group(env: DistEnv, device: torch.device, timeout_s: float):
     """Initialise the default process group for ``env`` (``nccl`` on CUDA, ``gloo`` on CPU)
     and destroy it on exit, whatever happens. Yields the backend name."""
-    if not (timeout_s > 0):
-        raise ConfigError(f"dist-timeout must be positive, got {timeout_s}")
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) \
+            or not (0 < timeout_s <= MAX_TIMEOUT_S):  # NaN and inf fail too
+        raise ConfigError(f"dist-timeout must be a positive number of seconds (at most a week), "
+                          f"got {timeout_s!r}")
     backend = "nccl" if device.type == "cuda" else "gloo"
     if device.type == "cuda":
         torch.cuda.set_device(device)

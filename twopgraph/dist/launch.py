@@ -3,14 +3,49 @@
 The command line is passed on unchanged except ``--nproc``, so each worker runs
 ``python -m twopgraph train --partitions DIR ...`` under ``torchrun --standalone
 --nproc-per-node P`` (one machine; for several machines call torchrun yourself, see the README).
+
+Errors reach the user as one line, not as torchrun's traceback: the torchrun agent runs in a
+small wrapper (``python -m twopgraph.dist.launch <torchrun arguments>``, :func:`agent_main`)
+that keeps the agent's own log lines quiet and, when workers fail, writes what torchrun knows of
+them (rank, pid, exit code or signal) to a report file instead of raising
+``ChildFailedError``. A worker that stops on a user error (a
+:class:`~twopgraph.errors.TwopgraphError`: a damaged part, a lost peer, ...) writes its one-line
+message to a file of the same temporary folder (:func:`report_rank_error`; the folder is passed
+in the environment variable :data:`ERROR_DIR_ENV`) and exits quietly. :func:`launch` then
+prints one line for the failure that came first:
+
+* a worker killed by a signal (other than the SIGTERM with which torchrun stops the others):
+  ``rank R (pid N) was killed by signal SIGKILL``; exit code ``128 + signal``;
+* else the earliest user error of a worker, as the worker worded it; its exit code (2, or 3
+  for a diverged run);
+* else a worker that crashed (a bug: its traceback is above); exit code 1.
+
+Bugs keep their traceback: a worker's own traceback is printed by the worker, and an error of
+torchrun itself (not a worker failure) by the wrapper.
 """
 
 from __future__ import annotations
 
+import json
+import logging
+import os
+import shutil
+import signal
 import subprocess
 import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
 
 from ..errors import ConfigError
+
+# Folder (created by :func:`launch`) where workers report their user errors and the agent
+# wrapper its failure report.
+ERROR_DIR_ENV = "TWOPGRAPH_ERROR_DIR"
+# Set (to anything) to keep the torchrun agent's own log lines (``twopgraph -v`` does).
+AGENT_LOGS_ENV = "TWOPGRAPH_AGENT_LOGS"
+_AGENT_REPORT = "agent.json"
 
 
 def strip_nproc(argv: list[str]) -> list[str]:
@@ -34,7 +69,152 @@ def torchrun_command(nproc: int, argv: list[str]) -> list[str]:
             f"--nproc-per-node={nproc}", "-m", "twopgraph", *strip_nproc(argv)]
 
 
+def agent_command(nproc: int, argv: list[str]) -> list[str]:
+    """:func:`torchrun_command` with the agent run through :func:`agent_main`."""
+    cmd = torchrun_command(nproc, argv)
+    return [cmd[0], "-m", "twopgraph.dist.launch", *cmd[3:]]
+
+
 def launch(nproc: int, argv: list[str]) -> int:
-    """Run ``twopgraph <argv>`` in ``nproc`` torchrun workers; returns torchrun's exit code
-    (non-zero when any worker failed: torchrun then stops the others)."""
-    return subprocess.call(torchrun_command(nproc, argv))
+    """Run ``twopgraph <argv>`` in ``nproc`` torchrun workers; returns the exit code (0, or
+    that of the failure reported, see the module docstring: torchrun stops the other workers
+    when one fails)."""
+    cmd = agent_command(nproc, argv)
+    errdir = Path(tempfile.mkdtemp(prefix="twopgraph-launch-"))
+    env = dict(os.environ, **{ERROR_DIR_ENV: str(errdir)})
+    if any(a in ("-v", "--verbose") for a in argv):
+        env[AGENT_LOGS_ENV] = "1"
+    forward = threading.current_thread() is threading.main_thread()
+    previous = None
+    try:
+        proc = subprocess.Popen(cmd, env=env)
+        if forward:  # `kill LAUNCHER` stops the job, not just the launcher
+            previous = signal.signal(signal.SIGTERM,
+                                     lambda signum, frame: proc.send_signal(signal.SIGTERM))
+        try:
+            code = proc.wait()
+        except KeyboardInterrupt:  # the agent got the SIGINT too: let it stop the workers
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            raise
+        finally:
+            if forward:
+                signal.signal(signal.SIGTERM,
+                              signal.SIG_DFL if previous is None else previous)
+        if code == 0:
+            return 0
+        line, code = _failure(errdir, code)
+        if line:
+            print(f"twopgraph: error: {line}", file=sys.stderr, flush=True)
+        return code
+    finally:
+        shutil.rmtree(errdir, ignore_errors=True)
+
+
+def report_rank_error(rank: int, error: BaseException) -> bool:
+    """In a worker started by :func:`launch`: record ``error``'s one-line message for the
+    launcher to print; returns False (nothing recorded) outside such a worker, or if the
+    folder cannot be written, in which case the caller prints it itself."""
+    folder = os.environ.get(ERROR_DIR_ENV)
+    if not folder or not Path(folder).is_dir():
+        return False
+    rec = {"rank": int(rank), "time": time.time(), "message": str(error),
+           "exit_code": int(getattr(error, "exit_code", 2))}
+    path = Path(folder) / f"rank{int(rank)}.json"
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    try:
+        tmp.write_text(json.dumps(rec))
+        os.replace(tmp, path)
+    except OSError:
+        return False
+    return True
+
+
+def _read_json(path: Path):
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def _failure(errdir: Path, code: int) -> tuple[str | None, int]:
+    """The line to print and the exit code for a failed torchrun (see the module docstring)."""
+    ranks = {}
+    for p in errdir.glob("rank*.json"):
+        rec = _read_json(p)
+        if isinstance(rec, dict) and isinstance(rec.get("message"), str):
+            ranks[int(rec.get("rank", -1))] = rec
+    agent = _read_json(errdir / _AGENT_REPORT) or {}
+    failures = {int(r): f for r, f in agent.get("failures", {}).items()}
+    killed = sorted((r, f) for r, f in failures.items()
+                    if f.get("exitcode", 0) < 0 and -f["exitcode"] != signal.SIGTERM)
+    if killed:
+        r, f = killed[0]
+        sig = -int(f["exitcode"])
+        return (f"rank {r} (pid {f.get('pid')}) was killed by signal {_signal_name(sig)}; "
+                "the other ranks were stopped"), 128 + sig
+    if ranks:
+        rec = min(ranks.values(), key=lambda x: x.get("time", 0))
+        return rec["message"], int(rec.get("exit_code", 2)) or 2
+    crashed = sorted((r, f) for r, f in failures.items() if f.get("exitcode", 0) > 0)
+    if crashed:  # a bug (its traceback is above), or a message the rank printed itself
+        r, f = crashed[0]
+        c = int(f["exitcode"])
+        return (f"rank {r} (pid {f.get('pid')}) failed with exit code {c} (see its output "
+                "above)"), (c if c in (2, 3) else 1)
+    if failures:  # only SIGTERMs: someone stopped a worker
+        r, f = sorted(failures.items())[0]
+        sig = -int(f["exitcode"])
+        return f"rank {r} (pid {f.get('pid')}) was stopped by signal {_signal_name(sig)}", \
+            128 + sig
+    if "signal" in agent:  # the agent itself was stopped (Ctrl-C, kill)
+        return None, 128 + int(agent["signal"])
+    return None, code  # torchrun failed before any worker ran: its own message is above
+
+
+def agent_main(args: list[str]) -> int:
+    """``python -m twopgraph.dist.launch <torchrun arguments>``: torchrun's agent, with its log
+    lines off (unless :data:`AGENT_LOGS_ENV` is set) and worker failures written to
+    :data:`ERROR_DIR_ENV`/``agent.json`` instead of raised; returns the exit code."""
+    if not os.environ.get(AGENT_LOGS_ENV):
+        logging.disable(logging.CRITICAL)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")  # torchrun's default, without its banner
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import parse_args, run
+    report = Path(os.environ.get(ERROR_DIR_ENV, "")) / _AGENT_REPORT
+    try:
+        run(parse_args(args))
+    except ChildFailedError as e:
+        failures = {str(r): {"local_rank": f.local_rank, "pid": f.pid, "exitcode": f.exitcode}
+                    for r, f in e.failures.items()}
+        _write_report(report, {"failures": failures})
+        return 1
+    except SignalException as e:
+        _write_report(report, {"signal": int(e.sigval)})
+        return 128 + int(e.sigval)
+    return 0
+
+
+def _write_report(path: Path, rec: dict) -> None:
+    if os.environ.get(ERROR_DIR_ENV):
+        try:
+            path.write_text(json.dumps(rec))
+        except OSError:
+            pass
+    else:  # run by hand: say it on stderr
+        print(json.dumps(rec), file=sys.stderr)
+
+
+if __name__ == "__main__":
+    sys.exit(agent_main(sys.argv[1:]))

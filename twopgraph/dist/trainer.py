@@ -15,7 +15,9 @@ training (:mod:`twopgraph.train`: model, epoch pipeline, checkpoints, metrics), 
   (``seed``, rank, epoch), so a resumed run continues the same streams.
 - **files**: rank 0 alone logs and writes ``OUT/metrics.json`` and ``OUT/checkpoint.pt``
   (atomically, after every epoch). ``resume`` makes every rank read that checkpoint (with
-  several machines ``OUT`` must be on a shared file system).
+  several machines ``OUT`` must be on a shared file system). Rank 0 owns ``OUT`` for the
+  whole job (:class:`~twopgraph.rundir.RunDir`, taken before any part is loaded): a job or
+  run already using it is refused on every rank with one line.
 - **accounting** (per rank under ``ranks`` and in total per epoch): the DESIGN.md metrics plus
   ``remote_graph_requests`` = expansions of a sampled vertex whose row the part holds only in
   part (truncated at the boundary: the requests an exact sampler would send to another worker),
@@ -24,8 +26,11 @@ training (:mod:`twopgraph.train`: model, epoch pipeline, checkpoints, metrics), 
   ``halo_input_rows`` = input rows of replicated (not owned) vertices, which a partition without
   replication would have to fetch remotely. Totals sum counts over ranks and take the slowest
   rank's times; ``input_nodes_per_batch`` is per rank and step.
-- **robustness**: collectives time out after ``--dist-timeout`` seconds; a rank that loses its peers raises
-  :class:`~twopgraph.errors.TwopgraphError` (one line) instead of hanging.
+- **robustness**: collectives time out after ``--dist-timeout`` seconds; a rank that loses its
+  peers raises :class:`~twopgraph.errors.TwopgraphError` (one line: "connection lost" when a
+  peer died, "did not answer within S s" when it timed out) instead of hanging. A non-finite
+  loss on any rank stops every rank at the end of that epoch (ranks must stop together) with
+  :class:`~twopgraph.errors.TrainingDiverged`; rank 0 writes ``"status": "diverged"``.
 
 Example (inside ``torchrun --nproc-per-node 4``)::
 
@@ -49,14 +54,15 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from ..rng import mix_key
 from ..config import TrainConfig
-from ..errors import ConfigError, TwopgraphError
+from ..errors import ConfigError, TrainingDiverged, TwopgraphError
 from ..loader import available_cores
 from ..metrics import peak_rss_mib, transfer_metrics
 from ..partition.selfdep import Part, load_part, read_meta
+from ..rundir import RunDir
 from ..sampler import make_sampler
-from ..train import (CHECKPOINT, METRICS, build_training, eval_features, evaluates_after,
-                     log_epoch, make_loader, read_checkpoint, run_signature, save_checkpoint,
-                     train_epoch, write_metrics)
+from ..train import (CHECKPOINT, METRICS, build_training, diverged, eval_features,
+                     evaluates_after, log_epoch, make_loader, read_checkpoint, run_signature,
+                     save_checkpoint, train_epoch, write_diverged, write_metrics)
 from .env import DistEnv, detect, process_group, rank_device
 from .evaluate import evaluate_distributed, global_degrees
 
@@ -71,6 +77,12 @@ SUM_KEYS = ("num_batches", "num_seeds", "feature_rows", "cache_hits", "h2d_bytes
 MAX_KEYS = ("epoch_s", "sample_s", "load_s", "compute_s")
 # "[.../third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error ...": raised by gloo itself
 _GLOO_ERROR = re.compile(r"\[[^\]]*gloo/[^\]]*:\d+\]")
+# How a failed collective says why: the peer's connection went away (it died) ...
+_CONNECTION_LOST = re.compile(r"connection (reset|closed|refused|aborted|lost)|closed by "
+                              r"(remote )?peer|broken pipe|remote process exited|socket "
+                              r"closed|end of file|\bEOF\b", re.IGNORECASE)
+# ... or it did not answer in time (alive but hung, or still working)
+_TIMED_OUT = re.compile(r"timed? ?out|timeout", re.IGNORECASE)
 
 
 class PartSampler:
@@ -186,7 +198,8 @@ def train_distributed(cfg: TrainConfig, partitions, *, env: DistEnv | None = Non
     device = rank_device(cfg.run.device, env)
     with _quiet_unless_main(env), process_group(env, device, timeout_s) as backend:
         try:
-            return _run(cfg, Path(partitions), meta, env, device, backend)
+            with _own_out(cfg.run.out, env):
+                return _run(cfg, Path(partitions), meta, env, device, backend)
         except dist.DistError as e:  # a collective failed: a peer died, hung or timed out
             raise _lost_peer(env, timeout_s, e) from None
         except RuntimeError as e:
@@ -211,10 +224,46 @@ def _quiet_unless_main(env: DistEnv):
         log.setLevel(before)
 
 
+@contextlib.contextmanager
+def _own_out(out, env: DistEnv):
+    """Rank 0 claims ``out`` (:class:`~twopgraph.rundir.RunDir`) for the block; every rank
+    learns the outcome (one broadcast), so a refusal stops all of them with rank 0's line.
+    The other ranks never touch the lock: the ``--nproc`` launcher does not either."""
+    rundir, refusal = None, None
+    if env.is_main:
+        rundir = RunDir(out)
+        try:
+            rundir.claim()
+        except ConfigError as e:
+            rundir, refusal = None, str(e)
+    if env.world_size > 1:
+        box = [refusal]
+        dist.broadcast_object_list(box, src=0)
+        refusal = box[0]
+    if refusal is not None:
+        raise ConfigError(refusal)
+    failed = True
+    try:
+        yield
+        failed = False
+    finally:
+        if rundir is not None:
+            rundir.release(failed=failed)
+
+
 def _lost_peer(env: DistEnv, timeout_s: float, e: BaseException) -> TwopgraphError:
-    first = (str(e).strip().splitlines() or [""])[0][:200]
-    return TwopgraphError(f"rank {env.rank}/{env.world_size}: another rank failed or did not "
-                          f"answer within {timeout_s:g} s; stopping ({type(e).__name__}: {first})")
+    """The one line of a failed collective: a peer that died (its connection was lost) is
+    not reported as a peer that did not answer in time, nor the other way round."""
+    text = str(e).strip()
+    first = (text.splitlines() or [""])[0][:200]
+    if _CONNECTION_LOST.search(text):
+        what = "another rank failed (connection lost)"
+    elif isinstance(e, TimeoutError) or _TIMED_OUT.search(text):
+        what = f"another rank did not answer within {timeout_s:g} s (--dist-timeout)"
+    else:
+        what = f"another rank failed or did not answer within {timeout_s:g} s"
+    return TwopgraphError(f"rank {env.rank}/{env.world_size}: {what}; stopping "
+                          f"({type(e).__name__}: {first})")
 
 
 def _rank_threads(threads: int, device, env: DistEnv) -> int:
@@ -260,8 +309,6 @@ def _run(cfg: TrainConfig, folder: Path, meta: dict, env: DistEnv, device, backe
                          threads=_rank_threads(run.threads, device, env))
     feat, labels = eval_features(data, loader), loader.labels
     gdeg = global_degrees(part, device)
-    if env.is_main:
-        out.mkdir(parents=True, exist_ok=True)
     progress = run.progress and env.is_main
     val_acc = test_acc = None
     evaluated = False
@@ -269,21 +316,23 @@ def _run(cfg: TrainConfig, folder: Path, meta: dict, env: DistEnv, device, backe
     def evaluate():
         return evaluate_distributed(model, part, feat, labels, device, run.eval_batch_edges, gdeg)
 
+    extra = dict(distributed={"world_size": world, "backend": backend,
+                              "batch_size_per_rank": local_bs},
+                 partition={k: meta[k] for k in (
+                     "partition_id", "num_parts", "hops", "replication_factor",
+                     "edge_cut", "edge_cut_fraction", "num_clusters")}
+                 | {"source": meta["source"]["name"]})
+
     def metrics(final=None, rss=None):
-        write_metrics(out, cfg, device, loader.plan, epochs_log, final,
-                      distributed={"world_size": world, "backend": backend,
-                                   "batch_size_per_rank": local_bs},
-                      partition={k: meta[k] for k in (
-                          "partition_id", "num_parts", "hops", "replication_factor",
-                          "edge_cut", "edge_cut_fraction", "num_clusters")}
-                      | {"source": meta["source"]["name"]},
+        write_metrics(out, cfg, device, loader.plan, epochs_log, final, **extra,
                       **({"peak_rss_mib": rss} if rss is not None else {}))
 
     with loader.plan.applied():
         for epoch in range(start_epoch, run.epochs):
             torch.manual_seed(mix_key(run.seed, rank, epoch) & 0x7FFFFFFFFFFFFFFF)
             before = sampler.counters()
-            rec = train_epoch(ddp, opt, loader, epoch, progress)
+            # a non-finite loss is recorded, not raised: the ranks decide together below
+            rec = train_epoch(ddp, opt, loader, epoch, progress, stop_on_nonfinite=False)
             after = sampler.counters()
             rec.update(rank=rank, remote_graph_requests=after[0] - before[0],
                        remote_feature_bytes=int(round((after[1] - before[1])
@@ -291,6 +340,11 @@ def _run(cfg: TrainConfig, folder: Path, meta: dict, env: DistEnv, device, backe
                        halo_input_rows=after[2] - before[2])
             ranks = [None] * world
             dist.all_gather_object(ranks, rec)
+            err = _divergence(ranks, model, opt)
+            if err is not None:  # every rank sees the same records and weights: all stop
+                if env.is_main:
+                    write_diverged(out, cfg, device, loader.plan, epochs_log, err, **extra)
+                raise err
             total = _total(ranks)
             evaluated = False
             if evaluates_after(cfg, epoch):
@@ -316,6 +370,24 @@ def _run(cfg: TrainConfig, folder: Path, meta: dict, env: DistEnv, device, backe
         metrics((val_acc, test_acc), rss)
         log.info("final  val_acc %s  test_acc %s  -> %s", val_acc, test_acc, out / METRICS)
     return DistResult(val_acc, test_acc, epochs_log, out, rank, model)
+
+
+def _divergence(ranks: list[dict], model, opt) -> TrainingDiverged | None:
+    """The divergence of an epoch from every rank's record (``nonfinite``, removed from
+    them): the earliest non-finite loss of any rank, else non-finite weights (the same on
+    every rank: DDP keeps the replicas equal); None if training is sound."""
+    bad = sorted((r["nonfinite"]["step"], r["rank"], r["nonfinite"]["loss"])
+                 for r in ranks if r.get("nonfinite"))
+    for r in ranks:
+        r.pop("nonfinite", None)
+    epoch = ranks[0]["epoch"]
+    if bad:
+        step, rank, loss = bad[0]
+        return diverged(epoch, step, loss, opt, what=f"rank {rank}, ")
+    if not all(bool(torch.isfinite(p).all()) for p in model.parameters()):
+        return diverged(epoch, ranks[0]["num_batches"] - 1, ranks[0]["loss"], opt,
+                        what="non-finite weights, ")
+    return None
 
 
 def _total(ranks: list[dict]) -> dict:

@@ -25,9 +25,15 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import sys
+import tempfile
+import threading
 import time
+import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -236,26 +242,61 @@ def _metis(graph: CSRGraph, k: int, train_idx, seed: int, ufactor: int, niter: i
         vweights = np.ones(n, dtype=idx)
         vweights[train_idx] += max(1, -(-(n - train_idx.shape[0]) // train_idx.shape[0]))
     opts = pymetis.Options(seed=int(seed), ufactor=int(ufactor), niter=int(niter))
-    cut, parts = pymetis.part_graph(k, pymetis.CSRAdjacency(xadj, adjncy), vweights=vweights,
-                                    options=opts, recursive=False)
+    with metis_output_to_log():
+        cut, parts = pymetis.part_graph(k, pymetis.CSRAdjacency(xadj, adjncy),
+                                        vweights=vweights, options=opts, recursive=False)
     del adjncy, xadj
     return np.asarray(parts, dtype=np.int64), int(cut)
 
 
+_CACHE_KEYS = ("parts", "edge_cut", "num_clusters", "seconds", "format")
+
+
 def _read_cache(path: Path, n: int, k: int):
+    """``(parts, edge_cut, seconds)`` from the cache file ``path``, or None after one warning
+    naming the file when it is damaged (not an ``.npz``, truncated, other keys, shapes, dtypes
+    or values than :func:`_write_cache` writes for ``n`` vertices and ``k`` clusters): the
+    caller then runs METIS again and rewrites the file."""
     try:
-        with np.load(path, allow_pickle=False) as z:
-            if int(z["format"]) != CACHE_FORMAT or int(z["num_clusters"]) != k:
-                return None
-            parts = z["parts"].astype(np.int64)
-            cut, seconds = int(z["edge_cut"]), float(z["seconds"])
-    except (OSError, ValueError, KeyError, EOFError) as e:
-        log.warning("ignoring unreadable cluster cache %s (%s)", path, type(e).__name__)
+        z = np.load(path, allow_pickle=False)
+        if not isinstance(z, np.lib.npyio.NpzFile):  # a bare .npy under the .npz name
+            problem = "not an .npz archive"
+        else:
+            with z:
+                missing = [name for name in _CACHE_KEYS if name not in z.files]
+                arrays = {name: z[name] for name in _CACHE_KEYS if name not in missing}
+            problem = (f"no {', '.join(missing)} in it" if missing
+                       else _cache_problem(arrays, n, k))
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error,
+            NotImplementedError) as e:  # unreadable, truncated, pickled, unknown compression
+        problem = f"{type(e).__name__}: {e}"
+    if problem is not None:
+        log.warning("cluster cache %s is damaged (%s); recomputing it", path, problem)
         return None
-    if parts.shape != (n,) or (n and (parts.min() < 0 or parts.max() >= k)):
-        log.warning("ignoring inconsistent cluster cache %s", path)
-        return None
-    return parts, cut, seconds
+    return (arrays["parts"].astype(np.int64), int(arrays["edge_cut"]),
+            float(arrays["seconds"]))
+
+
+def _cache_problem(arrays: dict, n: int, k: int) -> str | None:
+    """What is wrong with the arrays of a cluster cache file (None: nothing)."""
+    for name in ("edge_cut", "num_clusters", "format"):
+        a = arrays[name]
+        if a.shape != () or a.dtype.kind not in "iu":
+            return f"{name} is not an integer (dtype {a.dtype}, shape {a.shape})"
+    if arrays["seconds"].shape != () or arrays["seconds"].dtype.kind not in "iuf":
+        return "seconds is not a number"
+    if int(arrays["format"]) != CACHE_FORMAT:
+        return f"format {int(arrays['format'])}, expected {CACHE_FORMAT}"
+    if int(arrays["num_clusters"]) != k:
+        return f"{int(arrays['num_clusters'])} clusters, expected {k}"
+    parts = arrays["parts"]
+    if parts.shape != (n,) or parts.dtype.kind not in "iu":
+        return f"parts has dtype {parts.dtype}, shape {parts.shape}, expected integers, ({n},)"
+    if n and (int(parts.min()) < 0 or int(parts.max()) >= k):
+        return f"parts outside [0, {k})"
+    if int(arrays["edge_cut"]) < 0:
+        return "negative edge_cut"
+    return None
 
 
 def _write_cache(path: Path, parts: np.ndarray, cut: int, k: int, seconds: float) -> None:
@@ -265,3 +306,70 @@ def _write_cache(path: Path, parts: np.ndarray, cut: int, k: int, seconds: float
             seconds=np.float64(seconds), format=np.int64(CACHE_FORMAT)))
     except OSError as e:  # a read-only data root costs a METIS rerun, not the run
         log.warning("could not write the cluster cache %s (%s)", path, e.strerror or e)
+
+
+_STDOUT_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def metis_output_to_log(what: str = "METIS"):
+    """Keep what C code prints to the standard output (METIS' ``***Cannot bisect a graph with
+    0 vertices!`` and such, written with ``printf``) off this process's stdout, where it would
+    land ahead of a ``--json`` line: for the duration, file descriptor 1 points to a temp file
+    (restored afterwards, also on errors), and what was printed becomes one log warning.
+
+    File descriptor 1 is process-wide: a lock serialises the callers, and output of other
+    threads to fd 1 (not ``sys.stdout``, which stays buffered in Python) meanwhile is captured
+    too, so use it where no other thread prints (METIS runs before the pipeline threads).
+    """
+    with _STDOUT_LOCK:
+        try:
+            sys.stdout.flush()  # earlier Python output first, in order
+        except (AttributeError, OSError, ValueError):  # no stdout, or a closed one
+            pass
+        try:
+            saved = os.dup(1)
+        except OSError:  # fd 1 is closed: nothing to protect
+            yield
+            return
+        try:
+            capture = tempfile.TemporaryFile()
+        except OSError:  # no writable temp folder: send it to stderr instead
+            capture = None
+        try:
+            os.dup2(capture.fileno() if capture is not None else 2, 1)
+            try:
+                yield
+            finally:
+                _flush_c_stdout()
+                os.dup2(saved, 1)
+        finally:
+            os.close(saved)
+            if capture is not None:
+                with capture:
+                    capture.seek(0)
+                    _log_c_output(what, (raw.decode(errors="replace") for raw in capture))
+
+
+def _flush_c_stdout() -> None:
+    """Flush C stdio buffers (a pipe's stdout is fully buffered: unflushed text would reach
+    the real stdout later)."""
+    try:
+        import ctypes
+        ctypes.CDLL(None).fflush(None)
+    except (ImportError, OSError, AttributeError, TypeError):  # no C library to flush
+        pass
+
+
+def _log_c_output(what: str, lines) -> None:
+    """One warning with the distinct ``lines`` (and how often each came)."""
+    counts: dict[str, int] = {}
+    for line in lines:
+        line = line.strip().lstrip("*").strip()
+        if line:
+            counts[line] = counts.get(line, 0) + 1
+    if counts:
+        shown = "; ".join(f"{line} (x{c})" if c > 1 else line
+                          for line, c in list(counts.items())[:5])
+        more = f"; and {len(counts) - 5} other messages" if len(counts) > 5 else ""
+        log.warning("%s printed: %s%s", what, shown, more)

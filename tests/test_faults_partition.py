@@ -1,0 +1,461 @@
+"""Fault injection on self-dependence partitions and partitioned runs (issue 14, items 3, 8, 9):
+damaged part files are refused in one line (by ``load_part`` in a rank, by the ``--nproc``
+launcher before any rank starts, and by ``partition`` before it reuses a folder), errors of
+ranks reach the user as one line without torchrun's traceback, ``partition`` flags are
+explained in the user's terms, and the temporary folders of killed partition writers are
+removed by the next write. Tests that start torchrun are marked ``slow``."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import community_data
+from twopgraph.cli import main
+from twopgraph.errors import ConfigError
+from twopgraph.partition import selfdep
+from twopgraph.partition.selfdep import PartitionError, load_part, partition_selfdep, read_meta
+
+ROOT = Path(__file__).resolve().parents[1]
+TRAIN = ["--fanouts", "4,4", "--batch-size", "64", "--epochs", "1", "--hidden", "8",
+         "--device", "cpu", "--threads", "1", "--no-progress"]
+
+
+@pytest.fixture(scope="module")
+def data():
+    return community_data(600, k=4, seed=3)
+
+
+@pytest.fixture(scope="module")
+def clean(data, tmp_path_factory):
+    """An intact 2-part partition (copied by each test that damages one)."""
+    out = tmp_path_factory.mktemp("faults") / "p2"
+    partition_selfdep(data, 2, 1, out, num_clusters=12)
+    return out
+
+
+@pytest.fixture(scope="module")
+def clean1(data, tmp_path_factory):
+    out = tmp_path_factory.mktemp("faults1") / "p1"
+    partition_selfdep(data, 1, 1, out, num_clusters=12)
+    return out
+
+
+def _copy(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst)
+    return dst
+
+
+def _edit(path: Path, change) -> None:
+    a = np.load(path)
+    np.save(path, change(a))
+
+
+def _set(idx, value):
+    def change(a):
+        a = a.copy()
+        a[idx] = value
+        return a
+    return change
+
+
+def _one_error_line(err: str) -> str:
+    lines = [x for x in err.strip().splitlines() if x.strip()]
+    errors = [x for x in lines if x.startswith("twopgraph: error:")]
+    assert len(errors) == 1, err
+    assert "Traceback" not in err and "ChildFailedError" not in err, err
+    return errors[0]
+
+
+# Damages of the issue (zeroed features, reversed ids, out-of-range neighbours, damaged labels
+# and ids) and more; each is (file, change, words of the message).
+DAMAGES = {
+    "feat-zeroed": ("part1/feat.npy", np.zeros_like, "feat.npy"),
+    "node-ids-reversed": ("part0/node_ids.npy", lambda a: a[::-1].copy(), "node_ids.npy"),
+    "indices-every-7th-1e6": ("part1/indices.npy", _set(slice(None, None, 7), 10**6),
+                              "indices.npy: values in [0, 1000000]"),
+    "label-out-of-range": ("part1/label.npy", _set(5, 10**9), "label.npy"),
+    "label-permuted": ("part1/label.npy", lambda a: a[::-1].copy(), "label.npy"),
+    "label-unlabelled-in-train": ("part0/label.npy", _set(0, -1), "label.npy"),
+    "node-ids-repeated": ("part0/node_ids.npy", _set(1, 0), "node_ids.npy"),
+    "node-ids-out-of-range": ("part0/node_ids.npy", _set(0, 10**6), "node_ids.npy"),
+    "train-idx-not-owned": ("part0/train_idx.npy", _set(-1, 10**5), "train_idx.npy"),
+    "test-idx-of-other-part": ("part0/test_idx.npy", "part1/test_idx.npy", "test_idx.npy"),
+    "indptr-not-monotone": ("part0/indptr.npy", _set(slice(10, 12), [50, 40]), "indptr.npy"),
+    "feat-float64": ("part0/feat.npy", lambda a: a.astype(np.float64), "feat.npy: dtype"),
+    "feat-nan": ("part0/feat.npy", _set((0, 0), np.nan), "feat.npy: non-finite"),
+    "cluster-out-of-range": ("part1/cluster.npy", _set(0, 10**6), "cluster.npy"),
+    "degree-zeroed": ("part1/degree.npy", np.zeros_like, "degree.npy"),
+    "owned-indices-negative": ("part1/owned_indices.npy", _set(0, -3), "owned_indices.npy"),
+    "file-truncated": ("part1/feat.npy", "truncate", "feat.npy: missing or unreadable"),
+    "file-missing": ("part1/degree.npy", "delete", "degree.npy: missing or unreadable"),
+}
+
+
+def _damage(folder: Path, case: str) -> tuple[int, str]:
+    """Apply DAMAGES[case] to ``folder``; returns (damaged part, expected words)."""
+    rel, change, words = DAMAGES[case]
+    path = folder / rel
+    if change == "truncate":
+        with open(path, "r+b") as f:
+            f.truncate(200)
+    elif change == "delete":
+        path.unlink()
+    elif isinstance(change, str):
+        shutil.copy(folder / change, path)
+    else:
+        _edit(path, change)
+    return int(rel[4]), words
+
+
+@pytest.mark.parametrize("case", sorted(DAMAGES))
+def test_damaged_part_is_refused_in_one_line(clean, tmp_path, case):
+    """load_part (what every rank calls) and verify_partition (the launcher) refuse every
+    damage, naming the file; the intact part still loads. Today's code loads most of them
+    silently (wrong numbers, or a SIGSEGV in numba for out-of-range neighbours)."""
+    folder = _copy(clean, tmp_path / "p")
+    p, words = _damage(folder, case)
+    with pytest.raises(PartitionError) as e:
+        load_part(folder, p, mmap=False)
+    msg = str(e.value)
+    assert "\n" not in msg and words in msg and f"part{p}" in msg, msg
+    assert "twopgraph partition" in msg
+    with pytest.raises(PartitionError, match=f"part{p}"):
+        selfdep.verify_partition(folder)
+    load_part(folder, 1 - p)  # the other part is intact
+
+
+def test_meta_records_every_array(clean):
+    meta = read_meta(clean)
+    assert meta["format"] == selfdep.FORMAT_VERSION == 3
+    for i, info in enumerate(meta["parts"]):
+        assert sorted(info["arrays"]) == sorted(selfdep._ARRAYS)
+        for name, rec in info["arrays"].items():
+            a = np.load(clean / f"part{i}" / f"{name}.npy")
+            assert rec["dtype"] == a.dtype.str and rec["shape"] == list(a.shape)
+            assert len(rec["fingerprint"]) == 32
+            if a.size:
+                assert rec["min"] == a.min() and rec["max"] == a.max()
+    assert selfdep.verify_partition(clean) == meta
+
+
+def test_parts_must_own_every_vertex_once(clean, tmp_path):
+    """Two parts claiming the same vertices, each consistent in itself: verify_partition
+    refuses the set."""
+    folder = _copy(clean, tmp_path / "p")
+    meta = json.loads((folder / "meta.json").read_text())
+    shutil.rmtree(folder / "part1")
+    shutil.copytree(folder / "part0", folder / "part1")
+    info = json.loads((folder / "part1" / "part.json").read_text())
+    (folder / "part1" / "part.json").write_text(json.dumps(dict(info, part=1)))
+    meta["parts"][1] = meta["parts"][0]
+    (folder / "meta.json").write_text(json.dumps(meta))
+    load_part(folder, 1)
+    with pytest.raises(PartitionError, match="also owned by an earlier part"):
+        selfdep.verify_partition(folder)
+
+
+def test_format_2_folder_is_refused_in_one_line(clean, tmp_path):
+    folder = _copy(clean, tmp_path / "p")
+    meta = json.loads((folder / "meta.json").read_text())
+    for info in meta["parts"]:
+        info.pop("arrays")
+    (folder / "meta.json").write_text(json.dumps(dict(meta, format=2)))
+    with pytest.raises(PartitionError, match="partition format 2.*re-run `twopgraph partition`"):
+        read_meta(folder)
+    (folder / "meta.json").write_text(json.dumps(dict(meta, format=3)))  # records missing
+    with pytest.raises(PartitionError, match="incomplete meta.json"):
+        read_meta(folder)
+
+
+def test_launcher_refuses_a_damaged_partition_before_any_rank(clean, tmp_path, capsys,
+                                                              monkeypatch):
+    import twopgraph.dist.launch as launch
+    started = []
+    monkeypatch.setattr(launch, "launch", lambda *a, **k: started.append(a) or 0)
+    folder = _copy(clean, tmp_path / "p")
+    _damage(folder, "feat-zeroed")
+    out = tmp_path / "run"
+    rc = main(["train", "--partitions", str(folder), "--nproc", "2", "--out", str(out), *TRAIN])
+    line = _one_error_line(capsys.readouterr().err)
+    assert rc == 2 and not started and not out.exists()
+    assert f"{folder}/part1/feat.npy" in line and "damaged partition" in line, line
+    # the intact partition is launched
+    assert main(["train", "--partitions", str(clean), "--nproc", "2", "--out", str(out),
+                 *TRAIN]) == 0 and len(started) == 1
+
+
+@pytest.mark.parametrize("case", ["indices-every-7th-1e6", "node-ids-reversed"])
+def test_rank_refuses_its_damaged_part(clean1, tmp_path, capsys, case):
+    """A rank started without the launcher (torchrun directly; here a world of one) verifies
+    its own part as it loads it."""
+    folder = _copy(clean1, tmp_path / "p")
+    rel, change, words = DAMAGES[case]
+    _edit(folder / rel.replace("part1", "part0"), change)
+    out = tmp_path / "run"
+    rc = main(["train", "--partitions", str(folder), "--out", str(out), *TRAIN])
+    line = _one_error_line(capsys.readouterr().err)
+    assert rc == 2 and words in line and "part0" in line, line
+
+
+def test_rank_started_by_the_launcher_hands_its_error_over(clean1, tmp_path, capsys,
+                                                           monkeypatch):
+    """Under the launcher (its error folder in the environment) a rank writes its one line
+    for the launcher and exits quietly with the error's code."""
+    from twopgraph.dist.launch import ERROR_DIR_ENV, _failure
+    folder = _copy(clean1, tmp_path / "p")
+    _edit(folder / "part0/feat.npy", np.zeros_like)
+    errdir = tmp_path / "err"
+    errdir.mkdir()
+    monkeypatch.setenv(ERROR_DIR_ENV, str(errdir))
+    with pytest.raises(SystemExit) as e:
+        main(["train", "--partitions", str(folder), "--out", str(tmp_path / "run"), *TRAIN])
+    assert e.value.code == 2
+    assert "twopgraph: error" not in capsys.readouterr().err  # the launcher says it
+    rec = json.loads((errdir / "rank0.json").read_text())
+    assert rec["rank"] == 0 and "part0/feat.npy" in rec["message"]
+    line, code = _failure(errdir, 1)
+    assert code == 2 and line == rec["message"]
+
+
+def test_launcher_failure_lines(tmp_path):
+    """What the launcher prints for each way a torchrun job can fail (from the ranks' error
+    files and the agent's report)."""
+    from twopgraph.dist.launch import _failure
+
+    def case(ranks: dict, failures: dict | None, agent_signal=None):
+        d = tmp_path / f"c{len(list(tmp_path.iterdir()))}"
+        d.mkdir()
+        for r, (t, msg, code) in ranks.items():
+            (d / f"rank{r}.json").write_text(json.dumps(
+                {"rank": r, "time": t, "message": msg, "exit_code": code}))
+        rep = {}
+        if failures is not None:
+            rep["failures"] = {str(r): {"pid": 100 + r, "exitcode": c, "local_rank": r}
+                               for r, c in failures.items()}
+        if agent_signal is not None:
+            rep["signal"] = agent_signal
+        if rep:
+            (d / "agent.json").write_text(json.dumps(rep))
+        return _failure(d, 1)
+
+    # a killed rank comes first, whatever its peers said after it
+    line, code = case({0: (1.0, "rank 0/2: another rank failed", 2)}, {1: -9, 0: 2})
+    assert code == 137 and line.startswith("rank 1 (pid 101) was killed by signal SIGKILL"), line
+    # the earliest user error; torchrun's SIGTERM to the others is not a cause
+    line, code = case({1: (1.0, "bad part", 2), 0: (2.0, "rank 0/2: another rank failed", 2)},
+                      {1: 2, 0: -15})
+    assert (line, code) == ("bad part", 2)
+    assert case({0: (1.0, "diverged at epoch 0", 3)}, {0: 3, 1: -15}) == \
+        ("diverged at epoch 0", 3)
+    # a bug: the rank printed its traceback; one line says which rank
+    line, code = case({}, {1: 1, 0: -15})
+    assert code == 1 and "rank 1 (pid 101) failed with exit code 1" in line
+    line, code = case({}, {0: -15})
+    assert code == 143 and "stopped by signal SIGTERM" in line
+    assert case({}, None, agent_signal=2) == (None, 130)
+    assert case({}, None) == (None, 1)  # torchrun itself failed: its message is above
+
+
+@pytest.mark.slow
+def test_rank_error_reaches_the_user_as_one_line(clean, tmp_path):
+    """A rank that finds its part damaged (the launcher's check bypassed: the part was damaged
+    after it) ends the job with that rank's one line, exit 2, and no torchrun traceback.
+    Today: the line plus torchrun's ~45-line ChildFailedError, exit 1."""
+    folder = _copy(clean, tmp_path / "p")
+    _damage(folder, "indices-every-7th-1e6")
+    code = ("import sys; from twopgraph.dist.launch import launch; sys.exit(launch(2, "
+            f"{['train', '--partitions', str(folder), '--nproc', '2', '--out', str(tmp_path / 'run'), *TRAIN]!r}))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=180, cwd=ROOT)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    line = _one_error_line(proc.stderr)
+    assert "part1/indices.npy: values in [0, 1000000]" in line, line
+    assert "*****" not in proc.stderr and "torch/distributed/elastic" not in proc.stderr
+
+
+def _rank_pid(out: str, rank: int) -> int | None:
+    """pid of the torchrun worker of rank ``rank`` whose command line names ``out``."""
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            cmd = Path(f"/proc/{d}/cmdline").read_bytes().split(b"\0")
+            if out.encode() not in cmd or b"twopgraph" not in cmd:
+                continue
+            env = Path(f"/proc/{d}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"RANK={rank}".encode() in env and b"TORCHELASTIC_RUN_ID" in b"".join(env):
+            return int(d)
+    return None
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs Linux /proc")
+def test_killed_rank_is_one_line(clean, tmp_path):
+    """kill -9 of a rank during training: one line naming the rank and the signal, exit
+    128 + 9, no torchrun traceback."""
+    out = str(tmp_path / "run")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "twopgraph", "train", "--partitions", str(clean), "--nproc", "2",
+         "--out", out, *TRAIN, "--epochs", "500"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        t, pid = time.time(), None
+        while time.time() - t < 120 and proc.poll() is None:
+            pid = _rank_pid(out, 1)
+            if pid is not None and (Path(out) / "checkpoint.pt").exists():  # training runs
+                break
+            time.sleep(0.3)
+        assert pid is not None and proc.poll() is None
+        os.kill(pid, signal.SIGKILL)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 128 + signal.SIGKILL, err[-3000:]
+    line = _one_error_line(err)
+    assert f"rank 1 (pid {pid}) was killed by signal SIGKILL" in line, line
+
+
+def test_too_many_parts_is_explained_with_the_flags_given(tmp_path, capsys):
+    """`partition --num-parts 300` on synthetic-tiny (2000 vertices): today "num-clusters must
+    be in [num-parts 300, 2000], got 250", a flag the user never gave."""
+    root = str(tmp_path / "data")
+    base = ["partition", "--dataset", "synthetic-tiny", "--data-root", root, "--hops", "1",
+            "--out", str(tmp_path / "p")]
+    assert main([*base, "--num-parts", "300"]) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert "--num-parts 300 is too many for synthetic-tiny (2000 vertices" in line, line
+    assert "use at most 250 parts" in line and "num-clusters must" not in line
+    assert main([*base, "--num-parts", "1001"]) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert "--num-parts 1001 is too many" in line and "at most 1000 parts" in line, line
+    assert main([*base, "--num-parts", "10", "--num-clusters", "5"]) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert "--num-clusters 5 is fewer than --num-parts 10" in line, line
+    assert not (tmp_path / "p").exists()
+
+
+def test_parts_without_training_vertices_are_refused(data, tmp_path):
+    """A split that leaves a part with no training vertices (its rank could not train)."""
+    with pytest.raises(ConfigError, match="without training vertices; use fewer parts"):
+        partition_selfdep(data, 40, 1, tmp_path / "p", num_clusters=40)
+    assert not (tmp_path / "p").exists()
+
+
+def _dead_pid() -> int:
+    p = subprocess.Popen(["true"])
+    p.wait()
+    return p.pid
+
+
+_KILLED_WRITER = """
+import os, signal, sys
+sys.path.insert(0, {tests!r})
+from conftest import community_data
+from twopgraph.partition import selfdep
+real = selfdep._write_part
+def write_then_die(folder, p, *a):
+    real(folder, p, *a)
+    if p == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+selfdep._write_part = write_then_die
+selfdep.partition_selfdep(community_data(600, k=4, seed=3), 2, 1, {out!r}, num_clusters=12)
+"""
+
+
+def test_orphans_of_killed_writers_are_removed(data, tmp_path):
+    """kill -9 while partitioning leaves `.OUT.tmp-PID@HOST`; the next write into the same
+    folder removes it -- and nothing that is not such an orphan."""
+    out = tmp_path / "parts" / "p2"
+    proc = subprocess.run([sys.executable, "-c", _KILLED_WRITER.format(
+        tests=str(ROOT / "tests"), out=str(out))], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+    orphans = [p.name for p in out.parent.iterdir()]
+    assert len(orphans) == 1 and orphans[0].startswith(".p2.tmp-"), orphans
+    assert (out.parent / orphans[0] / "part1" / "feat.npy").is_file()
+    # look-alikes that must stay: a live writer, a folder holding other files, a file,
+    # another machine's writer
+    dead = _dead_pid()
+    keep = [f".q.tmp-{os.getpid()}", f".r.tmp-{dead}", f".t.tmp-{dead}@other-host",
+            f".s.tmp-{dead}"]
+    (out.parent / keep[0] / "part0").mkdir(parents=True)
+    (out.parent / keep[1]).mkdir()
+    (out.parent / keep[1] / "notes.txt").write_text("mine")
+    (out.parent / keep[2] / "part0").mkdir(parents=True)
+    (out.parent / keep[3]).write_text("a file")
+    (out.parent / f".u.tmp-{dead}").mkdir()  # killed right after mkdir: an orphan
+    partition_selfdep(data, 2, 1, tmp_path / "parts" / "other", num_clusters=12)
+    left = sorted(p.name for p in out.parent.iterdir())
+    assert left == sorted([*keep, "other"]), left
+    load_part(tmp_path / "parts" / "other", 1)
+
+
+def test_partition_reuse_rewrites_a_damaged_folder(data, tmp_path, capsys):
+    """`twopgraph partition` without --force keeps an up-to-date folder only if it is intact;
+    today it keeps a damaged one and says it is up to date."""
+    npz = data.save_npz(tmp_path / "comm.npz")
+    out = tmp_path / "parts"
+    args = ["partition", "--dataset", str(npz), "--data-root", str(tmp_path), "--num-parts",
+            "2", "--hops", "1", "--num-clusters", "12", "--out", str(out), "--json"]
+    assert main(args) == 0
+    feat = np.load(out / "part1" / "feat.npy")
+    _damage(out, "feat-zeroed")
+    capsys.readouterr()
+    assert main(args) == 0
+    assert np.array_equal(np.load(out / "part1" / "feat.npy"), feat)
+    selfdep.verify_partition(out)
+
+
+def test_partition_write_error_is_one_line_and_leaves_nothing(data, tmp_path, monkeypatch):
+    """A full disk (ENOSPC from np.save) while writing parts: one line naming the folder and
+    the free space; no temporary folder left, an earlier partition in --out untouched."""
+    import errno
+    out = tmp_path / "p"
+    partition_selfdep(data, 2, 1, out, num_clusters=12)
+    before = read_meta(out)
+    real = np.save
+
+    def full(path, arr, *a, **k):
+        if str(path).endswith("feat.npy"):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+        return real(path, arr, *a, **k)
+    monkeypatch.setattr(selfdep.np, "save", full)
+    with pytest.raises(PartitionError) as e:
+        partition_selfdep(data, 2, 2, out, num_clusters=12)
+    msg = str(e.value)
+    assert "No space left on device" in msg and "MiB free" in msg and "\n" not in msg, msg
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p"]
+    assert read_meta(out) == before
+
+
+def test_partition_out_unusable_is_one_line(tmp_path, capsys):
+    root = str(tmp_path / "data")
+    for out in ("/proc/self/parts", str(tmp_path / "file")):
+        (tmp_path / "file").write_text("x")
+        rc = main(["partition", "--dataset", "synthetic-tiny", "--data-root", root,
+                   "--num-parts", "2", "--out", out])
+        line = _one_error_line(capsys.readouterr().err)
+        assert rc == 2 and out in line, line
+
+
+@pytest.mark.parametrize("timeout", [float("inf"), float("nan"), 0.0, 1e300])
+def test_process_group_refuses_unusable_timeouts(timeout):
+    """Today `inf` and 1e300 raise OverflowError in each rank."""
+    import torch
+    from twopgraph.dist.env import DistEnv, process_group
+    with pytest.raises(ConfigError, match="dist-timeout"):
+        with process_group(DistEnv(), torch.device("cpu"), timeout):
+            pass

@@ -1,0 +1,256 @@
+"""A run's output folder (``--out``): owned by one run at a time, checked before any work,
+written with one-line errors, and not left behind empty by a run that failed.
+
+- **Ownership**: :class:`RunDir` creates the folder (remembering which folders it created) and
+  holds an exclusive ``flock`` on ``OUT/.twopgraph.lock`` for the whole run; the file names the
+  holder (pid, host). A second run into a held folder is refused with a
+  :class:`~twopgraph.errors.ConfigError` (exit 2) naming the holder, before it loads any data.
+  The kernel drops the lock when its process dies, however it dies (``kill -9`` included), so a
+  lock file left by a dead run never blocks the next one. The lock file is removed when the run
+  ends. The lock is as good as the file system's ``flock``: local file systems and NFS (Linux
+  >= 2.6.12 emulates it with POSIX locks) honour it, between processes of one host and, on
+  NFS, of several. Where Python has no ``fcntl`` (Windows) the folder is **not** locked: two
+  runs into one ``--out`` then overwrite each other's files, as before; a file system that
+  refuses locks (``ENOLCK``) gets one warning and no lock.
+- **Writability up front**: creating and writing the lock file is the probe: an ``--out`` that
+  cannot be written (read-only, ``/proc/...``, a full disk) is refused before loading data.
+  :func:`check_data_root` does the same for the data root, where a dataset must be generated
+  or converted.
+- **Writes during the run**: :func:`writing` turns an ``OSError`` (full disk, read-only,
+  removed folder) into one :class:`~twopgraph.errors.TwopgraphError` line naming the file and
+  the space left; files are written atomically (:func:`~twopgraph.graph.atomic_write_bytes`),
+  so the previous checkpoint and metrics stay intact and no half-written file remains.
+- **Cleanup**: a run that fails removes the folders it created if they are still empty (bad
+  data, a refused ``--resume``, Ctrl-C before the first epoch ends): no empty ``--out`` is left.
+
+Example::
+
+    >>> with RunDir("runs/x") as rd:                        # doctest: +SKIP
+    ...     with writing(rd.path / "metrics.json"):
+    ...         write_json(rd.path / "metrics.json", {...})
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import logging
+import os
+import shutil
+import socket
+import tempfile
+from pathlib import Path
+
+from .errors import ConfigError, TwopgraphError
+
+try:
+    import fcntl
+except ImportError:  # Windows: no flock, the folder is not locked (see the module doc)
+    fcntl = None
+
+log = logging.getLogger("twopgraph")
+
+LOCK_NAME = ".twopgraph.lock"
+
+
+class RunDir:
+    """The output folder ``path`` of one run, claimed by :meth:`claim` (or ``with``) and
+    given back by :meth:`release` (see the module doc). ``flag`` names the option in
+    messages."""
+
+    def __init__(self, path: str | os.PathLike, flag: str = "--out"):
+        self.path = Path(path)
+        self.flag = flag
+        self.created: list[Path] = []  # folders this run created, outermost first
+        self._fd: int | None = None
+
+    @property
+    def lock_path(self) -> Path:
+        return self.path / LOCK_NAME
+
+    def __enter__(self) -> "RunDir":
+        self.claim()
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        self.release(failed=exc_type is not None)
+        return False
+
+    def claim(self) -> "RunDir":
+        """Create the folder if needed and take its lock; :class:`ConfigError` if another
+        run holds it or the folder cannot be created or written."""
+        try:
+            self._make_folders()
+            self._lock()
+        except BaseException:
+            self._remove_created()
+            raise
+        return self
+
+    def release(self, failed: bool = False) -> None:
+        """Remove the lock file and drop the lock; with ``failed``, also remove the folders
+        :meth:`claim` created if nothing was written into them."""
+        if self._fd is not None:
+            with contextlib.suppress(OSError):  # while still locked: see _lock
+                os.unlink(self.lock_path)
+            os.close(self._fd)
+            self._fd = None
+        if failed:
+            self._remove_created()
+
+    # -- internals ----------------------------------------------------------------------------
+    def _make_folders(self) -> None:
+        missing = []
+        p = self.path
+        while not p.exists() and p != p.parent:
+            missing.append(p)
+            p = p.parent
+        for folder in reversed(missing):
+            try:
+                folder.mkdir()
+            except FileExistsError:  # created meanwhile by someone else: not ours
+                if not folder.is_dir():
+                    raise ConfigError(f"{self.flag} {self.path}: {folder} exists and is not "
+                                      f"a folder") from None
+                continue
+            except OSError as e:
+                raise ConfigError(f"{self.flag} {self.path}: cannot create the folder "
+                                  f"({e.strerror or e})") from None
+            self.created.append(folder)
+        if not self.path.is_dir():
+            raise ConfigError(f"{self.flag} {self.path} exists and is not a folder")
+
+    def _lock(self) -> None:
+        info = json.dumps({"pid": os.getpid(), "host": socket.gethostname()}) + "\n"
+        for _ in range(20):
+            try:
+                fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as e:
+                raise ConfigError(f"{self.flag} {self.path}: cannot write there "
+                                  f"({e.strerror or e})") from None
+            if fcntl is not None:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    holder = _read_holder(fd)
+                    os.close(fd)
+                    raise ConfigError(f"{self.flag} {self.path} is in use by another twopgraph "
+                                      f"run ({holder}); wait for it to end or choose another "
+                                      f"{self.flag}") from None
+                except OSError as e:  # ENOLCK & co.: a file system without locks
+                    log.warning("%s %s: cannot lock %s (%s): a second run into it is not "
+                                "refused", self.flag, self.path, LOCK_NAME, e.strerror or e)
+                # The holder before us may have unlinked the file between our open and our
+                # flock (it removes it on release): then we locked a dead inode; start over.
+                try:
+                    same = os.path.samestat(os.fstat(fd), os.stat(self.lock_path))
+                except FileNotFoundError:
+                    same = False
+                if not same:
+                    os.close(fd)
+                    continue
+            try:  # also the writability probe: a full or read-only disk fails here
+                os.ftruncate(fd, 0)
+                os.write(fd, info.encode())
+            except OSError as e:
+                with contextlib.suppress(OSError):
+                    os.unlink(self.lock_path)
+                os.close(fd)
+                raise ConfigError(f"{self.flag} {self.path}: cannot write there "
+                                  f"({e.strerror or e}{_free_note(self.path)})") from None
+            self._fd = fd
+            return
+        raise ConfigError(f"{self.flag} {self.path}: could not take {LOCK_NAME} (other runs keep "
+                          f"replacing it)")
+
+    def _remove_created(self) -> None:
+        for folder in reversed(self.created):  # innermost first; only empty ones go
+            try:
+                folder.rmdir()
+            except OSError:
+                break
+        self.created = []
+
+
+def _read_holder(fd: int) -> str:
+    """``pid N on host H`` from a held lock file (best effort: it may be half-written)."""
+    try:
+        os.lseek(fd, 0, os.SEEK_SET)
+        d = json.loads(os.read(fd, 4096).decode())
+        return f"pid {int(d['pid'])} on host {d['host']}"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "pid unknown"
+
+
+def check_data_root(data_root=None, dataset: str | None = None) -> None:
+    """Refuse, before anything is loaded, a data root (``data_root``, else
+    ``$TWOPGRAPH_DATA``, else ``./datasets``) that is not a folder, or that cannot be written
+    when ``dataset`` must be generated or converted there (it is not cached yet). A read-only
+    data root holding what the run needs is fine (a shared cache): a cluster cache it cannot
+    write costs a METIS rerun and a warning. Creates nothing."""
+    from .datasets import dataset_path, resolve_data_root
+    root = resolve_data_root(data_root)
+    flag = "--data-root" if data_root else "the data root"
+    existing = root
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ConfigError(f"{flag} {root}: {existing} is not a folder")
+    problem = _probe(existing)
+    if problem is None:
+        return
+    cache = dataset_path(dataset, data_root) if dataset else None
+    if cache is not None and not cache.is_file():
+        raise ConfigError(f"{flag} {root} is not writable ({problem}): {dataset} is not cached "
+                          f"there and cannot be generated or converted; choose a writable "
+                          f"--data-root (or $TWOPGRAPH_DATA)")
+
+
+def _probe(folder: Path) -> str | None:
+    """None if a file can be created (and removed again) in ``folder``, else the reason."""
+    try:
+        fd, name = tempfile.mkstemp(dir=folder, prefix=".twopgraph-probe-")
+    except OSError as e:
+        return e.strerror or str(e)
+    os.close(fd)
+    with contextlib.suppress(OSError):
+        os.unlink(name)
+    return None
+
+
+@contextlib.contextmanager
+def writing(path: str | os.PathLike):
+    """Run the block that writes ``path``; an ``OSError`` it raises becomes one
+    :class:`TwopgraphError` line naming the file, the reason and the space left there.
+    (Write atomically inside, so that nothing half-written remains.)"""
+    try:
+        yield
+    except TwopgraphError:
+        raise
+    except OSError as e:
+        path = Path(path)
+        hint = ""
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            hint = "; free some space or choose another --out"
+        raise TwopgraphError(f"cannot write {path} ({e.strerror or e}{_free_note(path.parent)})"
+                             f"{hint}; the files written before are kept") from None
+
+
+def _free_note(folder: Path) -> str:
+    """``", 1.2 MiB free on FOLDER"`` (empty if unknown)."""
+    try:
+        free = shutil.disk_usage(folder).free
+    except OSError:
+        return ""
+    return f", {human_bytes(free)} free on {folder}"
+
+
+def human_bytes(n: int) -> str:
+    """``1536`` -> ``"1.5 KiB"``."""
+    v = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if v < 1024 or unit == "TiB":
+            return f"{v:.0f} {unit}" if unit == "B" else f"{v:.1f} {unit}"
+        v /= 1024
+    return f"{v:.1f} TiB"
