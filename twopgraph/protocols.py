@@ -12,8 +12,10 @@ Implementations (docs/architecture.md lists them):
 - schedulers: ``random`` (:class:`~twopgraph.sampler.schedule.RandomScheduler`), ``locality``
   (:class:`~twopgraph.sampler.schedule.LocalityScheduler`) -- registry :data:`SCHEDULERS`,
   modules of ``twopgraph/sampler/``;
-- samplers: ``neighbor`` (:class:`~twopgraph.sampler.neighbor.NeighborSampler`) -- registry
-  :data:`SAMPLERS`, modules of ``twopgraph/sampler/``;
+- samplers: ``neighbor`` (:class:`~twopgraph.sampler.neighbor.NeighborSampler`, numba on the
+  host) and ``device`` (:class:`~twopgraph.sampler.device.TorchNeighborSampler`, vectorised
+  torch ops on any device, the same batches) -- registry :data:`SAMPLERS`, modules of
+  ``twopgraph/sampler/``;
 - feature sources: :class:`~twopgraph.cache.host.HostFeatures` (a plain host table) and
   :class:`~twopgraph.cache.feature_cache.FeatureCache` (a device buffer driven by a cache
   policy) -- policies in registry :data:`CACHE_POLICIES`, modules of ``twopgraph/cache/``.
@@ -40,7 +42,8 @@ SCHEDULERS = Registry("schedule", "twopgraph.sampler")
 cluster of every vertex), ``labels=`` and ``balance=``."""
 
 SAMPLERS = Registry("sampler", "twopgraph.sampler")
-"""name -> ``factory(graph, fanouts, seed=0, degrees=None)`` returning a :class:`Sampler`."""
+"""name -> ``factory(graph, fanouts, seed=0, degrees=None, **options)`` returning a
+:class:`Sampler` (``device``: ``device=`` the torch device it samples on)."""
 
 CACHE_POLICIES = Registry("cache policy", "twopgraph.cache")
 """name -> ``factory(ctx: PolicyContext, **options)`` returning a

@@ -11,8 +11,9 @@ from .schedule import LocalityScheduler, RandomScheduler, make_scheduler
 from .stream import sampled_batches
 
 
-def make_sampler(name: str, graph, fanouts, seed: int = 0, degrees=None):
-    """Build the sampler registered as ``name`` (e.g. ``"neighbor"``) over ``graph``;
-    ``degrees`` overrides the degrees blocks carry (GCN's normalisation)."""
-    return SAMPLERS.get(name)(graph, fanouts, seed=seed, degrees=degrees)
+def make_sampler(name: str, graph, fanouts, seed: int = 0, degrees=None, **options):
+    """Build the sampler registered as ``name`` (``"neighbor"``: numba, host memory;
+    ``"device"``: torch ops on ``device=``) over ``graph``; ``degrees`` overrides the degrees
+    blocks carry (GCN's normalisation); ``options`` go to the sampler's factory."""
+    return SAMPLERS.get(name)(graph, fanouts, seed=seed, degrees=degrees, **options)
 
