@@ -163,7 +163,7 @@ def test_symmetrize_repairs_and_says_what_changed(tmp_path, cdata, caplog, kind,
 
 
 def test_symmetrize_leaves_an_undirected_dataset_alone(tmp_path, cdata, caplog):
-    path = cdata.save_npz(tmp_path / "ok.npz")
+    cdata.save_npz(tmp_path / "ok.npz")
     with caplog.at_level(logging.INFO, logger="twopgraph"):
         d = load_dataset("ok", data_root=tmp_path, symmetrize=True)
     assert "nothing changed" in caplog.text
@@ -258,7 +258,7 @@ def test_unlabelled_vertex_in_a_split_is_refused_naming_the_split(tmp_path, cdat
     with pytest.raises(GraphFormatError) as err:
         load_dataset(str(path))
     msg = one_line(err)
-    assert f"{split} holds 1 unlabelled vertices (label -1; first: vertex" in msg, msg
+    assert f"{split} holds 1 unlabelled vertex (label -1; first: vertex" in msg, msg
 
 
 def test_label_below_minus_one_is_refused(cdata):

@@ -31,6 +31,7 @@ import types
 import typing
 from dataclasses import MISSING, Field, asdict, dataclass, field, fields
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -39,6 +40,9 @@ from .errors import ConfigError
 from .models import MODELS
 from .protocols import CACHE_POLICIES, SCHEDULERS
 from .sampler.neighbor import parse_fanouts
+
+if TYPE_CHECKING:
+    from .graph import GraphData
 
 
 # ----------------------------------------------------------------------------------------------

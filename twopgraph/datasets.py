@@ -46,7 +46,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import ConfigError, GraphFormatError, TwopgraphError
+from .errors import ConfigError, GraphFormatError, OutputError, TwopgraphError
 from .graph import CSRGraph, GraphData, atomic_write_bytes
 
 log = logging.getLogger("twopgraph")
@@ -267,6 +267,8 @@ def load_synthetic(spec, path: str | os.PathLike, progress: bool = False) -> Gra
         _save_cache(data, path)
         atomic_write_bytes(sidecar, lambda f: f.write(
             (json.dumps(record, indent=1) + "\n").encode()))
+    except OutputError:  # already one line, with the free space
+        raise
     except OSError as e:
         raise TwopgraphError(f"cannot write dataset cache {path} ({e.strerror or e}); "
                              f"choose a writable --data-root or ${DATA_ROOT_ENV}") from e
@@ -288,6 +290,8 @@ def _save_cache(data: GraphData, path: Path) -> None:
     """Write a cache file; an unwritable data root is a user error, not a crash."""
     try:
         data.save_npz(path)
+    except OutputError:  # already one line, with the free space
+        raise
     except OSError as e:
         raise TwopgraphError(f"cannot write dataset cache {path} ({e.strerror or e}); "
                              f"choose a writable --data-root or ${DATA_ROOT_ENV}") from e

@@ -456,10 +456,11 @@ class GraphData:
                 raise GraphFormatError(f"{name} repeats ids")
             unlabelled = np.flatnonzero(self.label[idx] < 0)
             if unlabelled.shape[0]:
+                many = unlabelled.shape[0]
                 raise GraphFormatError(
-                    f"{name} holds {unlabelled.shape[0]:,} unlabelled vertices (label -1; "
-                    f"first: vertex {int(idx[unlabelled[0]])}); unlabelled vertices may only "
-                    f"lie outside train_idx, val_idx and test_idx")
+                    f"{name} holds {many:,} unlabelled vert{'ices' if many > 1 else 'ex'} "
+                    f"(label -1; first: vertex {int(idx[unlabelled[0]])}); unlabelled vertices "
+                    "may only lie outside train_idx, val_idx and test_idx")
         if self.train_idx.shape[0] == 0:
             raise GraphFormatError("train_idx is empty")
         if self.node_ids is not None and (self.node_ids.shape != (n,) or not np.issubdtype(

@@ -302,6 +302,8 @@ def _train(cfg: TrainConfig, data: GraphData | None, device) -> TrainResult:
     run = cfg.run
     if data is None:
         data = cfg.data.load(progress=run.progress)  # validated, --symmetrize applied
+    else:  # a caller's GraphData: checked like a file (dtypes, labels, undirected graph)
+        data.validate()
     out = Path(run.out)
     signature = run_signature(cfg.result_params(), data.fingerprint())
     ckpt = read_checkpoint(out / CHECKPOINT, signature, run.epochs) if run.resume else None

@@ -49,7 +49,6 @@ from ..cache import (CacheDirectory, FeatureCache, PolicyContext, belady_min, fe
                      make_policy, replay)
 from ..cache.directory import announced
 from ..config import BenchCacheConfig
-from ..datasets import load_dataset
 from ..jit import thread_count
 from ..loader import Loader
 from ..metrics import ratio, transfer_metrics
@@ -252,7 +251,7 @@ def run(cfg: BenchCacheConfig) -> int:
     options = {"presample": {"epochs": b.presample_epochs}}
     if b.lookahead is not None:
         options["layer"] = {"lookahead": b.lookahead}
-    data = load_dataset(cfg.data.dataset, cfg.data.data_root)
+    data = cfg.data.load()
     prep = locality_for(data, b.schedules, cfg)
     parts = None if prep.clustering is None else prep.clustering.parts
     rows = run_bench(prep.data, b.policies, b.ratios, b.schedules, s.fanouts, s.batch_size,

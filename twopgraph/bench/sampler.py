@@ -12,7 +12,6 @@ import statistics
 import time
 
 from ..config import BenchSamplerConfig
-from ..datasets import load_dataset
 from ..loader import Loader
 from ..sampler import make_sampler, make_scheduler
 from ..train import locality_for
@@ -22,7 +21,7 @@ def run(cfg: BenchSamplerConfig) -> dict:
     """The ``bench sampler`` record (see the README for its keys)."""
     cfg.validate()
     s, b = cfg.sampling, cfg.bench
-    data = load_dataset(cfg.data.dataset, cfg.data.data_root)
+    data = cfg.data.load()
     prep = locality_for(data, [s.schedule], cfg)
     data = prep.data
     sampler = make_sampler("neighbor", data.graph, s.fanouts, seed=b.seed)

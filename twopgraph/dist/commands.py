@@ -16,10 +16,11 @@ log = logging.getLogger("twopgraph")
 def cmd_partition(a) -> int:
     """``twopgraph partition``; ``a`` holds the flags of :class:`~twopgraph.config.PartitionConfig`
     (the CLI validated them)."""
-    from ..datasets import dataset_path, load_dataset, resolve_data_root
+    from ..config import DataConfig
+    from ..datasets import dataset_path, resolve_data_root
     from ..partition.selfdep import partition_selfdep
     _check_out_folder(a.out)  # before loading data and METIS
-    data = load_dataset(a.dataset, a.data_root)
+    data = DataConfig(a.dataset, a.data_root, a.symmetrize).validate().load()
     # Reused only if DIR holds the partition of this very content and settings (its
     # partition_id, a fingerprint) and passes verification; any other value, or --force,
     # recomputes it.
