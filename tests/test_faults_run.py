@@ -187,7 +187,8 @@ def test_kill9_holder_does_not_block_the_next_run(root, tmp_path):
     a.wait()
     holder = json.loads((out / LOCK_NAME).read_text())
     assert holder["pid"] == a.pid  # the stale lock file is there ...
-    b = _spawn_train(root, out, "--resume", "--epochs", "2")  # ... and does not block
+    done = torch.load(out / "checkpoint.pt", weights_only=False)["epochs_done"]
+    b = _spawn_train(root, out, "--resume", "--epochs", str(done + 1))  # ... and does not block
     o, err = b.communicate(timeout=240)
     assert b.returncode == 0, err[-2000:]
     assert strict_json(out / "metrics.json")["status"] == "ok"
