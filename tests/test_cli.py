@@ -372,3 +372,16 @@ def test_bench_cache_without_matplotlib_writes_the_csv(root, tmp_path):
     assert (out / "cache.csv").is_file() and not (out / "cache.png").exists()
     notes = [ln for ln in r.stderr.splitlines() if "matplotlib" in ln]
     assert len(notes) == 1 and "cache.png" in notes[0]
+
+
+@pytest.mark.parametrize("extra", [["--epoch", "-1"], ["--out", "FILE"], ["--ratios", "0.1,2"],
+                                   ["--policies", "none,lru"], ["--schedules", "random,x"]])
+def test_bench_cache_bad_input_exit_2(extra, root, tmp_path, capsys):
+    """Issue 14 item 7: `bench cache --out <existing file>` / `--epoch -1` were tracebacks."""
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    extra = [str(afile) if e == "FILE" else e for e in extra]
+    rc, out, err = run_cli(["bench", "cache", "--dataset", "synthetic-tiny", "--data-root", root,
+                            "--fanouts", "5,5", "--ratios", "0.1", *extra], capsys)
+    assert_user_error(rc, out, err)
+    assert afile.read_text() == "x"
