@@ -6,9 +6,10 @@ its metadata, so defaults and help live here only; ``twopgraph train --help`` sh
 they are. Sections:
 
 - :class:`DataConfig` (``--dataset``, ``--data-root``);
-- :class:`SamplingConfig` (fanouts, batch size, schedule, clusters, renumbering);
+- :class:`SamplingConfig` (fanouts, batch size, schedule, clusters, renumbering, sampler
+  device);
 - :class:`CacheConfig` (feature cache policy, budget, stored dtype);
-- :class:`ModelConfig` (model and optimiser);
+- :class:`ModelConfig` (model, optimiser, mixed precision);
 - :class:`RunConfig` (epochs, seed, device, output, evaluation, threads, ...);
 - :class:`DistConfig` (partitioned data-parallel training);
 
@@ -40,6 +41,9 @@ from .errors import ConfigError
 from .models import MODELS
 from .protocols import CACHE_POLICIES, SCHEDULERS
 from .sampler.neighbor import parse_fanouts
+
+SAMPLER_DEVICES = ("auto", "cpu", "cuda")
+AMP_MODES = ("off", "bf16")
 
 if TYPE_CHECKING:
     from .graph import GraphData
@@ -147,6 +151,15 @@ class SamplingConfig(Section):
     balance: int = option(16, "locality: the next cluster of a batch is the best of this many "
                           "for the batch's label mix; 1 = plain shuffled cluster order",
                           result=True)
+    # Not result parameters: both samplers draw bit-identical batches (same seed, same key).
+    sampler_device: str = option("auto", "where mini-batches are sampled: cpu (numba, host "
+                                 "memory) | cuda (torch ops on the training GPU, the graph in "
+                                 "device memory; the same batches) | auto (= cuda when training "
+                                 "on CUDA and the graph's CSR, degrees and relabelling map fit "
+                                 "in --sampler-memory-share of the device's memory, else cpu)")
+    sampler_memory_share: float = option(0.25, "--sampler-device auto: the largest share of the "
+                                         "device's total memory the device sampler's graph may "
+                                         "take, in (0, 1]")
 
     def validate(self):
         self.fanouts = parse_fanouts(self.fanouts)
@@ -156,6 +169,12 @@ class SamplingConfig(Section):
         _int_at_least(self, "balance", 1)
         if not isinstance(self.renumber, bool):
             raise ConfigError(f"renumber must be true or false, got {self.renumber!r}")
+        _choice(self, "sampler_device", SAMPLER_DEVICES)
+        if self.sampler_device == "cuda" and not torch.cuda.is_available():
+            raise ConfigError("--sampler-device cuda requested but torch sees no CUDA GPU")
+        if not (_is_number(self.sampler_memory_share) and 0.0 < self.sampler_memory_share <= 1.0):
+            raise ConfigError(f"sampler-memory-share must be in (0, 1], "
+                              f"got {self.sampler_memory_share!r}")
         return self
 
 
@@ -166,8 +185,10 @@ class CacheConfig(Section):
                                "layer-aware static rank + Belady over the schedule's lookahead)")
     cache_ratio: float | None = option(None, "cache budget as a fraction of the feature rows, "
                                        "in [0, 1]", show_default="what fits: CUDA = free device "
-                                       "memory after a 25%% training margin; CPU = 0, the host "
-                                       "table is what the model reads")
+                                       "memory after a 25%% margin and the estimated activations "
+                                       "of training and evaluation (activation_reserve_bytes in "
+                                       "metrics.json); CPU = 0, the host table is what the model "
+                                       "reads")
     cache_gb: float | None = option(None, "cache budget in GiB (instead of --cache-ratio)")
     feat_dtype: str = _feat_dtype()
 
@@ -192,9 +213,13 @@ class ModelConfig(Section):
     dropout: float = option(0.5, "dropout between layers", result=True)
     lr: float = option(0.003, "Adam learning rate", result=True)
     weight_decay: float = option(0.0, "Adam weight decay", result=True)
+    amp: str = option("off", "mixed precision of the training forward pass and loss: off "
+                      "(float32) | bf16 (torch.autocast to bfloat16, on CUDA and on CPU); exact "
+                      "evaluation stays float32", result=True)
 
     def validate(self):
         _choice(self, "model", MODELS)
+        _choice(self, "amp", AMP_MODES)
         _positive_int(self, "hidden")
         if not (_is_number(self.lr) and math.isfinite(self.lr) and self.lr > 0):
             raise ConfigError(f"lr must be a positive finite number, got {self.lr!r}")
@@ -314,8 +339,9 @@ class Config:
 
     @classmethod
     def add_arguments(cls, parser: argparse.ArgumentParser, exclude=(), required=()) -> None:
-        """One flag per field of every section (``exclude``: field names left out;
-        ``required``: field names made required)."""
+        """One flag per field of every section (``exclude``: field names left out, besides
+        the config's own ``EXCLUDE``; ``required``: field names made required)."""
+        exclude = tuple(exclude) + tuple(getattr(cls, "EXCLUDE", ()))
         for sec in cls.sections().values():
             add_section_arguments(parser, sec, exclude=exclude, required=required)
 
@@ -351,6 +377,24 @@ class TrainConfig(Config):
     run: RunConfig = field(default_factory=RunConfig)
     dist: DistConfig = field(default_factory=DistConfig)
 
+    def validate(self):
+        """Every section, then the options that depend on each other: ``--sampler-device
+        cuda`` samples on the training device, so it needs ``--device`` cuda, and the
+        partition sampler of ``--partitions`` (it counts remote requests) runs on the host."""
+        super().validate()
+        if self.sampling.sampler_device == "cuda":
+            if resolve_device(self.run.device).type != "cuda":
+                raise ConfigError(f"--sampler-device cuda samples on the training device; it "
+                                  f"needs --device cuda (got --device {self.run.device})")
+            if self.dist.partitions is not None:
+                raise ConfigError("--sampler-device cuda is not available with --partitions "
+                                  "(the partition sampler runs on the host); use cpu or auto")
+        return self
+
+
+# Sampling flags that only `train` reads: the bench verbs leave them out.
+_TRAIN_ONLY_SAMPLING = ("sampler_device", "sampler_memory_share")
+
 
 @dataclass
 class SamplerBenchOptions(Section):
@@ -375,6 +419,8 @@ class BenchSamplerConfig(Config):
     data: DataConfig = field(default_factory=DataConfig)
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     bench: SamplerBenchOptions = field(default_factory=SamplerBenchOptions)
+
+    EXCLUDE = _TRAIN_ONLY_SAMPLING
 
 
 @dataclass
@@ -430,7 +476,7 @@ class BenchCacheConfig(Config):
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     bench: CacheBenchOptions = field(default_factory=CacheBenchOptions)
 
-    EXCLUDE = ("schedule",)
+    EXCLUDE = ("schedule",) + _TRAIN_ONLY_SAMPLING
 
 
 @dataclass

@@ -9,9 +9,22 @@
                                         batches ahead of the gather (the ``layer`` cache
                                         learns the rows of upcoming batches before it evicts)
       -> gather                         FeatureSource.gather(input_nodes) + seed labels
+      -> device copy (CUDA)             blocks and labels pinned and copied on the loader's
+                                        copy stream (``non_blocking``), features on the
+                                        source's stream: SALIENT's ``DevicePrefetcher``
       -> prefetch                       the stages above run in one background thread,
                                         ``prefetch`` batches ahead of the consumer
-      -> device                         blocks and labels copied, features already there
+      -> consumer                       the consumer's stream waits for the copies' events
+                                        and is recorded on every device tensor of the batch
+
+Device sampling: a sampler with a ``device`` (the ``device`` sampler,
+:class:`~twopgraph.sampler.device.TorchNeighborSampler`) builds its blocks where it lives; on
+CUDA it samples on a stream of its own, in one worker, and its batches leave the sampling
+stage with ``seeds`` and ``input_nodes`` copied to the host (one copy of ``B + n`` int64 per
+batch, which also waits for the batch's kernels): the feature source and the labels take
+host ids. The alternative -- cache hits and misses computed on the device from device ids --
+is left until it can be measured on a GPU; the block tensors stay on the device and are not
+copied again.
 
 Threads: ``threads`` (0 = the cores this process may use) is the number of CPU threads the
 whole process keeps busy -- see :class:`ThreadPlan`. The loader sets numba's thread count
@@ -34,7 +47,7 @@ import os
 import queue
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Iterator
 
 import numpy as np
@@ -54,6 +67,9 @@ class EpochStats:
 
     ``h2d_bytes`` counts every feature byte copied host->device in the epoch (cache refills
     included); the one-off initial fill of the cache is ``cache_fill_bytes``, apart.
+    ``activation_reserve_bytes`` is the device memory a default cache budget left to the
+    model (:func:`~twopgraph.cache.feature_cache.activation_reserve_bytes`; the loader's
+    attribute of that name, set by whoever built the feature source).
     ``sample_s`` sums the sampling time of every batch over the workers (it may exceed the wall
     time, and in training it overlaps the other stages); ``load_s`` is the gathering time.
     """
@@ -65,6 +81,7 @@ class EpochStats:
     h2d_bytes: int = 0
     cache_fill_bytes: int = 0
     cache_budget_rows: int = 0
+    activation_reserve_bytes: int = 0
     row_bytes: int = 0
     sample_s: float = 0.0
     load_s: float = 0.0
@@ -136,9 +153,10 @@ class Loader:
 
     ``scheduler``, ``sampler`` and ``features`` follow :mod:`twopgraph.protocols`;
     ``features=None`` gives batches without features (sampling only). ``labels`` (int64 tensor
-    over all vertices, or None) fills ``mb.labels``. ``prefetch`` batches are prepared ahead in
-    a background thread (0 = none); ``threads`` CPU threads in all (:class:`ThreadPlan`).
-    After (or during) an epoch, :attr:`stats` holds its :class:`EpochStats`.
+    over all vertices, on the host, or None) fills ``mb.labels``. ``prefetch`` batches are
+    prepared ahead in a background thread (0 = none); ``threads`` CPU threads in all
+    (:class:`ThreadPlan`; a sampler with a ``device`` samples in one worker). After (or
+    during) an epoch, :attr:`stats` holds its :class:`EpochStats`.
     """
 
     def __init__(self, scheduler, sampler, features: FeatureSource | None = None,
@@ -149,9 +167,20 @@ class Loader:
         self.features = features
         self.labels = labels
         self.device = torch.device(device)
-        self.plan = ThreadPlan.for_threads(threads, prefetch)
+        self.sampler_device = sampler_device(sampler)
+        plan = ThreadPlan.for_threads(threads, prefetch)
+        self.torch_sampler = hasattr(sampler, "device")
+        if self.torch_sampler:  # torch ops: one worker (its ops use torch's own threads)
+            plan = replace(plan, workers=1)
+        self.plan = plan
         self.prefetch = int(prefetch) if self.plan.background else 0
         self.stats = EpochStats()
+        # Set by whoever sized the feature source (train.make_loader): reported per epoch.
+        self.activation_reserve_bytes = 0
+        self.cuda = self.device.type == "cuda"
+        self.copy_stream = torch.cuda.Stream(self.device) if self.cuda else None
+        self.sample_stream = (torch.cuda.Stream(self.sampler_device)
+                              if self.sampler_device.type == "cuda" else None)
         configure_threading()
 
     def __len__(self) -> int:
@@ -160,25 +189,27 @@ class Loader:
     def epoch(self, epoch: int) -> Iterator[MiniBatch]:
         """The batches of epoch ``epoch`` on the device; counts go to a fresh :attr:`stats`.
         Closing the iterator early stops the background threads."""
-        stats = self.stats = EpochStats()
-        it = self._sampled(epoch, stats)
+        stats = self.stats = EpochStats(activation_reserve_bytes=self.activation_reserve_bytes)
+        batches = self._sampled(epoch, stats)
         src = self.features
         if src is not None:
             src.begin_stream()  # forget batches an interrupted epoch announced but never used
-            it = self._gathered(announced(it, src.lookahead, lambda mb: src.announce(
+            it = self._gathered(announced(batches, src.lookahead, lambda mb: src.announce(
                 mb.input_nodes)), src, stats)
+        else:
+            it = ((mb, None) for mb in batches)
+        if self.cuda:
+            it = self._copied(it)
         for mb, ready in _prefetch(it, self.prefetch):
-            if ready is not None:  # features were copied on the source's stream
-                torch.cuda.current_stream(self.device).wait_event(ready)
-            yield mb.to(self.device, non_blocking=True)
+            yield self._consumed(mb, ready)
 
     def sample_epoch(self, epoch: int = 0) -> EpochStats:
         """Sampling only (no features, no prefetch thread: every thread samples); the figures
         of ``twopgraph bench sampler``."""
         stats = EpochStats()
-        workers = self.plan.total
         with thread_count(1):
-            for mb, secs in sampled_batches(self.scheduler, self.sampler, epoch, workers):
+            for mb, secs in sampled_batches(self.scheduler, self._sampling(), epoch,
+                                            self._all_workers()):
                 _count_sampled(stats, mb, secs)
                 stats.feature_rows += int(mb.input_nodes.shape[0])
         self.stats = stats
@@ -189,14 +220,28 @@ class Loader:
         sees), sampled on every thread."""
         with thread_count(1):
             return [mb.input_nodes.numpy() for mb, _ in
-                    sampled_batches(self.scheduler, self.sampler, epoch, self.plan.total)]
+                    sampled_batches(self.scheduler, self._sampling(), epoch,
+                                    self._all_workers())]
+
+    def _all_workers(self) -> int:
+        """Sampling workers when sampling is all there is: every thread (numba), or one
+        (a torch sampler: its ops use torch's threads, or the GPU)."""
+        return 1 if self.torch_sampler else self.plan.total
+
+    def _sampling(self):
+        """The sampler as the sampling stage calls it: on CUDA, on the loader's sampling
+        stream and handing back host ids (:class:`HostIdSampler`)."""
+        if self.sample_stream is None:
+            return self.sampler
+        return HostIdSampler(self.sampler, self.sample_stream)
 
     # -- stages ------------------------------------------------------------------------------
     def _sampled(self, epoch: int, stats: EpochStats) -> Iterator[MiniBatch]:
         # one worker: sampled in the thread that runs the pipeline (no pool thread)
-        for mb, secs in sampled_batches(self.scheduler, self.sampler, epoch, self.plan.workers):
+        for mb, secs in sampled_batches(self.scheduler, self._sampling(), epoch,
+                                        self.plan.workers):
             _count_sampled(stats, mb, secs)
-            yield mb
+            yield _ids_to_host(mb)
 
     def _gathered(self, batches: Iterator[MiniBatch], src: FeatureSource,
                   stats: EpochStats) -> Iterator[tuple[MiniBatch, object]]:
@@ -215,6 +260,74 @@ class Loader:
             if self.labels is not None:
                 mb.labels = self.labels[mb.seeds]
             yield mb, ready
+
+    def _copied(self, items: Iterator[tuple[MiniBatch, object]]):
+        """CUDA, in the prefetch thread: the batch's host tensors (blocks, labels) pinned and
+        copied on the loader's copy stream with ``non_blocking=True`` while the features come
+        on the source's stream; yields ``(batch on the device, (features event, copy
+        event))``. Tensors already on the device (device-sampled blocks) are not copied."""
+        for mb, ready in items:
+            mb = mb.pin_memory()
+            with torch.cuda.stream(self.copy_stream):
+                mb = mb.to(self.device, non_blocking=True)
+                copied = torch.cuda.Event()
+                copied.record(self.copy_stream)
+            yield mb, (ready, copied)
+
+    def _consumed(self, mb: MiniBatch, ready) -> MiniBatch:
+        """The batch as the consumer (the training step) gets it. CUDA: the consumer's stream
+        waits for the copies (events: no host synchronisation) and is recorded on every
+        device tensor of the batch, so the caching allocator does not hand their memory to
+        the side streams before the step is done with it. CPU: the tensors as they are."""
+        if not self.cuda:
+            return mb.to(self.device, non_blocking=True)
+        stream = torch.cuda.current_stream(self.device)
+        for ev in ready if isinstance(ready, tuple) else (ready,):
+            if ev is not None:
+                stream.wait_event(ev)
+        mb.record_stream(stream)
+        return mb
+
+
+def sampler_device(sampler) -> torch.device:
+    """Where ``sampler`` builds its batches: its ``device`` (the torch samplers), else the
+    host (the numba samplers)."""
+    dev = getattr(sampler, "device", None)
+    return torch.device("cpu") if dev is None else torch.device(dev)
+
+
+class HostIdSampler:
+    """``sampler`` whose batches come back with host ids (:func:`_ids_to_host`), sampled on
+    ``stream`` when one is given (a CUDA side stream of the loader's: the sampling kernels do
+    not queue behind the training step's). The id copy synchronises that stream, so every
+    tensor of the batch is complete when it leaves; the consumer records its own stream on
+    them. Every other attribute (``graph``, ``fanouts``, ``full_block``, ...) is the
+    sampler's. What the loader's sampling stage, and the cache policies that pre-sample
+    (``presample``), call."""
+
+    def __init__(self, sampler, stream=None):
+        self.sampler, self.stream = sampler, stream
+
+    def __getattr__(self, name):
+        if name in ("sampler", "stream"):
+            raise AttributeError(name)
+        return getattr(self.sampler, name)
+
+    def sample(self, seeds, key: int | None = None, parallel: bool = True) -> MiniBatch:
+        ctx = contextlib.nullcontext() if self.stream is None else torch.cuda.stream(self.stream)
+        with ctx:
+            return _ids_to_host(self.sampler.sample(seeds, key, parallel))
+
+
+def _ids_to_host(mb: MiniBatch) -> MiniBatch:
+    """``mb`` with ``seeds`` and ``input_nodes`` on the host: one device->host copy of both
+    (``B + n`` int64) when a device sampler made them; host ids are left as they are."""
+    if mb.input_nodes.device.type == "cpu" and mb.seeds.device.type == "cpu":
+        return mb
+    b = int(mb.seeds.shape[0])
+    ids = torch.cat([mb.seeds.to(mb.input_nodes.device), mb.input_nodes]).cpu()
+    mb.seeds, mb.input_nodes = ids[:b], ids[b:]
+    return mb
 
 
 def _count_sampled(stats: EpochStats, mb: MiniBatch, secs: float) -> None:

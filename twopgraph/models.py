@@ -52,7 +52,17 @@ def _csr_tensor(block: Block, values: torch.Tensor, num_src: int) -> torch.Tenso
 
 
 def _spmm(block: Block, values: torch.Tensor, h_src: torch.Tensor) -> torch.Tensor:
-    """``A @ h_src`` where A (num_dst x num_src) has the block's edges with ``values``."""
+    """``A @ h_src`` where A (num_dst x num_src) has the block's edges with ``values``.
+
+    Under autocast (``--amp bf16``) the product runs in float32 with autocast off: autocast
+    would hand the sparse kernel bfloat16 operands, which MKL's CPU kernel does not take
+    (and cuSPARSE's bfloat16 SpMM is not yet measured); the layer's dense parts stay in
+    bfloat16."""
+    dev = h_src.device.type
+    if torch.is_autocast_enabled(dev) or h_src.dtype != values.dtype:
+        with torch.autocast(dev, enabled=False):
+            return torch.sparse.mm(_csr_tensor(block, values.float(), h_src.shape[0]),
+                                   h_src.float())
     return torch.sparse.mm(_csr_tensor(block, values, h_src.shape[0]), h_src)
 
 

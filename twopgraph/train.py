@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import io
 import logging
-import math
 import pickle
 import time
 import zipfile
@@ -39,17 +38,19 @@ import torch
 import torch.nn.functional as F
 
 from .cache import PolicyContext, build_feature_source
+from .cache.feature_cache import (activation_reserve_bytes, eval_bytes, feat_dtype,
+                                  resolve_budget)
 from .config import TrainConfig, resolve_device
 from .errors import ConfigError, TrainingDiverged, TwopgraphError
 from .fingerprint import run_fingerprint
 from .graph import GraphData, atomic_write_bytes
 from .jit import configure_threading, thread_count
-from .loader import Loader, ThreadPlan, as_long_tensor
+from .loader import HostIdSampler, Loader, ThreadPlan, as_long_tensor
 from .metrics import peak_rss_mib, write_json
 from .models import BlockGNN, build_model
 from .partition import prepare_locality, to_original_order
 from .protocols import SCHEDULERS
-from .rundir import RunDir, check_data_root, writing
+from .rundir import RunDir, check_data_root, human_bytes, writing
 from .sampler import NeighborSampler, make_sampler, make_scheduler
 
 log = logging.getLogger("twopgraph")
@@ -237,35 +238,122 @@ def write_metrics(out: Path, cfg: TrainConfig, device, plan: ThreadPlan, epochs_
 # ----------------------------------------------------------------------------------------------
 
 
+def device_sampler_bytes(graph) -> int:
+    """Device bytes the ``device`` sampler needs for ``graph`` (what
+    :meth:`~twopgraph.sampler.device.TorchNeighborSampler.nbytes` reports, plus the one
+    relabelling map of its one sampling worker): ``indptr`` int64 ``8 (N + 1)``, ``indices``
+    in the graph's dtype, degrees float32 ``4 N``, the map int64 ``8 N``. Per-batch
+    temporaries (``O(sampled edges)``) are not counted."""
+    n = graph.num_nodes
+    return (8 * (n + 1) + graph.indices.dtype.itemsize * graph.num_edges + 4 * n + 8 * n)
+
+
+def resolve_sampler_device(choice: str, device, graph, share: float = 0.25,
+                           total_bytes: int | None = None) -> tuple[torch.device, str]:
+    """Where to sample (``--sampler-device``) and why, as ``(device, reason)``: ``cpu`` -> the
+    host (numba); ``cuda`` -> the training device (``device`` must be a CUDA one); ``auto`` ->
+    the training device when it is a CUDA one and :func:`device_sampler_bytes` of ``graph``
+    is at most ``share`` of its total memory (``total_bytes``, default: what
+    ``torch.cuda.mem_get_info`` says), else the host."""
+    device = torch.device(device)
+    host = torch.device("cpu")
+    if choice == "cpu":
+        return host, "--sampler-device cpu"
+    if choice == "cuda":
+        if device.type != "cuda":
+            raise ConfigError(f"--sampler-device cuda samples on the training device; it needs "
+                              f"--device cuda (training on {device})")
+        return device, "--sampler-device cuda"
+    if choice != "auto":
+        raise ConfigError(f"unknown sampler device {choice!r}; known: auto, cpu, cuda")
+    if device.type != "cuda":
+        return host, f"--sampler-device auto, training on {device.type}"
+    need = device_sampler_bytes(graph)
+    if total_bytes is None:
+        total_bytes = torch.cuda.mem_get_info(device)[1]
+    fits = need <= share * total_bytes
+    why = (f"--sampler-device auto: the graph's CSR, degrees and relabelling map "
+           f"({human_bytes(need)}) {'fit in' if fits else 'exceed'} --sampler-memory-share "
+           f"{share:g} of the device's {human_bytes(total_bytes)}")
+    return (device if fits else host), why
+
+
 def make_loader(cfg: TrainConfig, data: GraphData, device, *, parts=None,
                 batch_size: int | None = None, sampler=None, wrap_scheduler=None,
                 threads: int | None = None) -> Loader:
-    """The training :class:`~twopgraph.loader.Loader` of ``cfg`` over ``data``: the
-    ``neighbor`` sampler (unless ``sampler`` is given), the scheduler of ``cfg`` (``parts`` =
-    the METIS cluster of every vertex; ``wrap_scheduler`` may wrap it), and the feature
-    source of the cache options. ``batch_size`` and ``threads`` override ``cfg``'s."""
+    """The training :class:`~twopgraph.loader.Loader` of ``cfg`` over ``data``: the sampler of
+    ``--sampler-device`` (:func:`resolve_sampler_device`: ``neighbor`` on the host or
+    ``device`` on the training GPU; unless ``sampler`` is given), the scheduler of ``cfg``
+    (``parts`` = the METIS cluster of every vertex; ``wrap_scheduler`` may wrap it), and the
+    feature source of the cache options, whose default CUDA budget leaves the model's
+    activations free (:func:`~twopgraph.cache.feature_cache.activation_reserve_bytes`,
+    reported as ``activation_reserve_bytes`` per epoch). ``batch_size`` and ``threads``
+    override ``cfg``'s."""
     s = cfg.sampling
+    device = torch.device(device)
     batch_size = s.batch_size if batch_size is None else batch_size
     threads = cfg.run.threads if threads is None else threads
     if sampler is None:
-        sampler = make_sampler("neighbor", data.graph, s.fanouts, seed=cfg.run.seed)
+        where, why = resolve_sampler_device(s.sampler_device, device, data.graph,
+                                            s.sampler_memory_share)
+        log.info("sampling on %s (%s sampler): %s", where,
+                 "neighbor" if where.type == "cpu" else "device", why)
+        if where.type == "cpu":
+            sampler = make_sampler("neighbor", data.graph, s.fanouts, seed=cfg.run.seed)
+        else:
+            sampler = make_sampler("device", data.graph, s.fanouts, seed=cfg.run.seed,
+                                   device=where)
     scheduler = make_scheduler(s.schedule, data.train_idx, batch_size, seed=cfg.run.seed,
                                balance=s.balance, parts=parts, labels=data.label)
     if wrap_scheduler is not None:
         scheduler = wrap_scheduler(scheduler)
     plan = ThreadPlan.for_threads(threads, cfg.run.prefetch)
+    torch_sampler = getattr(sampler, "device", None) is not None
+    # Pre-sampling policies (presample) read host ids: a device sampler's are copied back
+    # (HostIdSampler), and it samples in one thread (its ops use torch's threads or the GPU).
     ctx = PolicyContext(data.graph, data.train_idx, s.fanouts, batch_size, scheduler=scheduler,
-                        sampler=sampler, seed=cfg.run.seed, workers=plan.total)
+                        sampler=HostIdSampler(sampler) if torch_sampler else sampler,
+                        seed=cfg.run.seed, workers=1 if torch_sampler else plan.total)
     c = cfg.cache
+    # The device sampler's relabelling map is made on its first batch: not yet in the free
+    # memory the budget reads (its CSR is: the sampler was built above).
+    on_device = torch_sampler and torch.device(sampler.device).type == "cuda"
+    reserve = activation_reserve_bytes(
+        num_nodes=data.num_nodes, num_edges=data.graph.num_edges,
+        num_features=data.num_features, hidden=cfg.model.hidden,
+        num_classes=data.num_classes, fanouts=s.fanouts, batch_size=batch_size,
+        prefetch=cfg.run.prefetch, eval_batch_edges=cfg.run.eval_batch_edges,
+        extra=8 * data.num_nodes if on_device else 0)
+    ratio, gb = c.cache_ratio, c.cache_gb
+    if ratio is None and gb is None and device.type == "cuda":
+        # The default budget, less the reserve, handed on as an exact byte count (rows x
+        # row_bytes / 2**30 is exact in a float: an integer below 2**53 over a power of two).
+        item = torch.empty(0, dtype=feat_dtype(c.feat_dtype)).element_size()
+        row_bytes = data.num_features * item
+        rows = resolve_budget(data.num_nodes, row_bytes, device, reserve=reserve)
+        gb = rows * row_bytes / 2 ** 30
+        if c.cache_policy != "none":
+            log.info("cache budget %d rows (%s): free device memory less a 25%% margin and "
+                     "an activation reserve of %s", rows, human_bytes(rows * row_bytes),
+                     human_bytes(reserve))
+    if device.type == "cuda":
+        ev = eval_bytes(data.num_nodes, data.graph.num_edges, data.num_features,
+                        cfg.model.hidden, data.num_classes, cfg.run.eval_batch_edges)
+        total = torch.cuda.mem_get_info(device)[1]
+        if ev > total:
+            log.warning("exact evaluation holds about %s on %s (the float32 feature table "
+                        "and the layers' N-row outputs), more than its %s: expect it to run "
+                        "out of memory", human_bytes(ev), device, human_bytes(total))
     with thread_count(plan.total):  # pre-sampling (presample policy) may use every thread
         features = build_feature_source(c.cache_policy, torch.from_numpy(data.feat), ctx,
-                                        device, ratio=c.cache_ratio, gb=c.cache_gb,
-                                        dtype=c.feat_dtype)
+                                        device, ratio=ratio, gb=gb, dtype=c.feat_dtype)
     if c.cache_policy != "none" and features.budget == 0:
         log.warning("cache policy %s has a budget of 0 rows on %s: every row is copied; give "
                     "--cache-ratio or --cache-gb to build a cache", c.cache_policy, device)
-    return Loader(scheduler, sampler, features, torch.from_numpy(data.label), device,
-                  prefetch=cfg.run.prefetch, threads=threads)
+    loader = Loader(scheduler, sampler, features, torch.from_numpy(data.label), device,
+                    prefetch=cfg.run.prefetch, threads=threads)
+    loader.activation_reserve_bytes = reserve
+    return loader
 
 
 def eval_features(data: GraphData, loader: Loader) -> torch.Tensor:
@@ -326,7 +414,7 @@ def _train(cfg: TrainConfig, data: GraphData | None, device) -> TrainResult:
     with loader.plan.applied():
         for epoch in range(start_epoch, run.epochs):
             try:
-                rec = train_epoch(model, opt, loader, epoch, run.progress)
+                rec = train_epoch(model, opt, loader, epoch, run.progress, amp=cfg.model.amp)
                 check_finite_weights(model, opt, rec)
             except TrainingDiverged as e:
                 write_diverged(out, cfg, device, loader.plan, epochs_log, e,
@@ -436,58 +524,139 @@ def log_epoch(rec: dict) -> None:
              rec["compute_s"], rec["input_nodes_per_batch"])
 
 
-def train_epoch(model, opt, loader: Loader, epoch: int, progress: bool = True,
-                stop_on_nonfinite: bool = True) -> dict:
-    """One epoch of ``loader``'s batches through ``model`` (cross-entropy, ``opt`` step per
-    batch); returns the epoch's record (DESIGN.md metrics, seconds).
+# The step's loss and accuracy stay on the device; the host reads them (one synchronisation)
+# every READ_EVERY steps, at the end of the epoch and, with a progress bar, READ_SECONDS after
+# the last read (so a slow epoch's bar still moves).
+READ_EVERY = 20
+READ_SECONDS = 0.5
 
-    The first non-finite loss raises :class:`TrainingDiverged` (:func:`diverged`), or, without
+
+class StepTally:
+    """Loss x seeds, correct predictions and the first non-finite loss of an epoch's steps,
+    kept on the device without a host synchronisation per step.
+
+    :meth:`add` writes step ``k``'s loss and correct count into row ``k`` of a small device
+    buffer (two device copies, no sync); :meth:`read` copies the rows written since the last
+    read to the host -- the one synchronisation -- and folds them into host sums, noting the
+    first non-finite loss with its exact step and value. ``rows`` steps fit between reads.
+    """
+
+    def __init__(self, device, rows: int = READ_EVERY):
+        self.buf = torch.zeros((rows, 2), dtype=torch.float64, device=device)
+        self.pending: list[int] = []  # seeds of each step written since the last read
+        self.steps = 0  # steps read so far
+        self.loss_sum, self.correct, self.seen = 0.0, 0, 0
+        self.nonfinite: dict | None = None  # {"step", "loss"} of the first non-finite loss
+        self.reads = 0
+
+    @property
+    def full(self) -> bool:
+        return len(self.pending) == self.buf.shape[0]
+
+    def add(self, loss: torch.Tensor, correct: torch.Tensor, n: int) -> None:
+        """Step ``loss`` (0-d, detached) with ``correct`` (0-d count) of ``n`` seeds. The
+        caller reads before the buffer overflows (:attr:`full`)."""
+        row = self.buf[len(self.pending)]
+        row[0] = loss
+        row[1] = correct
+        self.pending.append(n)
+
+    def read(self) -> int:
+        """Fold the steps since the last read into the host sums; returns how many."""
+        k = len(self.pending)
+        if k == 0:
+            return 0
+        vals = self.buf[:k].cpu().numpy()  # the one host synchronisation
+        n = np.asarray(self.pending, dtype=np.float64)
+        bad = ~np.isfinite(vals[:, 0])
+        if self.nonfinite is None and bad.any():
+            i = int(np.argmax(bad))
+            self.nonfinite = {"step": self.steps + i, "loss": float(vals[i, 0])}
+        self.loss_sum += float((vals[:, 0] * n).sum())
+        self.correct += round(float(vals[:, 1].sum()))
+        self.seen += int(n.sum())
+        self.steps += k
+        self.pending.clear()
+        self.reads += 1
+        return k
+
+
+def autocast(device, amp: str = "off"):
+    """The autocast context of ``--amp``: ``bf16`` = ``torch.autocast`` to bfloat16 on
+    ``device``'s type (CUDA or CPU), ``off`` = a disabled one."""
+    return torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16,
+                          enabled=amp == "bf16")
+
+
+def train_epoch(model, opt, loader: Loader, epoch: int, progress: bool = True,
+                stop_on_nonfinite: bool = True, amp: str = "off") -> dict:
+    """One epoch of ``loader``'s batches through ``model`` (cross-entropy, ``opt`` step per
+    batch; forward and loss under :func:`autocast` ``amp``); returns the epoch's record
+    (DESIGN.md metrics, seconds, ``sampler_device``, ``amp``).
+
+    No host synchronisation inside a step: loss and accuracy are accumulated on the device
+    (:class:`StepTally`) and read every ``READ_EVERY`` steps, at the end of the epoch and, with
+    a progress bar, after ``READ_SECONDS``. On CUDA ``compute_s`` is therefore the host's time
+    queueing the steps plus its waits at those reads (where the device's backlog drains), and
+    ``epoch_s`` ends with the last read. A non-finite loss is found at the next read, with its
+    exact step: it raises :class:`TrainingDiverged` (:func:`diverged`), or, without
     ``stop_on_nonfinite`` (ranks of a distributed run, which must stop together), is recorded
     as ``rec["nonfinite"] = {"step", "loss"}`` while the epoch runs to its end."""
     model.train()
     t0, cpu0 = time.perf_counter(), time.process_time()
     compute_s = 0.0
-    loss_sum, correct, seen = 0.0, 0, 0
-    nonfinite = None
+    tally = StepTally(loader.device)
     bar = None
     if progress:
         from tqdm import tqdm
         bar = tqdm(total=len(loader), desc=f"epoch {epoch}", unit="batch",
                    leave=False, dynamic_ncols=True)
+
+    def read() -> None:
+        k = tally.read()
+        if tally.nonfinite is not None and stop_on_nonfinite:
+            bad = tally.nonfinite
+            raise diverged(epoch, bad["step"], bad["loss"], opt)
+        if bar is not None and k:
+            el = time.perf_counter() - t0
+            bar.set_postfix(loss=f"{tally.loss_sum / max(tally.seen, 1):.4f}",
+                            seeds_s=f"{tally.seen / el:.0f}")
+            bar.update(k)
+
     batches = loader.epoch(epoch)
+    last_read = t0
     try:
-        for step, mb in enumerate(batches):
+        for mb in batches:
             tc = time.perf_counter()
             opt.zero_grad(set_to_none=True)
-            logits = model(mb)
-            loss = F.cross_entropy(logits, mb.labels)
+            with autocast(loader.device, amp):
+                logits = model(mb)
+                loss = F.cross_entropy(logits, mb.labels)
             loss.backward()
             opt.step()
-            n = mb.num_seeds
-            loss_value = float(loss.detach())  # the one sync per step: checked for free
-            if not math.isfinite(loss_value):
-                if stop_on_nonfinite:
-                    raise diverged(epoch, step, loss_value, opt)
-                if nonfinite is None:
-                    nonfinite = {"step": step, "loss": loss_value}
-            loss_sum += loss_value * n
-            correct += int((logits.argmax(1) == mb.labels).sum())
-            seen += n
-            compute_s += time.perf_counter() - tc
-            if bar is not None:
-                el = time.perf_counter() - t0
-                bar.set_postfix(loss=f"{loss_sum / seen:.4f}", seeds_s=f"{seen / el:.0f}")
-                bar.update(1)
+            tally.add(loss.detach(), (logits.detach().argmax(1) == mb.labels).sum(),
+                      mb.num_seeds)
+            now = time.perf_counter()
+            if tally.full or (bar is not None and now - last_read >= READ_SECONDS):
+                read()
+                last_read = now = time.perf_counter()
+            compute_s += now - tc
+        tc = time.perf_counter()
+        read()  # the epoch's last steps
+        compute_s += time.perf_counter() - tc
     finally:
         batches.close()
         if bar is not None:
             bar.close()
     epoch_s = time.perf_counter() - t0
     cpu_s = time.process_time() - cpu0  # every thread of the process
-    rec = {"epoch": epoch, "loss": loss_sum / max(seen, 1), "train_acc": correct / max(seen, 1),
-           "epoch_s": epoch_s, "compute_s": compute_s, "seeds_per_s": seen / epoch_s,
-           "cpu_s": cpu_s, "cpu_per_wall": cpu_s / epoch_s}
+    seen = tally.seen
+    rec = {"epoch": epoch, "loss": tally.loss_sum / max(seen, 1),
+           "train_acc": tally.correct / max(seen, 1), "epoch_s": epoch_s,
+           "compute_s": compute_s, "seeds_per_s": seen / epoch_s, "cpu_s": cpu_s,
+           "cpu_per_wall": cpu_s / epoch_s, "sampler_device": loader.sampler_device.type,
+           "amp": amp}
     rec.update(loader.stats.as_dict())
-    if nonfinite is not None:
-        rec["nonfinite"] = nonfinite
+    if tally.nonfinite is not None:
+        rec["nonfinite"] = tally.nonfinite
     return rec

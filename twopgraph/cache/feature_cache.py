@@ -12,6 +12,7 @@ accounting apply.
 
 from __future__ import annotations
 
+import math
 from contextlib import nullcontext
 
 import numpy as np
@@ -35,10 +36,74 @@ def feat_dtype(name: str) -> torch.dtype:
         raise ConfigError(f"unknown feat dtype {name!r}; known: {', '.join(FEAT_DTYPES)}") from None
 
 
+# Training-step memory per input row and unit of width, in float32 values (see
+# train_step_bytes): the activations autograd keeps, their gradients, temporaries.
+ACTIVATION_FACTOR = 3
+# Device bytes per edge of one chunk of exact inference: indptr/indices (int64), the float32
+# edge weights and the index temporaries of building them.
+EVAL_BYTES_PER_EDGE = 24
+
+
+def input_rows_estimate(batch_size: int, fanouts, num_nodes: int, mean_degree: float) -> int:
+    """An upper estimate of the input rows of one mini-batch: ``B`` seeds, each hop multiplying
+    the rows by ``1 + min(f, d)`` (``d`` = the mean degree, also for ``f = -1``; E[min(f, deg)]
+    <= min(f, d) since min is concave), capped at ``num_nodes``. Overlap between neighbourhoods
+    is ignored, which only makes it larger."""
+    rows = float(min(batch_size, num_nodes))
+    for f in fanouts:
+        take = mean_degree if f < 0 else min(float(f), mean_degree)
+        rows = min(float(num_nodes), rows * (1.0 + take))
+    return math.ceil(rows)
+
+
+def train_step_bytes(rows_in: int, num_features: int, hidden: int, num_layers: int,
+                     prefetch: int = 2) -> int:
+    """Device bytes of one training step, estimated from above:
+    ``4 x rows_in x (ACTIVATION_FACTOR x (F + hidden x L) + prefetch x F)``.
+
+    Every layer is charged ``hidden`` float32 values per *input* row (layers nearer the output
+    have fewer rows: an upper bound), the input features ``F`` per row; the factor covers the
+    values autograd keeps, their gradients and temporaries (dropout masks, SpMM operands);
+    ``prefetch`` more feature tensors are the batches gathered ahead, waiting on the device."""
+    width = num_features + hidden * num_layers
+    return 4 * rows_in * (ACTIVATION_FACTOR * width + max(0, prefetch) * num_features)
+
+
+def eval_bytes(num_nodes: int, num_edges: int, num_features: int, hidden: int,
+               num_classes: int, eval_batch_edges: int = 4_000_000) -> int:
+    """Device bytes of exact layer-wise inference (:func:`twopgraph.train.layerwise_inference`):
+    ``4 x N x (F + 3 x max(hidden, classes)) + EVAL_BYTES_PER_EDGE x min(E, batch_edges)`` --
+    the float32 feature table on the device, one layer's output and the next layer's
+    per-vertex projections (SAGE: two of them), and one chunk's block."""
+    width = max(hidden, num_classes)
+    return (4 * num_nodes * (num_features + 3 * width)
+            + EVAL_BYTES_PER_EDGE * min(num_edges, eval_batch_edges))
+
+
+def activation_reserve_bytes(*, num_nodes: int, num_edges: int, num_features: int,
+                             hidden: int, num_classes: int, fanouts, batch_size: int,
+                             prefetch: int = 2, eval_batch_edges: int = 4_000_000,
+                             extra: int = 0) -> int:
+    """Device memory a default cache budget leaves to the model:
+    ``max(train_step_bytes, eval_bytes) + extra``. Training and evaluation take turns (the
+    caching allocator reuses one's memory for the other), hence the max; ``extra`` is memory
+    the pipeline allocates later on the device, e.g. the device sampler's relabelling map
+    (``8 N``). Not yet measured against a GPU's peak (``torch.cuda.max_memory_allocated``):
+    the factors are estimates from above."""
+    mean_degree = num_edges / max(1, num_nodes)
+    rows_in = input_rows_estimate(batch_size, fanouts, num_nodes, mean_degree)
+    train = train_step_bytes(rows_in, num_features, hidden, len(fanouts), prefetch)
+    ev = eval_bytes(num_nodes, num_edges, num_features, hidden, num_classes, eval_batch_edges)
+    return int(max(train, ev) + extra)
+
+
 def resolve_budget(num_rows: int, row_bytes: int, device, ratio: float | None = None,
-                   gb: float | None = None, margin: float = DEFAULT_TRAIN_MARGIN) -> int:
+                   gb: float | None = None, margin: float = DEFAULT_TRAIN_MARGIN,
+                   reserve: int = 0) -> int:
     """Buffer size in rows: ``ratio`` x rows, or ``gb`` GiB, else (CUDA) what fits in the free
-    device memory after keeping ``margin`` of the total for training, else (CPU) 0 rows.
+    device memory after keeping ``margin`` of the total and ``reserve`` bytes (the model's
+    activations, :func:`activation_reserve_bytes`) for training, else (CPU) 0 rows:
+    ``min(N, max(0, free - margin x total - reserve) // row_bytes)``.
 
     On CPU the model reads host memory directly, so a "device" buffer would only be a second
     copy of rows the host table already holds (on synthetic-products: +0.9 GiB and a copy per
@@ -58,7 +123,7 @@ def resolve_budget(num_rows: int, row_bytes: int, device, ratio: float | None = 
     device = torch.device(device)
     if device.type == "cuda":
         free, total = torch.cuda.mem_get_info(device)
-        avail = max(0, free - int(margin * total))
+        avail = max(0, free - int(margin * total) - int(reserve))
         return min(num_rows, avail // max(1, row_bytes))
     return 0
 

@@ -72,8 +72,8 @@ log = logging.getLogger("twopgraph")
 # dataset, the clusters and the numbering) is matched through its partition_id instead.
 PARTITION_KEYS = ("dataset", "num_clusters", "renumber")
 SUM_KEYS = ("num_batches", "num_seeds", "feature_rows", "cache_hits", "h2d_bytes",
-            "cache_fill_bytes", "cache_budget_rows", "remote_graph_requests",
-            "remote_feature_bytes", "halo_input_rows")
+            "cache_fill_bytes", "cache_budget_rows", "activation_reserve_bytes",
+            "remote_graph_requests", "remote_feature_bytes", "halo_input_rows")
 MAX_KEYS = ("epoch_s", "sample_s", "load_s", "compute_s")
 # "[.../third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error ...": raised by gloo itself
 _GLOO_ERROR = re.compile(r"\[[^\]]*gloo/[^\]]*:\d+\]")
@@ -184,6 +184,9 @@ def train_distributed(cfg: TrainConfig, partitions, *, env: DistEnv | None = Non
     returns the same accuracies; ``model`` is its replica (identical on all ranks).
     """
     cfg.validate()
+    if cfg.sampling.sampler_device == "cuda":
+        raise ConfigError("--sampler-device cuda is not available with --partitions (the "
+                          "partition sampler runs on the host); use cpu or auto")
     env = detect() if env is None else env
     timeout_s = cfg.dist.dist_timeout
     meta = read_meta(partitions)
@@ -332,7 +335,8 @@ def _run(cfg: TrainConfig, folder: Path, meta: dict, env: DistEnv, device, backe
             torch.manual_seed(mix_key(run.seed, rank, epoch) & 0x7FFFFFFFFFFFFFFF)
             before = sampler.counters()
             # a non-finite loss is recorded, not raised: the ranks decide together below
-            rec = train_epoch(ddp, opt, loader, epoch, progress, stop_on_nonfinite=False)
+            rec = train_epoch(ddp, opt, loader, epoch, progress, stop_on_nonfinite=False,
+                              amp=cfg.model.amp)
             after = sampler.counters()
             rec.update(rank=rank, remote_graph_requests=after[0] - before[0],
                        remote_feature_bytes=int(round((after[1] - before[1])
@@ -392,7 +396,8 @@ def _divergence(ranks: list[dict], model, opt) -> TrainingDiverged | None:
 
 def _total(ranks: list[dict]) -> dict:
     """One epoch record for the whole job from the per-rank ones (see module docstring)."""
-    tot = {"epoch": ranks[0]["epoch"], "world_size": len(ranks)}
+    tot = {"epoch": ranks[0]["epoch"], "world_size": len(ranks),
+           "sampler_device": ranks[0]["sampler_device"], "amp": ranks[0]["amp"]}
     for k in SUM_KEYS:
         tot[k] = sum(r[k] for r in ranks)
     for k in MAX_KEYS:

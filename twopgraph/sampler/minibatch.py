@@ -60,7 +60,32 @@ class Block:
 
     def to(self, device, non_blocking: bool = False) -> "Block":
         return replace(self, **{f: getattr(self, f).to(device, non_blocking=non_blocking)
-                                for f in ("indptr", "indices", "src_deg", "dst_deg")})
+                                for f in _BLOCK_TENSORS})
+
+    def pin_memory(self) -> "Block":
+        """The block with its host tensors in pinned memory (tensors already on a device stay
+        as they are), so that a ``non_blocking`` copy to a GPU is truly asynchronous."""
+        return replace(self, **{f: _pinned(getattr(self, f)) for f in _BLOCK_TENSORS})
+
+    def record_stream(self, stream) -> None:
+        """``Tensor.record_stream(stream)`` for every device tensor of the block."""
+        for f in _BLOCK_TENSORS:
+            _record(getattr(self, f), stream)
+
+
+_BLOCK_TENSORS = ("indptr", "indices", "src_deg", "dst_deg")
+
+
+def _pinned(t: torch.Tensor | None) -> torch.Tensor | None:
+    if t is None or t.device.type != "cpu" or t.is_pinned():
+        return t
+    return t.pin_memory()
+
+
+def _record(t: torch.Tensor | None, stream) -> None:
+    if t is not None and t.device.type != "cpu":
+        t.record_stream(stream)
+
 
 @dataclass
 class MiniBatch:
@@ -92,3 +117,19 @@ class MiniBatch:
             features=None if self.features is None
             else self.features.to(device, non_blocking=non_blocking),
         )
+
+    def pin_memory(self) -> "MiniBatch":
+        """The batch with the host tensors that go to the device (blocks, labels, features)
+        in pinned memory; ids stay as they are (they stay on the host), tensors already on a
+        device too. Pinning needs CUDA: the loader calls it only when training on a GPU."""
+        return replace(self, blocks=[b.pin_memory() for b in self.blocks],
+                       labels=_pinned(self.labels), features=_pinned(self.features))
+
+    def record_stream(self, stream) -> None:
+        """``Tensor.record_stream(stream)`` for every device tensor the model reads (blocks,
+        labels, features): tensors made on a side stream (copies, device sampling) are then
+        not reused by the caching allocator before ``stream``'s work on them is done."""
+        for b in self.blocks:
+            b.record_stream(stream)
+        _record(self.labels, stream)
+        _record(self.features, stream)
