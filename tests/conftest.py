@@ -81,3 +81,17 @@ def graph():
 @pytest.fixture
 def data():
     return community_data()
+
+
+def run_cli(argv, capsys) -> tuple[int, str, str]:
+    """``twopgraph.cli.main(argv)`` in-process -> (exit code, stdout, stderr); argparse exits
+    are caught."""
+    from twopgraph.cli import main
+    capsys.readouterr()
+    try:
+        rc = main([str(a) for a in argv])
+    except SystemExit as e:
+        rc = e.code
+    cap = capsys.readouterr()
+    return rc, cap.out, cap.err
+

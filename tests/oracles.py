@@ -165,3 +165,104 @@ def exhaustive_copies(stream, budget: int, start: str = "empty") -> int:
                         best[s] = c
         states = best
     return min(states.values())
+
+
+# -- the sampling law (any Sampler: numba on the host, torch on a device) ----------------------
+def binom_two_sided(k, n, p):
+    """Two-sided binomial p-value of ``k`` successes in ``n`` trials (arrays)."""
+    from scipy.stats import binom
+    return np.minimum(1.0, 2 * np.minimum(binom.cdf(k, n, p), binom.sf(k - 1, n, p)))
+
+
+def edge_counts(sampler, seeds, keys):
+    """For each block (input side first): ``(pairs, present)`` where ``pairs[v*n+u]`` counts
+    the draws in which dst ``v`` took neighbour ``u`` and ``present[v]`` the draws in which
+    ``v`` was a dst; and ``both``, the draws in which a seed took ``u`` in the last two blocks.
+    Checks on the way that no dst takes a neighbour twice."""
+    n = sampler.graph.num_nodes
+    layers = len(sampler.fanouts)
+    pairs = [np.zeros(n * n, dtype=np.int64) for _ in range(layers)]
+    present = [np.zeros(n, dtype=np.int64) for _ in range(layers)]
+    both = np.zeros(n * n, dtype=np.int64)
+    for key in keys:
+        mb = sampler.sample(seeds, key=key, parallel=False)
+        ids = mb.input_nodes.cpu().numpy()
+        taken = []
+        for i, b in enumerate(mb.blocks):
+            dst = ids[np.repeat(np.arange(b.num_dst), b.sampled_deg().cpu().numpy())]
+            flat = dst * n + ids[b.indices.cpu().numpy()]
+            assert np.unique(flat).shape[0] == flat.shape[0], "a neighbour taken twice"
+            pairs[i][flat] += 1
+            present[i][ids[:b.num_dst]] += 1
+            taken.append(flat)
+        # the seeds are the dst vertices of the last block, and the first dst of the one below
+        both[np.intersect1d(taken[-2], taken[-1])] += 1
+    return pairs, present, both
+
+
+def assert_sampling_law(sampler, seeds, trials: int = 1500) -> None:
+    """Over ``trials`` keys: each neighbour of a dst vertex of degree d is taken with
+    probability min(1, f / d) in every block (binomial tests, family-wise level 1e-4, and an
+    aggregate chi-square z-score), a vertex with d <= f takes every neighbour every time, only
+    real edges are taken, and a seed's draws in its two last layers are independent (joint
+    probability = product). ``sampler`` needs at least two layers."""
+    g = sampler.graph
+    deg = g.degrees()
+    n = g.num_nodes
+    fanouts = list(sampler.fanouts)
+    pairs, present, both = edge_counts(sampler, seeds, range(trials))
+    src = np.repeat(np.arange(n), deg)
+    edge = src * n + g.indices.astype(np.int64)
+    pvals, chi, dof = [], 0.0, 0
+    for f, cnt, pres in zip(fanouts, pairs, present):
+        assert cnt.sum() == cnt[edge].sum()  # only real edges are ever taken
+        p = np.minimum(1.0, f / np.maximum(deg[src], 1))
+        m, k = pres[src], cnt[edge]
+        full = (p == 1.0) & (m > 0)
+        np.testing.assert_array_equal(k[full], m[full])  # d <= f: every neighbour, always
+        test = (p < 1.0) & (m > 0)
+        assert test.sum() > 100
+        pvals.append(binom_two_sided(k[test], m[test], p[test]))
+        chi += ((k[test] - m[test] * p[test]) ** 2 / (m[test] * p[test] * (1 - p[test]))).sum()
+        dof += int(test.sum())
+    pvals = np.concatenate(pvals)
+    family = float(pvals.min()) * pvals.shape[0]  # Bonferroni
+    assert family > 1e-4, f"an edge's inclusion count is off (corrected p {family:.2g})"
+    z = (chi - dof) / np.sqrt(2 * dof)
+    assert abs(z) < 5, f"inclusion counts off on the whole (chi-square z {z:.1f})"
+    # independence between the layers: a seed takes u in both with probability p0 p1
+    p_seed = np.minimum(1.0, np.array(fanouts[-2:])[:, None] / np.maximum(deg[src], 1))
+    sel = np.isin(src, seeds) & (p_seed.max(0) < 1.0)
+    joint = p_seed[0][sel] * p_seed[1][sel]
+    k = both[edge[sel]]
+    family = float(binom_two_sided(k, trials, joint).min()) * int(sel.sum())
+    assert family > 1e-4, f"layers are not independent (corrected p {family:.2g})"
+    z = (k.sum() - trials * joint.sum()) / np.sqrt((trials * joint * (1 - joint)).sum())
+    assert abs(z) < 5, f"layers are not independent (z {z:.1f})"
+
+
+def assert_uniform_subsets(sampler_factory, d: int, f: int, centres: int = 40,
+                           keys: int = 300) -> None:
+    """Each of the C(d, f) neighbour sets of a degree-d vertex comes with probability
+    1 / C(d, f) (chi-square over ``centres`` star centres x ``keys`` draws);
+    ``sampler_factory(graph, fanouts)`` builds the sampler under test."""
+    from itertools import combinations
+
+    from scipy.stats import chi2
+
+    from twopgraph.graph import CSRGraph
+    g = CSRGraph.from_edges(np.repeat(np.arange(centres), d), centres + np.arange(centres * d),
+                            centres * (d + 1))
+    s = sampler_factory(g, [f])
+    index = {c: i for i, c in enumerate(combinations(range(d), f))}
+    counts = np.zeros(len(index), dtype=np.int64)
+    seeds = np.arange(centres)
+    for key in range(keys):
+        mb = s.sample(seeds, key=key, parallel=False)
+        nbr = mb.input_nodes.cpu().numpy()[mb.blocks[0].indices.cpu().numpy()]
+        local = np.sort(nbr.reshape(centres, f) - centres - seeds[:, None] * d, axis=1)
+        for row in local:
+            counts[index[tuple(row.tolist())]] += 1
+    expected = counts.sum() / len(index)
+    stat = ((counts - expected) ** 2 / expected).sum()
+    assert chi2.sf(stat, len(index) - 1) > 1e-4, (counts, stat)

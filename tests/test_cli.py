@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from twopgraph.cli import main
-from conftest import random_graph
+from conftest import random_graph, run_cli
 
 TRAIN_FAST = ["--epochs", "1", "--hidden", "16", "--fanouts", "5,5", "--batch-size", "256",
               "--no-progress", "--device", "cpu"]
@@ -27,15 +27,6 @@ def root(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("data")
 
 
-def run_cli(argv, capsys) -> tuple[int, str, str]:
-    """``main(argv)`` in-process -> (exit code, stdout, stderr); argparse exits are caught."""
-    capsys.readouterr()
-    try:
-        rc = main([str(a) for a in argv])
-    except SystemExit as e:
-        rc = e.code
-    cap = capsys.readouterr()
-    return rc, cap.out, cap.err
 
 
 def assert_user_error(rc, out, err):

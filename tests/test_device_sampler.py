@@ -239,102 +239,24 @@ def test_threads_and_workers_give_the_same_batches(device):
 
 
 # -- the sampling law, over many keys --------------------------------------------------------------
-def _binom_two_sided(k, n, p):
-    """Two-sided binomial p-value of ``k`` successes in ``n`` trials (arrays)."""
-    from scipy.stats import binom
-    return np.minimum(1.0, 2 * np.minimum(binom.cdf(k, n, p), binom.sf(k - 1, n, p)))
-
-
-def _edge_counts(s, seeds, keys):
-    """As tests/test_sampler.py: per block ``(pairs, present)``, ``pairs[v*n+u]`` = draws in
-    which dst ``v`` took ``u``, ``present[v]`` = draws in which ``v`` was a dst; and ``both``,
-    the draws in which a seed took ``u`` in the last two blocks. Checks no neighbour twice."""
-    n = s.graph.num_nodes
-    L = len(s.fanouts)
-    pairs = [np.zeros(n * n, dtype=np.int64) for _ in range(L)]
-    present = [np.zeros(n, dtype=np.int64) for _ in range(L)]
-    both = np.zeros(n * n, dtype=np.int64)
-    for key in keys:
-        mb = s.sample(seeds, key=key, parallel=False)
-        ids = mb.input_nodes.cpu().numpy()
-        taken = []
-        for i, b in enumerate(mb.blocks):
-            dst = ids[np.repeat(np.arange(b.num_dst), b.sampled_deg().cpu().numpy())]
-            flat = dst * n + ids[b.indices.cpu().numpy()]
-            assert np.unique(flat).shape[0] == flat.shape[0], "a neighbour taken twice"
-            pairs[i][flat] += 1
-            present[i][ids[:b.num_dst]] += 1
-            taken.append(flat)
-        both[np.intersect1d(taken[-2], taken[-1])] += 1
-    return pairs, present, both
-
-
 @pytest.mark.parametrize("graph", ["power-law", "hub"])
 def test_sampling_law_inclusion_probability(device, graph):
     """Each neighbour of a dst vertex of degree d is taken with probability min(1, f / d) in
-    every block (binomial tests over 1500 keys, family-wise level 1e-4, and an aggregate
-    chi-square z-score); a seed's draws in two layers are independent."""
+    every block; a seed's draws in two layers are independent (tests/oracles.py)."""
+    from oracles import assert_sampling_law
     g = power_law_data(300, avg_deg=6, seed=1).graph if graph == "power-law" \
         else random_graph(200, 600, seed=5)
-    deg = g.degrees()
-    n = g.num_nodes
-    fanouts = [4, 3]
-    seeds = np.flatnonzero(deg > 0)[::3]
-    trials = 1500
-    s = TorchNeighborSampler(g, fanouts, seed=7, device=device)
-    pairs, present, both = _edge_counts(s, seeds, range(trials))
-    src = np.repeat(np.arange(n), deg)
-    edge = src * n + g.indices.astype(np.int64)
-    pvals, chi, dof = [], 0.0, 0
-    for f, cnt, pres in zip(fanouts, pairs, present):
-        assert cnt.sum() == cnt[edge].sum()  # only real edges are ever taken
-        p = np.minimum(1.0, f / np.maximum(deg[src], 1))
-        m, k = pres[src], cnt[edge]
-        full = (p == 1.0) & (m > 0)
-        np.testing.assert_array_equal(k[full], m[full])  # d <= f: every neighbour, always
-        test = (p < 1.0) & (m > 0)
-        assert test.sum() > 100
-        pvals.append(_binom_two_sided(k[test], m[test], p[test]))
-        chi += ((k[test] - m[test] * p[test]) ** 2 / (m[test] * p[test] * (1 - p[test]))).sum()
-        dof += int(test.sum())
-    pvals = np.concatenate(pvals)
-    family = float(pvals.min()) * pvals.shape[0]  # Bonferroni
-    assert family > 1e-4, f"an edge's inclusion count is off (corrected p {family:.2g})"
-    z = (chi - dof) / np.sqrt(2 * dof)
-    assert abs(z) < 5, f"inclusion counts off on the whole (chi-square z {z:.1f})"
-    p_seed = np.minimum(1.0, np.array(fanouts)[:, None] / np.maximum(deg[src], 1))
-    sel = np.isin(src, seeds) & (p_seed.max(0) < 1.0)
-    joint = p_seed[0][sel] * p_seed[1][sel]
-    k = both[edge[sel]]
-    family = float(_binom_two_sided(k, trials, joint).min()) * int(sel.sum())
-    assert family > 1e-4, f"layers are not independent (corrected p {family:.2g})"
-    z = (k.sum() - trials * joint.sum()) / np.sqrt((trials * joint * (1 - joint)).sum())
-    assert abs(z) < 5, f"layers are not independent (z {z:.1f})"
+    assert_sampling_law(TorchNeighborSampler(g, [4, 3], seed=7, device=device),
+                        np.flatnonzero(g.degrees() > 0)[::3])
 
 
 @pytest.mark.parametrize("d,f", [(5, 2), (7, 4)])
 def test_sampling_draws_every_subset_equally_often(device, d, f):
     """Each of the C(d, f) neighbour sets of a degree-d vertex comes with probability
-    1 / C(d, f) (chi-square over 40 such vertices x 300 keys)."""
-    from itertools import combinations
-
-    from scipy.stats import chi2
-    centres = 40
-    g = CSRGraph.from_edges(np.repeat(np.arange(centres), d), centres + np.arange(centres * d),
-                            centres * (d + 1))
-    s = TorchNeighborSampler(g, [f], seed=3, device=device)
-    index = {c: i for i, c in enumerate(combinations(range(d), f))}
-    counts = np.zeros(len(index), dtype=np.int64)
-    seeds = np.arange(centres)
-    for key in range(300):
-        mb = s.sample(seeds, key=key)
-        nbr = mb.input_nodes.cpu().numpy()[mb.blocks[0].indices.cpu().numpy()]
-        local = np.sort(nbr.reshape(centres, f) - centres - seeds[:, None] * d, axis=1)
-        for row in local:
-            counts[index[tuple(row.tolist())]] += 1
-    expected = counts.sum() / len(index)
-    stat = ((counts - expected) ** 2 / expected).sum()
-    assert chi2.sf(stat, len(index) - 1) > 1e-4, (counts, stat)
+    1 / C(d, f)."""
+    from oracles import assert_uniform_subsets
+    assert_uniform_subsets(
+        lambda g, fanouts: TorchNeighborSampler(g, fanouts, seed=3, device=device), d, f)
 
 
 def test_input_vertex_counts_match_neighbor_sampler(device):

@@ -26,7 +26,6 @@ import torch
 
 from twopgraph.errors import OutputError, TwopgraphError
 from twopgraph.graph import atomic_write_bytes
-from twopgraph.partition import cluster as cluster_mod
 from twopgraph.partition import cluster_graph
 from conftest import community_data
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import community_data
+from conftest import community_data, run_cli
 from twopgraph.cli import main
 from twopgraph.errors import ConfigError, TrainingDiverged, TwopgraphError
 from twopgraph.rundir import LOCK_NAME, RunDir, human_bytes
@@ -41,14 +41,6 @@ def root(tmp_path_factory) -> Path:
     return root
 
 
-def run_cli(argv, capsys) -> tuple[int, str, str]:
-    capsys.readouterr()
-    try:
-        rc = main([str(a) for a in argv])
-    except SystemExit as e:
-        rc = e.code
-    cap = capsys.readouterr()
-    return rc, cap.out, cap.err
 
 
 def one_error_line(err: str) -> str:

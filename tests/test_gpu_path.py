@@ -28,14 +28,13 @@ from twopgraph.cache.feature_cache import (ACTIVATION_FACTOR, EVAL_BYTES_PER_EDG
                                            input_rows_estimate, resolve_budget,
                                            train_step_bytes)
 from twopgraph.cache.host import HostFeatures
-from twopgraph.cli import main
 from twopgraph.config import TrainConfig
 from twopgraph.errors import ConfigError, TrainingDiverged
 from twopgraph.sampler import make_sampler
 from twopgraph.sampler.device import TorchNeighborSampler
 from twopgraph.train import (READ_EVERY, device_sampler_bytes, make_loader,
                              resolve_sampler_device, train, train_epoch)
-from conftest import community_data
+from conftest import community_data, run_cli
 
 CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
@@ -65,14 +64,6 @@ def cfg(out, **kw) -> TrainConfig:
     return TrainConfig.of(**base)
 
 
-def run_cli(argv, capsys) -> tuple[int, str, str]:
-    capsys.readouterr()
-    try:
-        rc = main([str(a) for a in argv])
-    except SystemExit as e:
-        rc = e.code
-    cap = capsys.readouterr()
-    return rc, cap.out, cap.err
 
 
 def error_line(err: str) -> str:

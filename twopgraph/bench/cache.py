@@ -11,7 +11,9 @@ the gather time is reported as well. The counts are exact either way.
 Outputs in ``--out``:
 
 - ``cache.csv``: one row per policy x schedule x ratio, plus the offline optimum as rows with
-  policy ``optimal``. Columns (bytes are feature bytes, ``row_bytes`` per row):
+  policy ``optimal``. Columns (bytes are feature bytes, ``row_bytes`` per row): the set-up
+  ``dataset``, ``fanouts`` (as given to ``--fanouts``, e.g. ``"15,10,5"``), ``batch_size``,
+  ``seed``; ``policy``, ``schedule``, ``ratio``;
 
   ``feature_rows`` (sum of |input_nodes|), ``cache_hits``, ``hit_rate``, ``h2d_bytes`` (every
   copy after the one-off fill), ``cache_fill_bytes`` (the one-off fill), ``total_bytes`` (the
@@ -24,9 +26,14 @@ Outputs in ``--out``:
   i.e. the floor of fill + h2d). For the ``optimal`` rows ``h2d_bytes``/``cache_fill_bytes``
   are those of the free-fill optimum and ``total_bytes`` is the empty-start optimum.
   Also ``budget_rows``, ``num_batches``, ``input_nodes_per_batch``, ``policy_s`` (building
-  the policy, pre-sampling included), ``replay_s``, ``presample_s``, ``gather_s`` (--copy).
-- ``cache.png``: hit rate and total bytes / baseline against the cache ratio, one line per
-  policy x schedule, the optimum as the dashed floor.
+  the policy, pre-sampling included), ``replay_s``, ``presample_s`` (the pre-sampling part of
+  ``policy_s``: only when ``presample`` is among ``--policies``) and ``gather_s`` (only with
+  ``--copy``). A column no row has a value for is left out; the others keep this order.
+- ``cache.png``: hit rate and total bytes / baseline against the cache ratio (x ticks at the
+  ratios asked for), one line per policy x schedule: the colour is the policy's (the same in
+  every run, whatever the order of ``--policies``), line style and marker the schedule's; the
+  optimum of each schedule is black in that schedule's line style ("optimal / <schedule>").
+  One legend, below both panels.
 
 Example::
 
@@ -40,6 +47,7 @@ import csv
 import json
 import logging
 import time
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -57,7 +65,7 @@ from ..train import locality_for
 
 log = logging.getLogger("twopgraph")
 
-COLUMNS = ["policy", "schedule", "ratio", "budget_rows", "feature_rows", "cache_hits",
+COLUMNS = ["dataset", "fanouts", "batch_size", "seed", "policy", "schedule", "ratio", "budget_rows", "feature_rows", "cache_hits",
            "hit_rate", "h2d_bytes", "cache_fill_bytes", "total_bytes", "transfer_ratio",
            "bytes_vs_baseline", "total_vs_baseline", "vs_optimal", "total_vs_optimal",
            "optimal_h2d_bytes", "optimal_total_bytes", "row_bytes", "num_batches",
@@ -173,58 +181,97 @@ def _row(policy, schedule, cache_ratio, budget, c, row_bytes, baseline, opt_h2d,
 
 
 def write_csv(rows: list[dict], path: Path) -> None:
+    """``cache.csv``: the :data:`COLUMNS` (in that order) that at least one row has a value
+    for, so that no column is always empty (``presample_s`` without ``presample``,
+    ``gather_s`` without ``--copy``)."""
+    columns = [k for k in COLUMNS if any(r.get(k) is not None for r in rows)]
     with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
+        w = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
         w.writeheader()
         for r in rows:
-            w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in COLUMNS})
+            w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in columns})
 
 
-def plot(rows: list[dict], path: Path, title: str = "") -> bool:
-    """Hit rate and total bytes / baseline against the cache ratio (optimum dashed); False
-    (and one log line) when matplotlib, an optional dependency, is not installed."""
-    try:
-        import matplotlib
-    except ImportError:
-        log.warning("no plot: %s needs matplotlib (pip install 'twopgraph[plot]')", path.name)
-        return False
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+# Fixed per name, so that a policy has the same colour in every plot of every run (no grey:
+# the optimum is drawn in pale black).
+POLICY_COLORS = {"none": "#ff7f0e", "degree": "#1f77b4", "presample": "#2ca02c",
+                 "layer": "#d62728"}
+_EXTRA_COLORS = ("#9467bd", "#8c564b", "#e377c2", "#bcbd22", "#17becf")
+SCHEDULE_STYLES = {"random": ("-", "o"), "locality": ("--", "s"), "auto": ("-.", "^")}
+_EXTRA_STYLES = ((":", "D"), ((0, (5, 1, 1, 1)), "v"), ((0, (1, 3)), "P"))
 
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
+
+def policy_color(policy: str) -> str:
+    """The colour of ``policy`` in ``cache.png``: fixed for the built-in policies, derived
+    from the name (not from the order of ``--policies``) for registered extra ones."""
+    if policy in POLICY_COLORS:
+        return POLICY_COLORS[policy]
+    return _EXTRA_COLORS[zlib.crc32(policy.encode()) % len(_EXTRA_COLORS)]
+
+
+def schedule_style(schedule: str) -> tuple:
+    """(line style, marker) of ``schedule`` in ``cache.png``, fixed per name."""
+    if schedule in SCHEDULE_STYLES:
+        return SCHEDULE_STYLES[schedule]
+    return _EXTRA_STYLES[zlib.crc32(schedule.encode()) % len(_EXTRA_STYLES)]
+
+
+def figure(rows: list[dict], title: str = ""):
+    """The ``cache.png`` figure (a :class:`matplotlib.figure.Figure`, not registered with
+    pyplot) of ``rows``; raises ImportError without matplotlib."""
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import FixedFormatter, FixedLocator, NullLocator
+
     schedules = list(dict.fromkeys(r["schedule"] for r in rows))
-    policies = list(dict.fromkeys(r["policy"] for r in rows))
-    markers = {"random": "o", "locality": "s"}
-    styles = {"random": "-", "locality": "--"}
-    colors = {p: f"C{i}" for i, p in enumerate(x for x in policies if x != "optimal")}
+    policies = [p for p in dict.fromkeys(r["policy"] for r in rows) if p != "optimal"]
+    fig = Figure(figsize=(12, 5.2 + 0.22 * (len(policies) + 1)), layout="constrained")
+    axes = fig.subplots(1, 2)
     for s in schedules:
-        for p in policies:
+        style, marker = schedule_style(s)
+        for p in ["optimal", *policies]:  # per schedule: the optimum first, then the policies
             pts = sorted((r["ratio"], r["hit_rate"], r["total_vs_baseline"])
                          for r in rows if r["schedule"] == s and r["policy"] == p)
             if not pts:
                 continue
             x = [a for a, _, _ in pts]
-            if p == "optimal":  # wide and pale, drawn below: policies that reach it stay visible
-                kw = dict(color="black", linestyle=styles.get(s, "-"), linewidth=6, alpha=0.25,
-                          zorder=1, label=f"optimal (floor) / {s}")
+            if p == "optimal":  # wide, pale black below the policies: those that reach it
+                kw = dict(color="black", linestyle=style, linewidth=4.5, alpha=0.4, zorder=1,
+                          label=f"optimal / {s}")  # stay visible, the floor shows around them
             else:
-                kw = dict(color=colors[p], linestyle=styles.get(s, "-"),
-                          marker=markers.get(s, "^"), label=f"{p} / {s}")
+                kw = dict(color=policy_color(p), linestyle=style, marker=marker,
+                          markersize=5, zorder=2, label=f"{p} / {s}")
             axes[0].plot(x, [b for _, b, _ in pts], **kw)
             axes[1].plot(x, [c for _, _, c in pts], **kw)
     axes[0].set_ylabel("hit rate")
     axes[1].set_ylabel("bytes copied (fill included) / none+random")
     axes[1].set_yscale("log")
+    ratios = sorted({float(r["ratio"]) for r in rows})
     for ax in axes:
         ax.set_xlabel("cache ratio (fraction of feature rows)")
-        ax.set_xscale("log")
-        ax.grid(True, which="both", alpha=0.3)
-    axes[1].legend(fontsize=7, ncol=2)
+        if ratios and ratios[0] > 0:  # a log axis cannot show a zero budget
+            ax.set_xscale("log")
+        ax.xaxis.set_major_locator(FixedLocator(ratios))  # after set_xscale, which resets them
+        ax.xaxis.set_major_formatter(FixedFormatter([f"{r:g}" for r in ratios]))
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.grid(True, which="major", alpha=0.3)
+    handles, labels = axes[0].get_legend_handles_labels()
+    if handles:  # entries run schedule by schedule: one column per schedule
+        fig.legend(handles, labels, loc="outside lower center", ncol=max(1, len(schedules)),
+                   fontsize=8, handlelength=4)
     if title:
         fig.suptitle(title)
-    fig.tight_layout()
+    return fig
+
+
+def plot(rows: list[dict], path: Path, title: str = "") -> bool:
+    """Write :func:`figure` to ``path``; False (and one log line) when matplotlib, an optional
+    dependency, is not installed."""
+    try:
+        fig = figure(rows, title)
+    except ImportError:
+        log.warning("no plot: %s needs matplotlib (pip install 'twopgraph[plot]')", path.name)
+        return False
     fig.savefig(path, dpi=120)
-    plt.close(fig)
     return True
 
 
@@ -258,6 +305,9 @@ def run(cfg: BenchCacheConfig) -> int:
                      seed=b.seed, epoch=b.epoch, parts=parts, balance=s.balance,
                      policy_options=options, copy=b.copy, device=b.device,
                      dtype=feat_dtype(b.feat_dtype), threads=b.threads)
+    setup = {"dataset": data.name, "fanouts": ",".join(map(str, s.fanouts)),
+             "batch_size": s.batch_size, "seed": b.seed}
+    rows = [{**setup, **r} for r in rows]
     out = Path(b.out)
     out.mkdir(parents=True, exist_ok=True)
     write_csv(rows, out / "cache.csv")
