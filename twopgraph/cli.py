@@ -84,9 +84,9 @@ def cmd_train(a) -> int:
 
 
 def cmd_bench_sampler(a) -> int:
-    from .bench.sampler import run
+    from .bench.sampler import format_record, run
     res = run(BenchSamplerConfig.from_args(a))
-    _print_record(res, a.json)
+    print(json.dumps(res) if a.json else format_record(res))
     return 0
 
 

@@ -235,11 +235,11 @@ def figure(rows: list[dict], title: str = ""):
                 continue
             x = [a for a, _, _ in pts]
             if p == "optimal":  # wide, pale black below the policies: those that reach it
-                kw = dict(color="black", linestyle=style, linewidth=4.5, alpha=0.4, zorder=1,
-                          label=f"optimal / {s}")  # stay visible, the floor shows around them
+                kw = {"color": "black", "linestyle": style, "linewidth": 4.5, "alpha": 0.4,
+                      "zorder": 1, "label": f"optimal / {s}"}  # stay visible above the floor
             else:
-                kw = dict(color=policy_color(p), linestyle=style, marker=marker,
-                          markersize=5, zorder=2, label=f"{p} / {s}")
+                kw = {"color": policy_color(p), "linestyle": style, "marker": marker,
+                      "markersize": 5, "zorder": 2, "label": f"{p} / {s}"}
             axes[0].plot(x, [b for _, b, _ in pts], **kw)
             axes[1].plot(x, [c for _, _, c in pts], **kw)
     axes[0].set_ylabel("hit rate")

@@ -3,7 +3,8 @@ second, epoch time and input vertices per batch of a schedule, with its locality
 
 Every thread samples (``--threads``, 0 = all cores): whole batches per worker thread, exactly
 the batches training would see. Timed epochs follow ``--warmup`` untimed ones (JIT
-compilation, page cache); the median is reported.
+compilation, page cache); the median is reported. ``--json`` prints the record (:func:`run`)
+as one JSON line; otherwise :func:`format_record` prints one aligned, rounded line per field.
 """
 
 from __future__ import annotations
@@ -44,3 +45,35 @@ def run(cfg: BenchSamplerConfig) -> dict:
         "sample_epoch_s_all": times, "input_nodes_per_batch": stats.input_nodes_per_batch,
         "feature_rows": stats.feature_rows, "locality": prep.summary(),
     }
+
+
+def _fmt(v) -> str:
+    """One value, rounded for reading: 4 significant digits (whole numbers from 1000 up,
+    with thousands separators), lists comma-separated."""
+    if isinstance(v, bool) or v is None:
+        return {True: "yes", False: "no", None: "-"}[v]
+    if isinstance(v, int):
+        return f"{v:,}"
+    if isinstance(v, float):
+        return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.4g}"
+    if isinstance(v, (list, tuple)):  # whole numbers as given to the CLI: "15,10,5"
+        sep = "," if all(isinstance(x, int) for x in v) else ", "
+        return sep.join(_fmt(x) for x in v) if v else "-"
+    return str(v)
+
+
+def _flat(rec: dict, prefix: str = ""):
+    for k, v in rec.items():
+        if isinstance(v, dict):
+            yield from _flat(v, f"{prefix}{k}.")
+        else:
+            yield f"{prefix}{k}", v
+
+
+def format_record(rec: dict) -> str:
+    """The record of :func:`run` for a terminal: one ``key  value`` line per field, keys
+    aligned, numbers rounded (see ``--json`` for the exact values), nested dicts such as
+    ``locality`` flattened into ``locality.<key>`` lines."""
+    items = list(_flat(rec))
+    width = max((len(k) for k, _ in items), default=0)
+    return "\n".join(f"{k:<{width}}  {_fmt(v)}" for k, v in items)
