@@ -72,7 +72,7 @@ from ..graph import CSRGraph
 from ..protocols import SAMPLERS
 from ..rng import MASK64, mix_key
 from .minibatch import Block, MiniBatch
-from .neighbor import _FRESH_STREAM, parse_fanouts
+from .neighbor import _FRESH_STREAM, check_seeds, parse_fanouts
 
 
 def _i64(x: int) -> int:
@@ -196,14 +196,7 @@ class TorchNeighborSampler:
             if bad[2]:
                 raise ConfigError("seeds must be unique")
             return s
-        a = np.ascontiguousarray(np.asarray(seeds, dtype=np.int64))
-        if a.ndim != 1 or a.shape[0] == 0:
-            raise ConfigError("seeds must be a non-empty 1-D array of vertex ids")
-        if a.min() < 0 or a.max() >= n:
-            raise ConfigError(f"seed ids out of range [0, {n})")
-        if np.unique(a).shape[0] != a.shape[0]:
-            raise ConfigError("seeds must be unique")
-        return torch.from_numpy(a).to(self.device)
+        return torch.from_numpy(check_seeds(seeds, n)).to(self.device)
 
     def _node_map(self) -> torch.Tensor:
         """This thread's relabelling scratch map (int64, N, on ``device``, all ``_UNSEEN``)."""

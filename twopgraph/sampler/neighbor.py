@@ -45,6 +45,19 @@ def parse_fanouts(text: str | Sequence[int]) -> list[int]:
     return values
 
 
+def check_seeds(seeds, n: int) -> np.ndarray:
+    """``seeds`` as a contiguous int64 array, refused (ConfigError) unless it is a non-empty
+    1-D array of unique vertex ids in ``[0, n)``."""
+    a = np.ascontiguousarray(np.asarray(seeds, dtype=np.int64))
+    if a.ndim != 1 or a.shape[0] == 0:
+        raise ConfigError("seeds must be a non-empty 1-D array of vertex ids")
+    if a.min() < 0 or a.max() >= n:
+        raise ConfigError(f"seed ids out of range [0, {n})")
+    if np.unique(a).shape[0] != a.shape[0]:
+        raise ConfigError("seeds must be unique")
+    return a
+
+
 @SAMPLERS.register("neighbor")
 class NeighborSampler:
     """Samples an L-layer neighbourhood of a set of seeds: ``sample(seeds) -> MiniBatch``.
@@ -93,16 +106,9 @@ class NeighborSampler:
         (e.g. a batch counter: same seed + key => same mini-batch); without a key every call
         draws fresh randomness (keys from a counter that advances with each such call, so a
         hand-written loop gets new neighbours in every batch). ``parallel=False`` keeps
-        the work on the calling thread (for :func:`~twopgraph.loader.sampled_batches` with
-        several workers, each sampling whole batches); the result is the same."""
-        seeds = np.ascontiguousarray(np.asarray(seeds, dtype=np.int64))
-        n = self.graph.num_nodes
-        if seeds.ndim != 1 or seeds.shape[0] == 0:
-            raise ConfigError("seeds must be a non-empty 1-D array of vertex ids")
-        if seeds.min() < 0 or seeds.max() >= n:
-            raise ConfigError(f"seed ids out of range [0, {n})")
-        if np.unique(seeds).shape[0] != seeds.shape[0]:
-            raise ConfigError("seeds must be unique")
+        the work on the calling thread (for :func:`~twopgraph.sampler.stream.sampled_batches`
+        with several workers, each sampling whole batches); the result is the same."""
+        seeds = check_seeds(seeds, self.graph.num_nodes)
         if key is None:
             key = mix_key(_FRESH_STREAM, next(self._fresh))  # itertools.count: thread-safe
         return self._sample(seeds, int(key), parallel)
