@@ -95,3 +95,14 @@ def run_cli(argv, capsys) -> tuple[int, str, str]:
     cap = capsys.readouterr()
     return rc, cap.out, cap.err
 
+
+def join_all(processes, timeout: float = 120) -> None:
+    """Wait up to ``timeout`` s for each process; kill any that hangs (a hung rank fails the
+    test through its exit code, it is never left behind)."""
+    for p in processes:
+        p.join(timeout=timeout)
+    for p in processes:
+        if p.is_alive():
+            p.kill()
+            p.join()
+

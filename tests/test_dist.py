@@ -15,7 +15,7 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from conftest import community_data
+from conftest import community_data, join_all
 from twopgraph.dist import DistEnv, FixedSteps, PartSampler, torchrun_command, train_distributed
 from twopgraph.dist.env import process_group
 from twopgraph.dist.evaluate import evaluate_distributed
@@ -75,12 +75,7 @@ def _spawn(world, parts, out, result_dir, runs, fail_rank=-1) -> list[int]:
     ctx = mp.start_processes(_worker, args=(world, ports, str(parts), str(out),
                                             str(result_dir), runs, fail_rank),
                              nprocs=world, join=False, start_method="spawn")
-    for p in ctx.processes:
-        p.join(timeout=120)
-    for p in ctx.processes:
-        if p.is_alive():  # hung: fail the test, never leave it behind
-            p.kill()
-            p.join()
+    join_all(ctx.processes)
     return [p.exitcode for p in ctx.processes]
 
 
@@ -195,12 +190,7 @@ def dist_eval(parts2, tmp_path_factory):
                                         torch.device("cpu")))
     ctx = mp.start_processes(_eval_worker, args=(2, _free_port(), parts, EVAL_JOBS, str(root)),
                              nprocs=2, join=False, start_method="spawn")
-    for p in ctx.processes:
-        p.join(timeout=120)
-    for p in ctx.processes:
-        if p.is_alive():
-            p.kill()
-            p.join()
+    join_all(ctx.processes)
     assert [p.exitcode for p in ctx.processes] == [0, 0]
     ranks = [[torch.load(root / f"eval{i}-rank{r}.pt", weights_only=False) for r in (0, 1)]
              for i in range(len(EVAL_JOBS))]

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import community_data, run_cli
+from conftest import community_data, run_cli, join_all
 from twopgraph.cli import main
 from twopgraph.errors import ConfigError, TrainingDiverged, TwopgraphError
 from twopgraph.rundir import LOCK_NAME, RunDir, human_bytes
@@ -573,12 +573,7 @@ def test_two_ranks_stop_together_on_divergence(tmp_path_factory, tmp_path):
                                                     str(tmp_path)),
                              nprocs=2, join=False, start_method="spawn")
     t = time.perf_counter()
-    for p in ctx.processes:
-        p.join(timeout=120)
-    for p in ctx.processes:
-        if p.is_alive():
-            p.kill()
-            p.join()
+    join_all(ctx.processes)
     assert time.perf_counter() - t < 100  # nobody waited for a timeout
     assert [p.exitcode for p in ctx.processes] == [0, 0]
     for r in (0, 1):
