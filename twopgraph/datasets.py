@@ -48,12 +48,15 @@ import numpy as np
 
 from .errors import ConfigError, GraphFormatError, OutputError, TwopgraphError
 from .graph import CSRGraph, GraphData, atomic_write_bytes
+from .store import convert_npz, is_store, open_store, read_store_meta, write_store
 
 log = logging.getLogger("twopgraph")
 
 DATA_ROOT_ENV = "TWOPGRAPH_DATA"
 DEFAULT_DATA_ROOT = "datasets"
 OGB_CACHE_FILE = "twopgraph.npz"
+#: Folder of the data root that holds the stores converted from ``.npz`` files.
+STORES_DIR = "stores"
 # Seconds one network operation of ogb (connect, one read) may block before it fails.
 OGB_NET_TIMEOUT_S = 60.0
 # Exception types that ogb's download and raw-file reading raise for a user-fixable cause
@@ -105,21 +108,64 @@ def load_dataset(name: str, data_root=None, progress: bool = True,
     root = resolve_data_root(data_root)
     presets = _synthetic_presets()
     if name in presets:
-        data = load_synthetic(presets[name], root / f"{name}.npz", progress)
+        data = load_synthetic(presets[name], root / f"{name}.npz", progress, stored=True)
+    elif is_store(Path(name).expanduser()):
+        return open_store(Path(name).expanduser(), check_symmetric=not symmetrize) \
+            if not symmetrize else _symmetrized(
+                open_store(Path(name).expanduser(), check_symmetric=False), name)
     elif name.endswith(".npz"):
         path = _npz_file(name, root)
         if path is None:
             raise TwopgraphError(f"dataset file not found: {name} (also looked in {root})")
-        return _read_npz(path, None, symmetrize)
+        return _read_npz(path, None, symmetrize, root, progress)
     elif name in OGB_DATASETS:
         data = _load_ogb(name, root, progress)
     else:
         path = root / f"{name}.npz"
         if path.is_file():
-            return _read_npz(path, name, symmetrize)
+            return _read_npz(path, name, symmetrize, root, progress)
         raise ConfigError(f"unknown dataset {name!r}; known: {', '.join(_known_names(root))}, "
-                          f"or a path to a .npz file (data root: {root})")
+                          f"a path to a .npz file or a store folder (data root: {root})")
     return _symmetrized(data, name) if symmetrize else data
+
+
+def store_folder(npz, data_root=None) -> Path:
+    """Where the store converted from the ``.npz`` at ``npz`` lives: ``<data root>/stores/
+    <stem>-<8 hex digits of the file's absolute path>`` (two files of one name do not
+    collide)."""
+    import hashlib
+    npz = Path(npz).expanduser().absolute()
+    tag = hashlib.blake2b(str(npz).encode(), digest_size=4).hexdigest()
+    return resolve_data_root(data_root) / STORES_DIR / f"{npz.stem}-{tag}"
+
+
+def _stored(npz: Path, root: Path, name: str | None, symmetrize: bool = False,
+            progress: bool = False) -> GraphData:
+    """The memory-mapped store of ``npz``: reused when it was converted from this very file
+    (path, size and modification time), else converted (streaming) first."""
+    folder = store_folder(npz, root)
+    st = npz.stat()
+    if is_store(folder):
+        try:
+            src = read_store_meta(folder).get("source") or {}
+            fresh = (src.get("path") == str(npz.resolve()) and src.get("size") == st.st_size
+                     and src.get("mtime_ns") == st.st_mtime_ns)
+            if fresh:
+                return open_store(folder, name=name, check_symmetric=not symmetrize)
+            log.info("%s changed since it was converted: converting it again", npz)
+        except GraphFormatError as e:
+            if "not undirected" in str(e) or "undirected" in str(e):
+                raise GraphFormatError(f"{npz}: {str(e).split(': ', 1)[-1]}") from None
+            log.warning("dataset store %s is damaged, rebuilding it (%s)", folder, e)
+    try:
+        convert_npz(npz, folder, progress=progress, name=name)
+    except OutputError as e:
+        raise TwopgraphError(f"cannot write the dataset store of {npz}: {e}; choose a "
+                             f"writable --data-root or ${DATA_ROOT_ENV}") from None
+    try:
+        return open_store(folder, name=name, check_symmetric=not symmetrize)
+    except GraphFormatError as e:
+        raise GraphFormatError(f"{npz}: {str(e).split(': ', 1)[-1]}") from None
 
 
 def dataset_path(name: str, data_root=None) -> Path | None:
@@ -191,13 +237,14 @@ def _known_names(root: Path) -> list[str]:
     return names
 
 
-def _read_npz(path: Path, name: str | None, symmetrize: bool) -> GraphData:
-    """A user's ``.npz``: validated, or with ``symmetrize`` made undirected first."""
+def _read_npz(path: Path, name: str | None, symmetrize: bool, root: Path,
+              progress: bool = False) -> GraphData:
+    """A user's ``.npz`` through its store (converted once, validated then), or with
+    ``symmetrize`` made undirected after (the store keeps the file's graph)."""
+    data = _stored(path, root, name if name is not None else path.stem, symmetrize, progress)
     if not symmetrize:
-        return GraphData.load_npz(path, name=name)
-    data = GraphData.load_npz(path, name=name, validate=False)
+        return data
     try:
-        data.graph.validate()  # structure first: symmetrising needs a well-formed CSR
         data = _symmetrized(data, str(path))
         data.validate()
     except GraphFormatError as e:
@@ -215,7 +262,7 @@ def _symmetrized(data: GraphData, where: str) -> GraphData:
              "%s duplicate entries removed (%s -> %s CSR entries)", where,
              f"{changed['added']:,}", f"{changed['self_loops']:,}",
              f"{changed['duplicates']:,}", f"{data.graph.num_edges:,}", f"{graph.num_edges:,}")
-    return replace(data, graph=graph)
+    return replace(data, graph=graph, store=None)
 
 
 def _npz_file(name: str, root: Path) -> Path | None:
@@ -226,7 +273,8 @@ def _npz_file(name: str, root: Path) -> Path | None:
     return None
 
 
-def load_synthetic(spec, path: str | os.PathLike, progress: bool = False) -> GraphData:
+def load_synthetic(spec, path: str | os.PathLike, progress: bool = False,
+                   stored: bool = False) -> GraphData:
     """The dataset of :class:`~twopgraph.synthetic.SyntheticSpec` ``spec``: read from the
     cache ``path`` (``.npz``) if it was made from this spec, else generated and cached there.
 
@@ -239,7 +287,9 @@ def load_synthetic(spec, path: str | os.PathLike, progress: bool = False) -> Gra
     between leaves no sidecar that vouches for other content. A cache that cannot be read or
     fails validation (damaged, truncated) is reported in one warning naming the file and
     regenerated. ``GraphData.name`` is the spec's name. An unwritable folder raises
-    :class:`TwopgraphError`.
+    :class:`TwopgraphError`. ``stored`` returns the memory-mapped store of the cache
+    (:func:`store_folder`, written from the generated arrays or converted from the ``.npz``)
+    instead of arrays in memory.
     """
     from .synthetic import GENERATOR_VERSION, generate, spec_fingerprint, spec_summary
     path = Path(path)
@@ -251,9 +301,16 @@ def load_synthetic(spec, path: str | os.PathLike, progress: bool = False) -> Gra
         except (OSError, ValueError, AttributeError):  # missing, unreadable, not an object
             have = None
         if have == want:
-            data = _read_cache(path, spec.name)
-            if data is not None:
-                return data
+            if stored:
+                try:
+                    return _stored(path, path.parent, spec.name, progress=progress)
+                except GraphFormatError as e:
+                    log.warning("dataset cache %s is damaged, rebuilding it (%s)", path,
+                                str(e).removeprefix(f"{path}: "))
+            else:
+                data = _read_cache(path, spec.name)
+                if data is not None:
+                    return data
         elif have is None:
             log.warning("cached %s has no readable %s: regenerating it", path, sidecar.name)
         else:
@@ -272,7 +329,20 @@ def load_synthetic(spec, path: str | os.PathLike, progress: bool = False) -> Gra
     except OSError as e:
         raise TwopgraphError(f"cannot write dataset cache {path} ({e.strerror or e}); "
                              f"choose a writable --data-root or ${DATA_ROOT_ENV}") from e
-    return data
+    return _store_of(data, path, path.parent, spec.name, progress) if stored else data
+
+
+def _store_of(data: GraphData, npz: Path, root: Path, name: str, progress: bool) -> GraphData:
+    """``data``, just written to the cache ``npz``, as the store of that file (written from
+    the arrays in hand, not read back) opened memory-mapped."""
+    st = npz.stat()
+    source = {"path": str(npz.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    try:
+        folder = write_store(data, store_folder(npz, root), source=source, progress=progress)
+    except OutputError as e:
+        raise TwopgraphError(f"cannot write the dataset store of {npz}: {e}; choose a "
+                             f"writable --data-root or ${DATA_ROOT_ENV}") from None
+    return open_store(folder, name=name)
 
 
 def _read_cache(path: Path, name: str) -> GraphData | None:
@@ -308,9 +378,11 @@ def _load_ogb(name: str, root: Path, progress: bool) -> GraphData:
     folder = _ogb_folder(name, root)
     cache = folder / OGB_CACHE_FILE
     if cache.is_file():
-        data = _read_cache(cache, name)
-        if data is not None:
-            return data
+        try:
+            return _stored(cache, root, name, progress=progress)
+        except GraphFormatError as e:
+            log.warning("dataset cache %s is damaged, rebuilding it (%s)", cache,
+                        str(e).removeprefix(f"{cache}: "))
     meta = _ogb_meta(name)
     release = folder / f"RELEASE_v{meta['version']}.txt"
     if folder.is_dir() and not release.is_file():
@@ -329,7 +401,7 @@ def _load_ogb(name: str, root: Path, progress: bool) -> GraphData:
     data.num_classes = max(data.num_classes, int(meta["num classes"]))
     del graph, labels
     _save_cache(data, cache)
-    return data
+    return _store_of(data, cache, root, name, progress)
 
 
 def _ogb_meta(name: str) -> dict:

@@ -361,6 +361,10 @@ class GraphData:
     name: str = ""
     node_ids: np.ndarray | None = None
     num_classes: int = field(default=-1)
+    #: The store folder (:mod:`twopgraph.store`) whose memory-mapped arrays this data is, or
+    #: None for data held in memory. Derived data (:meth:`permute`, a symmetrised graph) has
+    #: None: it is not that folder's content.
+    store: Path | None = field(default=None, compare=False, repr=False)
     # (weak references to the arrays it was computed from, num_classes, fingerprint)
     _fingerprint: tuple | None = field(default=None, init=False, repr=False, compare=False)
 
@@ -511,7 +515,7 @@ class GraphData:
         graph = CSRGraph(*permute_csr(self.graph.indptr, self.graph.indices, perm, inv))
         splits = {s: np.sort(inv[getattr(self, s)]) for s in SPLITS}
         return replace(self, graph=graph, feat=self.feat[perm], label=self.label[perm],
-                       node_ids=self.original_ids()[perm], **splits)
+                       node_ids=self.original_ids()[perm], store=None, **splits)
 
     def summary(self) -> dict:
         """Statistics for ``twopgraph info`` (plain Python types)."""

@@ -24,11 +24,12 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
 
-from ..errors import ConfigError
+from ..errors import ConfigError, GraphFormatError
 from ..graph import CSRGraph, GraphData
 from . import kernels
 from .cluster import Clustering, cluster_graph, default_num_clusters
@@ -46,15 +47,37 @@ def cluster_permutation(graph: CSRGraph, clustering: Clustering) -> np.ndarray:
     return kernels.cluster_bfs_order(graph.indptr, graph.indices, parts, members, start)
 
 
-def renumber(data: GraphData, clustering: Clustering) -> tuple[GraphData, Clustering, np.ndarray]:
+def renumber(data: GraphData, clustering: Clustering, cache_dir=None,
+             progress: bool = False) -> tuple[GraphData, Clustering, np.ndarray]:
     """Renumber ``data`` cluster by cluster.
 
     Returns ``(data', clustering', perm)``: the renumbered data (``node_ids`` = original
     ids), the clustering in the new ids (cluster ``c`` is one contiguous range), and ``perm``
     (new vertex ``i`` is old vertex ``perm[i]``).
+
+    Data read from a store (``data.store``) with a ``cache_dir`` is renumbered into a store of
+    its own, ``cache_dir/renumbered-<key>`` (key: the fingerprint of the data and of
+    ``perm``), written chunk by chunk and reused by later runs, so the renumbered features are
+    memory-mapped too (shared by processes, paged from disk); other data is permuted in memory.
     """
     perm = cluster_permutation(data.graph, clustering)
-    return data.permute(perm), clustering.permute(perm), perm
+    if data.store is None or cache_dir is None:
+        return data.permute(perm), clustering.permute(perm), perm
+    from ..fingerprint import fingerprint
+    from ..store import STORE_VERSION, is_store, open_store, permuted_store, read_store_meta
+    key = fingerprint("renumbered-store", {"data": data.fingerprint(), "store": STORE_VERSION},
+                      perm)
+    folder = Path(cache_dir) / f"renumbered-{key[:20]}"
+    if is_store(folder):
+        try:
+            derived = read_store_meta(folder).get("derived") or {}
+            if derived.get("from") == data.fingerprint() and derived.get("key") == key:
+                return (open_store(folder, name=data.name, check_symmetric=False),
+                        clustering.permute(perm), perm)
+        except GraphFormatError as e:
+            log.warning("renumbered store %s is damaged, rebuilding it (%s)", folder, e)
+    out = permuted_store(data, perm, folder, progress=progress, key=key)
+    return out, clustering.permute(perm), perm
 
 
 def to_original_order(values, perm: np.ndarray):
@@ -94,12 +117,13 @@ class LocalityPrep:
 
 def prepare_locality(data: GraphData, *, batch_size: int, num_clusters: int = 0,
                      need_clusters: bool = True, renumber_graph: bool = True,
-                     cache_dir=None) -> LocalityPrep:
+                     cache_dir=None, progress: bool = False) -> LocalityPrep:
     """Cluster ``data`` (when ``need_clusters`` or ``renumber_graph``) and renumber it.
 
     ``num_clusters`` 0 picks :func:`default_num_clusters` from the training set and
     ``batch_size``. METIS balances training vertices across clusters, uses seed 0 (so runs with
-    different ``--seed`` share one cached clustering) and caches in ``cache_dir``.
+    different ``--seed`` share one cached clustering) and caches in ``cache_dir`` (with the
+    renumbered store of data read from a store: :func:`renumber`).
     """
     if not (need_clusters or renumber_graph):
         return LocalityPrep(data, None, None)
@@ -113,7 +137,7 @@ def prepare_locality(data: GraphData, *, batch_size: int, num_clusters: int = 0,
     if not renumber_graph:
         return LocalityPrep(data, clustering, None, cluster_s)
     t = time.perf_counter()
-    data, clustering, perm = renumber(data, clustering)
+    data, clustering, perm = renumber(data, clustering, cache_dir, progress)
     renumber_s = time.perf_counter() - t
     log.info("renumbered %d vertices cluster by cluster in %.1f s", data.num_nodes, renumber_s)
     return LocalityPrep(data, clustering, perm, cluster_s, renumber_s)
