@@ -118,8 +118,33 @@ def cmd_info(a) -> int:
     info = data.summary()
     path = dataset_path(a.dataset, a.data_root)
     info["path"] = str(path) if path is not None else None
+    info.update(_memory_plan(data))
     _print_record(info, a.json)
     return 0
+
+
+def _memory_plan(data) -> dict:
+    """What a training run keeps in memory, MiB: ``store`` (folder) and ``store_disk_mib``;
+    ``resident_shared_mib``: the memory-mapped arrays (graph, features, labels, splits) --
+    page cache, shared by every process on the machine and, for the features, paged in from
+    disk as batches read them (a table larger than memory still trains); and
+    ``resident_private_mib``: the largest private tables of a run with the default model, the
+    N x hidden output of an evaluation layer plus its N x 2 x classes projections (float32;
+    written to a scratch file instead when memory is short)."""
+    from .config import ModelConfig
+    from .store import disk_bytes
+    mib = 2 ** 20
+    n = data.num_nodes
+    shared = (data.graph.indptr.nbytes + data.graph.indices.nbytes + data.feat.nbytes
+              + data.label.nbytes + sum(getattr(data, s).nbytes
+                                        for s in ("train_idx", "val_idx", "test_idx")))
+    private = n * 4 * (ModelConfig().hidden + 2 * data.num_classes)
+    out = {"store": str(data.store) if data.store is not None else None,
+           "store_disk_mib": round(disk_bytes(data.store) / mib, 2)
+           if data.store is not None else None,
+           "resident_shared_mib": round(shared / mib, 2),
+           "resident_private_mib": round(private / mib, 2)}
+    return out
 
 
 COMMANDS = {"train": cmd_train, "datasets": cmd_datasets, "info": cmd_info,
