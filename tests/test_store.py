@@ -212,3 +212,26 @@ def test_not_undirected_source_is_refused_or_symmetrised(tmp_path, data):
     fixed = load_dataset(str(tmp_path / "dir.npz"), data_root=tmp_path / "root",
                          symmetrize=True)
     assert fixed.store is None and fixed.graph.undirected_problem() is None
+
+
+def test_cli_info_reports_the_store_and_refuses_a_foreign_folder(tmp_path, data, capsys):
+    from conftest import run_cli
+    npz = data.save_npz(tmp_path / "d.npz")
+    rc, out, err = run_cli(["info", "--dataset", npz, "--data-root", tmp_path / "root",
+                            "--json"], capsys)
+    assert rc == 0, err
+    info = json.loads(out.strip().splitlines()[-1])
+    folder = Path(info["store"])
+    assert store.is_store(folder) and folder.parent == (tmp_path / "root" / "stores").resolve()
+    on_disk = sum(p.stat().st_size for p in folder.glob("*.npy"))
+    assert 0 < info["store_disk_mib"] * 2**20 <= on_disk + 0.01 * 2**20  # (+ .npy headers)
+    assert info["resident_shared_mib"] * 2**20 >= data.feat.nbytes
+    # the store folder itself is a dataset
+    rc, out, err = run_cli(["info", "--dataset", folder, "--json"], capsys)
+    assert rc == 0 and json.loads(out.strip().splitlines()[-1])["store"] == str(folder)
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "store.json").write_text("[1, 2]")
+    rc, out, err = run_cli(["train", "--dataset", foreign, "--out", tmp_path / "o"], capsys)
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and str(foreign) in err
+    assert not (tmp_path / "o").exists()
