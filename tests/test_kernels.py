@@ -84,6 +84,67 @@ def check_relabel(kernel, twin):
         np.testing.assert_array_equal(ma, mb)
 
 
+def check_relabel_hashed(kernel, twin):
+    """Same local ids, frontier, table contents and stop position as the twin; and the same
+    relabelling as :func:`relabel` with an N-sized map (when the table does not fill up)."""
+    from twopgraph.sampler.kernels import relabel_ref
+    rng = np.random.default_rng(1)
+    n = 300
+    for trial in range(8):
+        bits = int(rng.integers(3, 10))
+        cap = 1 << bits
+        limit = cap // 2
+        num_known = int(rng.integers(0, min(20, limit)))
+        known = rng.choice(n, num_known, replace=False)
+        nbrs = rng.integers(0, n, int(rng.integers(0, 400))).astype((np.int32, np.int64)[trial % 2])
+        start = int(rng.integers(0, 3)) if nbrs.shape[0] > 3 else 0
+        got = []
+        for fn in (kernel, twin):
+            keys = np.full(cap, -1, dtype=np.int64)
+            vals = np.zeros(cap, dtype=np.int64)
+            slot_of = np.zeros(limit, dtype=np.int64)
+            scratch = np.zeros(max(num_known, 1), dtype=np.int64)
+            loc0 = np.zeros(num_known, dtype=np.int64)
+            e0, c0 = fn(known.astype(np.int64), 0, loc0, keys, vals, slot_of, 64 - bits, 0,
+                        limit, 0, scratch)
+            assert (e0, c0) == (num_known, num_known)
+            local = np.full(nbrs.shape[0], -7, dtype=np.int64)
+            frontier = np.full(nbrs.shape[0], -5, dtype=np.int64)
+            e, c = fn(nbrs, start, local, keys, vals, slot_of, 64 - bits, num_known, limit,
+                      num_known, frontier)
+            got.append((int(e), int(c), local, frontier, keys, vals, slot_of[:c].copy()))
+        a, b = got
+        assert a[:2] == b[:2]
+        for x, y in zip(a[2:], b[2:]):
+            np.testing.assert_array_equal(x, y)
+        e, c, local, frontier = a[:4]
+        # the slots hold exactly the known + new ids, each where slot_of says
+        keys, vals, slots = a[4], a[5], a[6]
+        np.testing.assert_array_equal(vals[slots], np.arange(c))
+        assert (keys != -1).sum() == c
+        if e == nbrs.shape[0]:  # completed: same result as the N-sized map
+            node_map = np.full(n, -1, dtype=np.int64)
+            node_map[known] = np.arange(num_known)
+            fr = np.full(nbrs.shape[0], -5, dtype=np.int64)
+            ref_local, ref_new = relabel_ref(nbrs[start:], node_map, num_known, fr)
+            np.testing.assert_array_equal(local[start:], ref_local)
+            np.testing.assert_array_equal(frontier[:c - num_known], fr[:ref_new])
+        else:
+            assert c == limit
+
+
+def check_clear_table(kernel, twin):
+    rng = np.random.default_rng(3)
+    for cap in (8, 64, 1024):
+        keys = rng.integers(-1, 50, cap).astype(np.int64)
+        count = int(rng.integers(0, cap // 2 + 1))
+        slot_of = rng.choice(cap, cap // 2, replace=False).astype(np.int64)
+        a, b = keys.copy(), keys.copy()
+        kernel(a, slot_of, count)
+        twin(b, slot_of, count)
+        np.testing.assert_array_equal(a, b)
+
+
 def check_reset_map(kernel, twin):
     rng = np.random.default_rng(2)
     for size in (1, 50, 1000):
@@ -255,6 +316,8 @@ CHECKS = {
     "twopgraph.sampler.kernels.sample_neighbors": check_sample_neighbors,
     "twopgraph.sampler.kernels.sample_neighbors_serial": check_sample_neighbors,
     "twopgraph.sampler.kernels.relabel": check_relabel,
+    "twopgraph.sampler.kernels.relabel_hashed": check_relabel_hashed,
+    "twopgraph.sampler.kernels.clear_table": check_clear_table,
     "twopgraph.sampler.kernels.reset_map": check_reset_map,
     "twopgraph.sampler.kernels.reset_map_serial": check_reset_map,
     "twopgraph.cache.kernels.window_announce": check_window_announce,

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from twopgraph.errors import ConfigError
+from twopgraph.graph import CSRGraph
 from twopgraph.sampler import NeighborSampler, RandomScheduler, make_scheduler, parse_fanouts
 from conftest import random_graph
 
@@ -184,3 +185,30 @@ def test_sample_without_key_draws_fresh_randomness():
     p = f / d
     z = (counts[g.neighbors(hub)] - calls * p) / np.sqrt(calls * p * (1 - p))
     assert np.abs(z).max() < 5, z
+
+
+def test_relabel_table_follows_the_batch_not_the_graph(monkeypatch):
+    """The per-thread relabelling state grows with the batch (doubling from a small table) and
+    gives the same blocks whatever the table's starting size; on a graph of a million vertices
+    a small batch keeps it far below an N-sized map (8 N bytes)."""
+    from twopgraph.sampler.neighbor import RelabelTable
+    g = random_graph(n=3000, m=30000, seed=5)
+    seeds = np.arange(0, 3000, 7)
+    ref = NeighborSampler(g, [5, 4, 3], seed=2).sample(seeds, key=9)
+    monkeypatch.setattr(RelabelTable, "MIN_BITS", 1)  # grows many times inside one batch
+    small = NeighborSampler(g, [5, 4, 3], seed=2)
+    got = small.sample(seeds, key=9)
+    assert small._table().bits > 4
+    assert torch.equal(got.input_nodes, ref.input_nodes)
+    for a, b in zip(got.blocks, ref.blocks):
+        assert torch.equal(a.indptr, b.indptr) and torch.equal(a.indices, b.indices)
+    other = np.arange(1, 3000, 5)  # the table was emptied after the batch
+    again = small.sample(other, key=3)
+    assert torch.equal(again.input_nodes, NeighborSampler(g, [5, 4, 3], seed=2).sample(
+        other, key=3).input_nodes)
+    monkeypatch.undo()
+    n = 1_000_000
+    big = CSRGraph.from_edges(np.arange(0, 2000), np.arange(1, 2001), num_nodes=n)
+    s = NeighborSampler(big, [10, 10])
+    s.sample(np.arange(100))
+    assert s._table().nbytes < 8 * n / 20

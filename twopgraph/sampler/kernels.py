@@ -146,6 +146,83 @@ def relabel_ref(nbrs, node_map, num_known, frontier_out):
     return node_map[nbrs].astype(np.int64), new.shape[0]
 
 
+# -- relabelling through a batch-sized hash table (per-thread state O(batch), not O(N)) -----------
+#: Fibonacci hashing multiplier (2**64 / golden ratio): ``slot = (g * HASH_MULT) >> shift``.
+HASH_MULT = 11400714819323198485
+
+
+@njit(nogil=True, cache=True)
+def relabel_hashed(nbrs, start, local_out, keys, vals, slot_of, shift, nxt, limit, num_known,
+                   frontier_out):
+    """:func:`relabel` through an open-addressing table instead of an N-sized map.
+
+    ``keys`` / ``vals`` (int64, capacity a power of two ``2**(64 - shift)``; key -1 = empty)
+    map a global id to its batch-local id; ``slot_of[x]`` records the slot of local id ``x``
+    (so the table is emptied in O(batch), :func:`clear_table`). Entries ``nbrs[start:]`` are
+    relabelled into ``local_out`` while fewer than ``limit`` local ids are in use (``nxt``:
+    the next free id); new vertices go to ``frontier_out[x - num_known]``. Returns ``(e,
+    nxt)``: ``e < len(nbrs)`` means the table reached ``limit`` before entry ``e`` (grow it
+    and call again from ``e``). Linear probing, load factor at most ``limit / capacity``.
+    """
+    mask = keys.shape[0] - 1
+    m = nbrs.shape[0]
+    for e in range(start, m):
+        g = np.int64(nbrs[e])
+        h = np.int64((np.uint64(g) * np.uint64(HASH_MULT)) >> np.uint64(shift))
+        while True:
+            k = keys[h]
+            if k == g:
+                local_out[e] = vals[h]
+                break
+            if k == -1:
+                if nxt >= limit:
+                    return e, nxt
+                keys[h] = g
+                vals[h] = nxt
+                slot_of[nxt] = h
+                frontier_out[nxt - num_known] = g
+                local_out[e] = nxt
+                nxt += 1
+                break
+            h = (h + 1) & mask
+    return m, nxt
+
+
+def relabel_hashed_ref(nbrs, start, local_out, keys, vals, slot_of, shift, nxt, limit,
+                       num_known, frontier_out):
+    """Python twin of :func:`relabel_hashed` (same probing, same in-place effects)."""
+    mask = keys.shape[0] - 1
+    for e in range(start, len(nbrs)):
+        g = int(nbrs[e])
+        h = ((g * HASH_MULT) & 0xFFFFFFFFFFFFFFFF) >> int(shift)
+        while True:
+            if keys[h] == g:
+                local_out[e] = vals[h]
+                break
+            if keys[h] == -1:
+                if nxt >= limit:
+                    return e, nxt
+                keys[h], vals[h], slot_of[nxt] = g, nxt, h
+                frontier_out[nxt - num_known] = g
+                local_out[e] = nxt
+                nxt += 1
+                break
+            h = (h + 1) & mask
+    return len(nbrs), nxt
+
+
+@njit(nogil=True, cache=True)
+def clear_table(keys, slot_of, count):
+    """Empty the slots of local ids ``0..count-1`` (undo a batch in O(batch))."""
+    for x in range(count):
+        keys[slot_of[x]] = -1
+
+
+def clear_table_ref(keys, slot_of, count):
+    """NumPy twin of :func:`clear_table`."""
+    keys[slot_of[:count]] = -1
+
+
 @njit(parallel=True, nogil=True, cache=True)
 def reset_map(node_map, nodes):
     """Set ``node_map[nodes] = -1`` (undo a batch's relabelling in O(|nodes|))."""
@@ -168,5 +245,7 @@ def reset_map_ref(node_map, nodes):
 register(sample_neighbors, sample_neighbors_ref)
 register(sample_neighbors_serial, sample_neighbors_ref)
 register(relabel, relabel_ref)
+register(relabel_hashed, relabel_hashed_ref)
+register(clear_table, clear_table_ref)
 register(reset_map, reset_map_ref)
 register(reset_map_serial, reset_map_ref)

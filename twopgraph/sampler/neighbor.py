@@ -58,6 +58,59 @@ def check_seeds(seeds, n: int) -> np.ndarray:
     return a
 
 
+class RelabelTable:
+    """One thread's map from global ids to batch-local ids: an open-addressing hash table
+    (:func:`~twopgraph.sampler.kernels.relabel_hashed`) that doubles when half full and is
+    emptied in O(batch) after each batch, so its memory follows the largest batch (about 40
+    bytes per batch vertex: key, value, slot), not the graph (an N-sized map would take 8 N
+    bytes per sampling thread: 0.9 GB for ogbn-papers100M)."""
+
+    MIN_BITS = 12
+
+    def __init__(self):
+        self._alloc(self.MIN_BITS)
+
+    def _alloc(self, bits: int) -> None:
+        self.bits = bits
+        cap = 1 << bits
+        self.keys = np.full(cap, -1, dtype=np.int64)
+        self.vals = np.empty(cap, dtype=np.int64)
+        self.limit = cap // 2
+        self.slot_of = np.empty(self.limit, dtype=np.int64)
+
+    @property
+    def nbytes(self) -> int:
+        return self.keys.nbytes + self.vals.nbytes + self.slot_of.nbytes
+
+    def relabel(self, nbrs: np.ndarray, num_known: int, count: int):
+        """Local ids of ``nbrs`` (int64), new vertices numbered from ``count`` in order of
+        first appearance; returns ``(local, count', frontier)`` with the new vertices in
+        ``frontier[:count' - num_known]`` (``num_known`` = ``count`` here: ids in use)."""
+        m = nbrs.shape[0]
+        local = np.empty(m, dtype=np.int64)
+        frontier = np.empty(m, dtype=np.int64)
+        e = 0
+        while True:
+            e, count = kernels.relabel_hashed(nbrs, e, local, self.keys, self.vals,
+                                              self.slot_of, 64 - self.bits, count, self.limit,
+                                              num_known, frontier)
+            if e == m:
+                return local, int(count), frontier
+            self._grow(int(count))
+
+    def _grow(self, count: int) -> None:
+        ids = self.keys[self.slot_of[:count]]  # global ids in local-id order
+        self._alloc(self.bits + 1)
+        loc = np.empty(count, dtype=np.int64)
+        scratch = np.empty(count, dtype=np.int64)
+        kernels.relabel_hashed(ids, 0, loc, self.keys, self.vals, self.slot_of, 64 - self.bits,
+                               0, self.limit, 0, scratch)
+
+    def clear(self, count: int) -> None:
+        """Forget the first ``count`` local ids (the whole batch)."""
+        kernels.clear_table(self.keys, self.slot_of, count)
+
+
 @SAMPLERS.register("neighbor")
 class NeighborSampler:
     """Samples an L-layer neighbourhood of a set of seeds: ``sample(seeds) -> MiniBatch``.
@@ -65,7 +118,8 @@ class NeighborSampler:
     For each hop, every current vertex gets up to ``fanout`` distinct uniformly chosen
     neighbours (all of them for ``-1``), sampled in parallel by numba. The result depends only
     on ``(seed, key, layer, vertex)``, not on the number of threads. One instance may be used
-    from several threads (each thread has its own relabelling scratch array of N int64).
+    from several threads (each thread has its own relabelling table, :class:`RelabelTable`:
+    about 40 bytes per vertex of the largest batch, independent of the graph's size).
 
     Example::
 
@@ -94,12 +148,11 @@ class NeighborSampler:
     def num_layers(self) -> int:
         return len(self.fanouts)
 
-    def _node_map(self) -> np.ndarray:
-        m = getattr(self._tls, "node_map", None)
-        if m is None:
-            m = np.full(self.graph.num_nodes, -1, dtype=np.int64)
-            self._tls.node_map = m
-        return m
+    def _table(self) -> "RelabelTable":
+        t = getattr(self._tls, "table", None)
+        if t is None:
+            t = self._tls.table = RelabelTable()
+        return t
 
     def sample(self, seeds, key: int | None = None, parallel: bool = True) -> MiniBatch:
         """Sample the blocks of ``seeds`` (unique global ids); ``key`` picks the random stream
@@ -117,23 +170,22 @@ class NeighborSampler:
         g = self.graph
         sample_neighbors = kernels.sample_neighbors if parallel else \
             kernels.sample_neighbors_serial
-        reset_map = kernels.reset_map if parallel else kernels.reset_map_serial
-        node_map = self._node_map()
+        table = self._table()
         nodes = seeds
-        node_map[seeds] = np.arange(seeds.shape[0], dtype=np.int64)
         raw_blocks = []
+        count = 0
         try:
+            _, count, _ = table.relabel(seeds, 0, 0)  # unique seeds: local ids 0..k-1
             for hop, fanout in enumerate(reversed(self.fanouts)):
                 hop_key = np.uint64(mix_key(self.seed, key, hop))
                 offsets, nbrs = sample_neighbors(g.indptr, g.indices, nodes, fanout, hop_key)
-                frontier = np.empty(nbrs.shape[0], dtype=np.int64)
-                local, num_new = kernels.relabel(nbrs, node_map, nodes.shape[0], frontier)
                 num_dst = nodes.shape[0]
-                if num_new:
-                    nodes = np.concatenate([nodes, frontier[:num_new]])
+                local, count, frontier = table.relabel(nbrs, num_dst, count)
+                if count > num_dst:
+                    nodes = np.concatenate([nodes, frontier[:count - num_dst]])
                 raw_blocks.append((nodes.shape[0], num_dst, offsets, local))
         finally:
-            reset_map(node_map, nodes)
+            table.clear(count)
         deg = torch.from_numpy(self._deg[nodes])
         blocks = [Block(num_src, num_dst, torch.from_numpy(offsets), torch.from_numpy(local),
                         deg[:num_src], deg[:num_dst])
