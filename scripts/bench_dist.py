@@ -4,7 +4,8 @@ For each P: partition the dataset (``twopgraph partition``: wall time, peak memo
 process, replication factor, edge cut), then train on it with P torchrun workers
 (``twopgraph train --partitions DIR --nproc P``) and read its ``metrics.json``: training vertices
 per rank, input nodes per batch (per rank and step), feature rows and bytes per epoch, the
-remote counters, epoch time and test accuracy. ``--baseline`` adds a single-process run
+remote counters, epoch time, test accuracy, each part's representation (local / global) and
+the ranks' summed peak PSS (``peak_pss_mib_total``: the store's shared maps counted once). ``--baseline`` adds a single-process run
 (``twopgraph train``) with the same global batch size and epochs.
 
 Timings depend on the machine: with fewer cores than workers (e.g. 8 CPU workers on 2 cores)
@@ -80,6 +81,7 @@ def main(argv=None) -> int:
                "replication_factor": meta["replication_factor"],
                "edge_cut_fraction": meta["edge_cut_fraction"],
                "train_per_rank": [q["num_train"] for q in meta["parts"]],
+               "representation": [q["representation"] for q in meta["parts"]],
                "vertices_per_rank": [q["num_nodes"] for q in meta["parts"]]}
         if not a.skip_train:
             run = out / f"train-{p}"
@@ -96,14 +98,16 @@ def main(argv=None) -> int:
                            halo_input_rows=ep["halo_input_rows"],
                            remote_graph_requests=ep["remote_graph_requests"],
                            remote_feature_bytes=ep["remote_feature_bytes"],
-                           train_peak_rss_mib=m["peak_rss_mib"])
+                           train_peak_rss_mib=m["peak_rss_mib"],
+                           train_peak_pss_mib=m.get("peak_pss_mib"),
+                           train_peak_pss_mib_total=m.get("peak_pss_mib_total"))
         rows.append(row)
         print(json.dumps(row), flush=True)
     (out / "bench_dist.json").write_text(json.dumps(rows, indent=2) + "\n")
     cols = ["P", "partition_s", "partition_peak_rss_mib", "replication_factor",
-            "edge_cut_fraction", "train_per_rank", "input_nodes_per_batch", "feature_rows",
+            "representation", "edge_cut_fraction", "train_per_rank", "input_nodes_per_batch", "feature_rows",
             "halo_input_rows", "remote_graph_requests", "remote_feature_bytes", "epoch_s",
-            "test_acc"]
+            "train_peak_pss_mib_total", "test_acc"]
     print("| " + " | ".join(cols) + " |")
     print("|" + "---|" * len(cols))
     for r in rows:

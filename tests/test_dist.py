@@ -81,14 +81,28 @@ def _spawn(world, parts, out, result_dir, runs, fail_rank=-1) -> list[int]:
 
 @pytest.fixture(scope="module")
 def parts2(tmp_path_factory):
+    """2 parts, 2 hops: their halos cover most of the graph, so ``auto`` makes them global."""
     root = tmp_path_factory.mktemp("dist")
     data = community_data(1200, k=4)
     meta = partition_selfdep(data, 2, len(FANOUTS), root / "p2", num_clusters=12)
+    assert [p["representation"] for p in meta["parts"]] == ["global"] * 2
     return data, root / "p2", meta
 
 
-def test_two_ranks_identical_parameters_and_no_remote_traffic(parts2, tmp_path):
-    _, folder, meta = parts2
+@pytest.fixture(scope="module")
+def parts2_local(parts2, tmp_path_factory):
+    data = parts2[0]
+    out = tmp_path_factory.mktemp("dist") / "p2local"
+    meta = partition_selfdep(data, 2, len(FANOUTS), out, num_clusters=12,
+                             representation="local")
+    return data, out, meta
+
+
+@pytest.mark.parametrize("rep", ["global", "local"])
+def test_two_ranks_identical_parameters_and_no_remote_traffic(parts2, parts2_local, tmp_path,
+                                                              rep):
+    _, folder, meta = parts2 if rep == "global" else parts2_local
+    assert {p["representation"] for p in meta["parts"]} == {rep}
     out = tmp_path / "run"
     codes = _spawn(2, folder, out, tmp_path, [{}, {"epochs": 3, "resume": True}])
     assert codes == [0, 0]
@@ -98,9 +112,15 @@ def test_two_ranks_identical_parameters_and_no_remote_traffic(parts2, tmp_path):
         assert torch.equal(r0["params"][k], r1["params"][k]), k
     assert r0["val"] == r1["val"] and r0["test"] == r1["test"]
     assert r0["test"] > 0.5  # 4 well-separated communities
-    # only rank 0 writes; the resumed run read its checkpoint on both ranks
+    # only rank 0 writes; the resumed run read its checkpoint on both ranks; the evaluation
+    # scratch is gone
     assert sorted(p.name for p in out.iterdir()) == ["checkpoint.pt", "metrics.json"]
     metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["partition"]["representation"] == [rep] * 2
+    # memory of each rank, and the ranks' summed PSS (shared maps counted once)
+    pss, rss = metrics["peak_pss_mib"], metrics["peak_rss_mib"]
+    assert len(pss) == len(rss) == 2 and all(x > 0 for x in pss + rss)
+    assert metrics["peak_pss_mib_total"] == pytest.approx(sum(pss))
     assert metrics["final"] and [e["epoch"] for e in metrics["epochs"]] == [0, 1, 2]
     for ep in metrics["epochs"]:
         assert ep["remote_graph_requests"] == 0 and ep["remote_feature_bytes"] == 0
@@ -133,52 +153,107 @@ def test_single_process_world(tmp_path):
     assert ep["remote_graph_requests"] == 0 and ep["halo_input_rows"] == 0
     assert res.test_acc is not None and (tmp_path / "run" / "checkpoint.pt").is_file()
     # the distributed exact evaluation = single-process layer-wise inference
-    part = load_part(tmp_path / "p1", 0, mmap=False)
-    logits = layerwise_inference(res.model, NeighborSampler(part.data.graph, FANOUTS),
-                                 torch.from_numpy(part.data.feat), torch.device("cpu"))
-    labels = torch.from_numpy(part.data.label)
-    assert res.test_acc == pytest.approx(accuracy(logits, labels, part.data.test_idx))
-    assert res.val_acc == pytest.approx(accuracy(logits, labels, part.data.val_idx))
+    logits = layerwise_inference(res.model, NeighborSampler(data.graph, FANOUTS),
+                                 torch.from_numpy(data.feat), torch.device("cpu"))
+    labels = torch.from_numpy(data.label)
+    assert res.test_acc == pytest.approx(accuracy(logits, labels, data.test_idx))
+    assert res.val_acc == pytest.approx(accuracy(logits, labels, data.val_idx))
+
+
+def _mapped_file(ptr: int) -> str | None:
+    """The file whose memory map holds address ``ptr`` in this process (/proc/self/maps)."""
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        f = line.split(maxsplit=5)
+        lo, hi = (int(x, 16) for x in f[0].split("-"))
+        if lo <= ptr < hi:
+            return f[5] if len(f) > 5 else None
+    return None
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="needs Linux /proc")
+@pytest.mark.parametrize("rep", ["global", "local"])
+def test_rank_reads_the_one_shared_store(parts2, tmp_path, monkeypatch, rep):
+    """A rank's feature source reads the store's feat.npy through its memory map (no private
+    copy of the table: the ranks of a machine share the page cache); a global part also
+    samples on the store's CSR; the partition holds no features."""
+    import twopgraph.dist.trainer as tr
+    data = parts2[0]
+    folder = tmp_path / "p"
+    meta = partition_selfdep(data, 1, 2, folder, num_clusters=12, representation=rep)
+    store = Path(meta["source"]["store"])
+    assert not list(folder.rglob("part*/feat.npy"))
+    seen = {}
+    real = tr.make_loader
+
+    def spy(cfg, d, *a, **k):
+        loader = seen["loader"] = real(cfg, d, *a, **k)
+        seen["data"] = d
+        return loader
+    monkeypatch.setattr(tr, "make_loader", spy)
+    os.environ.pop("MASTER_ADDR", None)
+    train_distributed(_cfg(tmp_path / "run", epochs=1), folder, env=DistEnv(0, 1, 0, 1))
+    host = seen["loader"].features.host.tensor
+    assert host.shape == data.feat.shape
+    assert _mapped_file(host.data_ptr()) == str(store / "feat.npy")
+    indptr = seen["data"].graph.indptr
+    assert (_mapped_file(indptr.ctypes.data) == str(store / "indptr.npy")) == (rep == "global")
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["checkpoint.pt",
+                                                                  "metrics.json"]
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert len(metrics["peak_pss_mib"]) == 1 and metrics["peak_pss_mib_total"] > 0
 
 
 # -- distributed exact evaluation = single-process whole-graph inference --------------------------
-EVAL_JOBS = [dict(model=m, layers=layers, hidden=hidden, seed=seed, hops=hops)
+# part: which partition (representation-hops); shared: the hidden tables in a scratch file on
+# this machine (True) or all-reduced (False, what ranks on several machines do)
+EVAL_JOBS = [dict(model=m, layers=layers, hidden=hidden, seed=seed, part=part, shared=True)
              for m in ("sage", "gcn")
-             for layers, hidden, seed, hops in ((2, 16, 0, 2), (3, 8, 1, 1))]
+             for layers, hidden, seed, part in ((2, 16, 0, "global-2"), (3, 8, 1, "local-1"))]
+EVAL_JOBS += [dict(model="sage", layers=3, hidden=8, seed=2, part="local-2", shared=True),
+              dict(model="gcn", layers=3, hidden=8, seed=3, part="global-2", shared=False)]
 
 
 def _eval_worker(rank, world, port, parts, jobs, result_dir):
     """Rank ``rank``: ``evaluate_distributed`` of every job's weights; the logits of the last
-    layer for the owned vertices are recorded by a forward hook on the last conv."""
+    layer for the owned vertices are recorded by a forward hook on the last conv, with the
+    scratch folder's content at that time."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
     cpu = torch.device("cpu")
+    scratch = Path(result_dir) / "scratch"
     with process_group(DistEnv(rank, world, rank, world), cpu, 60):
         for i, job in enumerate(jobs):
-            part = load_part(parts[job["hops"]], rank, mmap=False)
+            part = load_part(parts[job["part"]], rank)
             d = part.data
             model = build_model(job["model"], d.num_features, job["hidden"], d.num_classes,
                                 job["layers"])
             model.load_state_dict(torch.load(Path(result_dir) / f"weights{i}.pt"))
-            seen = []
-            model.convs[-1].register_forward_hook(lambda mod, inp, out, seen=seen:
-                                                  seen.append(out))
+            seen, during = [], []
+
+            def hook(mod, inp, out, seen=seen, during=during):
+                seen.append(out)
+                during.append(sorted(str(p.relative_to(scratch)) for p in scratch.rglob("*")))
+            model.convs[-1].register_forward_hook(hook)
             # small edge ranges: several blocks per layer
-            val, test = evaluate_distributed(model, part, torch.from_numpy(d.feat),
-                                             torch.from_numpy(d.label), cpu, batch_edges=300)
+            val, test = evaluate_distributed(model, part, cpu, batch_edges=300,
+                                             scratch_dir=scratch, shared=job["shared"])
             torch.save({"val": val, "test": test, "logits": torch.cat(seen) if seen else None,
-                        "owned": np.asarray(d.node_ids[:part.num_owned]).copy()},
+                        "owned": np.asarray(part.owned).copy(), "during": during,
+                        "after": sorted(p.name for p in scratch.iterdir())},
                        Path(result_dir) / f"eval{i}-rank{rank}.pt")
 
 
 @pytest.fixture(scope="module")
-def dist_eval(parts2, tmp_path_factory):
+def dist_eval(parts2, parts2_local, tmp_path_factory):
     """Every EVAL_JOBS job evaluated by 2 gloo ranks (one spawn for all), and the whole-graph
     single-process logits of the same weights."""
     data, folder2, _ = parts2
     root = tmp_path_factory.mktemp("dist_eval")
-    parts = {2: str(folder2), 1: str(root / "p2h1")}
-    partition_selfdep(data, 2, 1, parts[1], num_clusters=12)
+    parts = {"global-2": str(folder2), "local-2": str(parts2_local[1]),
+             "local-1": str(root / "p2h1")}
+    meta = partition_selfdep(data, 2, 1, parts["local-1"], num_clusters=12,
+                             representation="local")
+    assert meta["parts"][0]["num_incomplete"] > 0  # truncated halo rows
     full = []
     sampler = NeighborSampler(data.graph, [-1])
     for i, job in enumerate(EVAL_JOBS):
@@ -198,10 +273,13 @@ def dist_eval(parts2, tmp_path_factory):
 
 
 @pytest.mark.parametrize("job", range(len(EVAL_JOBS)),
-                         ids=[f"{j['model']}-L{j['layers']}-hops{j['hops']}" for j in EVAL_JOBS])
+                         ids=[f"{j['model']}-L{j['layers']}-{j['part']}"
+                              f"{'' if j['shared'] else '-allreduce'}" for j in EVAL_JOBS])
 def test_distributed_evaluation_equals_whole_graph_inference(dist_eval, job):
     """Each rank's last-layer logits of its owned vertices are the whole-graph ones; the val
-    and test accuracies are the whole graph's, exactly (correct counts over split sizes)."""
+    and test accuracies are the whole graph's, exactly (correct counts over split sizes).
+    The hidden layers went through one scratch file of this machine (shared), removed when
+    the evaluation ended."""
     data, full, ranks = dist_eval
     logits, labels = full[job], torch.from_numpy(data.label)
     owned = np.concatenate([r["owned"] for r in ranks[job]])
@@ -211,6 +289,14 @@ def test_distributed_evaluation_equals_whole_graph_inference(dist_eval, job):
         want = logits[torch.from_numpy(r["owned"])]
         torch.testing.assert_close(r["logits"], want, rtol=1e-5, atol=1e-5)
         assert torch.equal(r["logits"].argmax(1), want.argmax(1))
+        assert r["after"] == []  # the scratch is removed
+        layers = EVAL_JOBS[job]["layers"]
+        if EVAL_JOBS[job]["shared"]:  # during the last layer: the previous layer's table
+            assert {len(x) for x in r["during"]} == {2}, r["during"]
+            assert all(x[0].startswith(".twopgraph-eval-") and
+                       x[1].endswith(f"/layer{layers - 2}.f32") for x in r["during"])
+        else:
+            assert all(x == [] for x in r["during"])
     pred = logits.argmax(1)
     for key, idx in (("val", data.val_idx), ("test", data.test_idx)):
         correct = int((pred[idx] == labels[idx]).sum())
@@ -219,10 +305,29 @@ def test_distributed_evaluation_equals_whole_graph_inference(dist_eval, job):
             assert r[key] == correct / idx.shape[0], (key, r[key], correct)
 
 
+@pytest.mark.parametrize("rep", ["global", "local"])
+def test_part_sampler_counts_halo_rows(parts2, tmp_path, rep):
+    """A global part samples the whole graph: no truncated rows, input rows of vertices it
+    does not own counted as halo rows."""
+    data = parts2[0]
+    partition_selfdep(data, 2, 1, tmp_path / "p", num_clusters=12, representation=rep)
+    part = load_part(tmp_path / "p", 0)
+    s = PartSampler(part, FANOUTS, seed=0)
+    halo = 0
+    for b in range(5):
+        mb = s.sample(np.array(part.data.train_idx[b * 20:(b + 1) * 20]), key=b)
+        glob = np.asarray(part.rows)[mb.input_nodes.numpy()] if rep == "local" else \
+            mb.input_nodes.numpy()
+        halo += int((~np.isin(glob, part.owned)).sum())
+    req, rows, seen = s.counters()
+    assert seen == halo > 0
+    assert (req == 0 and rows == 0) == (rep == "global")
+
+
 @pytest.mark.parametrize("hops", [1, 2])
 def test_part_sampler_counts_truncated_rows(parts2, tmp_path, hops):
     data, _, _ = parts2
-    partition_selfdep(data, 2, hops, tmp_path / "p", num_clusters=12)
+    partition_selfdep(data, 2, hops, tmp_path / "p", num_clusters=12, representation="local")
     part = load_part(tmp_path / "p", 0, mmap=False)
     s = PartSampler(part, FANOUTS, seed=0)
     for b in range(5):
@@ -279,3 +384,24 @@ def test_cli_nproc_must_match_parts(parts2, tmp_path, capsys):
     assert len(err) == 1 and "use --nproc 2" in err[0]
     assert main(["train", "--nproc", "2", "--out", str(tmp_path / "x")]) == 2
     assert "--nproc needs --partitions" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps_rollup").exists(),
+                    reason="needs Linux /proc smaps_rollup")
+def test_pss_monitor_keeps_the_peak(tmp_path):
+    from twopgraph.metrics import PssMonitor, current_pss_mib, process_pss_monitor
+    base = current_pss_mib()
+    assert base is not None and base > 0
+    with PssMonitor(interval=0.01) as mon:
+        block = np.ones(64 << 20, dtype=np.uint8)  # 64 MiB, touched
+        time.sleep(0.1)
+        del block
+        time.sleep(0.05)
+    assert mon.peak_mib >= base + 48 and mon._thread is None
+    assert current_pss_mib() < mon.peak_mib  # the peak stays after the memory went
+    # no /proc file: None, and no thread
+    missing = PssMonitor(path=str(tmp_path / "none")).start()
+    assert missing.peak_mib is None and missing._thread is None and missing.stop() is None
+    assert process_pss_monitor() is process_pss_monitor()
+    with pytest.raises(ValueError, match="interval"):
+        PssMonitor(interval=0)

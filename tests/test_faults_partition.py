@@ -37,16 +37,25 @@ def data():
 
 @pytest.fixture(scope="module")
 def clean(data, tmp_path_factory):
-    """An intact 2-part partition (copied by each test that damages one)."""
+    """An intact 2-part partition of local parts (copied by each test that damages one)."""
     out = tmp_path_factory.mktemp("faults") / "p2"
-    partition_selfdep(data, 2, 1, out, num_clusters=12)
+    partition_selfdep(data, 2, 1, out, num_clusters=12, representation="local")
+    return out
+
+
+@pytest.fixture(scope="module")
+def clean_global(data, tmp_path_factory):
+    """The same with global parts (what ``auto`` picks here)."""
+    out = tmp_path_factory.mktemp("faults") / "g2"
+    meta = partition_selfdep(data, 2, 1, out, num_clusters=12)
+    assert [p["representation"] for p in meta["parts"]] == ["global"] * 2
     return out
 
 
 @pytest.fixture(scope="module")
 def clean1(data, tmp_path_factory):
     out = tmp_path_factory.mktemp("faults1") / "p1"
-    partition_selfdep(data, 1, 1, out, num_clusters=12)
+    partition_selfdep(data, 1, 1, out, num_clusters=12, representation="local")
     return out
 
 
@@ -76,10 +85,11 @@ def _one_error_line(err: str) -> str:
     return errors[0]
 
 
-# Damages of the issue (zeroed features, reversed ids, out-of-range neighbours, damaged labels
-# and ids) and more; each is (file, change, words of the message).
+# Damages of the issue (reversed ids, out-of-range neighbours, damaged labels and ids) and
+# more; each is (file, change, words of the message). Features are not in the parts (the
+# store's, checked by twopgraph.store).
 DAMAGES = {
-    "feat-zeroed": ("part1/feat.npy", np.zeros_like, "feat.npy"),
+    "label-zeroed": ("part1/label.npy", np.zeros_like, "label.npy"),
     "node-ids-reversed": ("part0/node_ids.npy", lambda a: a[::-1].copy(), "node_ids.npy"),
     "indices-every-7th-1e6": ("part1/indices.npy", _set(slice(None, None, 7), 10**6),
                               "indices.npy: values in [0, 1000000]"),
@@ -91,19 +101,28 @@ DAMAGES = {
     "train-idx-not-owned": ("part0/train_idx.npy", _set(-1, 10**5), "train_idx.npy"),
     "test-idx-of-other-part": ("part0/test_idx.npy", "part1/test_idx.npy", "test_idx.npy"),
     "indptr-not-monotone": ("part0/indptr.npy", _set(slice(10, 12), [50, 40]), "indptr.npy"),
-    "feat-float64": ("part0/feat.npy", lambda a: a.astype(np.float64), "feat.npy: dtype"),
-    "feat-nan": ("part0/feat.npy", _set((0, 0), np.nan), "feat.npy: non-finite"),
+    "label-float64": ("part0/label.npy", lambda a: a.astype(np.float64), "label.npy: dtype"),
     "cluster-out-of-range": ("part1/cluster.npy", _set(0, 10**6), "cluster.npy"),
     "degree-zeroed": ("part1/degree.npy", np.zeros_like, "degree.npy"),
-    "owned-indices-negative": ("part1/owned_indices.npy", _set(0, -3), "owned_indices.npy"),
-    "file-truncated": ("part1/feat.npy", "truncate", "feat.npy: missing or unreadable"),
+    "file-truncated": ("part1/label.npy", "truncate", "label.npy: missing or unreadable"),
     "file-missing": ("part1/degree.npy", "delete", "degree.npy: missing or unreadable"),
+}
+# ... of a global part (owned ids and splits in global ids)
+GLOBAL_DAMAGES = {
+    "owned-reversed": ("part0/owned.npy", lambda a: a[::-1].copy(), "owned.npy"),
+    "owned-repeated": ("part1/owned.npy", lambda a: np.sort(_set(1, a[0])(a)), "owned.npy"),
+    "owned-out-of-range": ("part1/owned.npy", _set(-1, 10**6), "owned.npy"),
+    "owned-int32": ("part0/owned.npy", lambda a: a.astype(np.int32), "owned.npy: dtype"),
+    "train-idx-of-other-part": ("part0/train_idx.npy", "part1/train_idx.npy", "train_idx.npy"),
+    "val-idx-reversed": ("part1/val_idx.npy", lambda a: a[::-1].copy(), "val_idx.npy"),
+    "file-truncated": ("part1/owned.npy", "truncate", "owned.npy: missing or unreadable"),
+    "file-missing": ("part0/test_idx.npy", "delete", "test_idx.npy: missing or unreadable"),
 }
 
 
-def _damage(folder: Path, case: str) -> tuple[int, str]:
-    """Apply DAMAGES[case] to ``folder``; returns (damaged part, expected words)."""
-    rel, change, words = DAMAGES[case]
+def _damage(folder: Path, case: str, damages: dict = DAMAGES) -> tuple[int, str]:
+    """Apply ``damages[case]`` to ``folder``; returns (damaged part, expected words)."""
+    rel, change, words = damages[case]
     path = folder / rel
     if change == "truncate":
         with open(path, "r+b") as f:
@@ -117,13 +136,17 @@ def _damage(folder: Path, case: str) -> tuple[int, str]:
     return int(rel[4]), words
 
 
-@pytest.mark.parametrize("case", sorted(DAMAGES))
-def test_damaged_part_is_refused_in_one_line(clean, tmp_path, case):
+@pytest.mark.parametrize("case", [("local", c) for c in sorted(DAMAGES)]
+                         + [("global", c) for c in sorted(GLOBAL_DAMAGES)],
+                         ids=lambda c: "-".join(c))
+def test_damaged_part_is_refused_in_one_line(clean, clean_global, tmp_path, case):
     """load_part (what every rank calls) and verify_partition (the launcher) refuse every
     damage, naming the file; the intact part still loads. Today's code loads most of them
     silently (wrong numbers, or a SIGSEGV in numba for out-of-range neighbours)."""
-    folder = _copy(clean, tmp_path / "p")
-    p, words = _damage(folder, case)
+    rep, case = case
+    src, damages = (clean, DAMAGES) if rep == "local" else (clean_global, GLOBAL_DAMAGES)
+    folder = _copy(src, tmp_path / "p")
+    p, words = _damage(folder, case, damages)
     with pytest.raises(PartitionError) as e:
         load_part(folder, p, mmap=False)
     msg = str(e.value)
@@ -134,18 +157,32 @@ def test_damaged_part_is_refused_in_one_line(clean, tmp_path, case):
     load_part(folder, 1 - p)  # the other part is intact
 
 
-def test_meta_records_every_array(clean):
-    meta = read_meta(clean)
-    assert meta["format"] == selfdep.FORMAT_VERSION == 3
+def test_damaged_cluster_file_of_global_parts_is_refused(clean_global, tmp_path):
+    folder = _copy(clean_global, tmp_path / "p")
+    _edit(folder / "cluster.npy", _set(0, 10**6))
+    for call in (lambda: load_part(folder, 0), lambda: selfdep.verify_partition(folder)):
+        with pytest.raises(PartitionError, match="cluster.npy: values in") as e:
+            call()
+        assert "\n" not in str(e.value) and "twopgraph partition" in str(e.value)
+
+
+@pytest.mark.parametrize("rep", ["local", "global"])
+def test_meta_records_every_array(clean, clean_global, rep):
+    folder = clean if rep == "local" else clean_global
+    meta = read_meta(folder)
+    assert meta["format"] == selfdep.FORMAT_VERSION == 4
     for i, info in enumerate(meta["parts"]):
-        assert sorted(info["arrays"]) == sorted(selfdep._ARRAYS)
+        assert info["representation"] == rep
+        assert sorted(info["arrays"]) == sorted(selfdep._ARRAYS[rep])
+        assert not (folder / f"part{i}" / "feat.npy").exists()
         for name, rec in info["arrays"].items():
-            a = np.load(clean / f"part{i}" / f"{name}.npy")
+            a = np.load(folder / f"part{i}" / f"{name}.npy")
             assert rec["dtype"] == a.dtype.str and rec["shape"] == list(a.shape)
             assert len(rec["fingerprint"]) == 32
             if a.size:
                 assert rec["min"] == a.min() and rec["max"] == a.max()
-    assert selfdep.verify_partition(clean) == meta
+    assert (meta["arrays"]["cluster"] is None) == (rep == "local")
+    assert selfdep.verify_partition(folder) == meta
 
 
 def test_parts_must_own_every_vertex_once(clean, tmp_path):
@@ -172,8 +209,13 @@ def test_format_2_folder_is_refused_in_one_line(clean, tmp_path):
     (folder / "meta.json").write_text(json.dumps(dict(meta, format=2)))
     with pytest.raises(PartitionError, match="partition format 2.*re-run `twopgraph partition`"):
         read_meta(folder)
-    (folder / "meta.json").write_text(json.dumps(dict(meta, format=3)))  # records missing
+    (folder / "meta.json").write_text(json.dumps(dict(meta, format=4)))  # records missing
     with pytest.raises(PartitionError, match="incomplete meta.json"):
+        read_meta(folder)
+    # format 3: features replicated in every part
+    (folder / "meta.json").write_text(json.dumps(dict(meta, format=3)))
+    with pytest.raises(PartitionError, match="partition format 3, this twopgraph reads 4; "
+                                             "re-run `twopgraph partition`"):
         read_meta(folder)
 
 
@@ -183,12 +225,12 @@ def test_launcher_refuses_a_damaged_partition_before_any_rank(clean, tmp_path, c
     started = []
     monkeypatch.setattr(launch, "launch", lambda *a, **k: started.append(a) or 0)
     folder = _copy(clean, tmp_path / "p")
-    _damage(folder, "feat-zeroed")
+    _damage(folder, "label-zeroed")
     out = tmp_path / "run"
     rc = main(["train", "--partitions", str(folder), "--nproc", "2", "--out", str(out), *TRAIN])
     line = _one_error_line(capsys.readouterr().err)
     assert rc == 2 and not started and not out.exists()
-    assert f"{folder}/part1/feat.npy" in line and "damaged partition" in line, line
+    assert f"{folder}/part1/label.npy" in line and "damaged partition" in line, line
     # the intact partition is launched
     assert main(["train", "--partitions", str(clean), "--nproc", "2", "--out", str(out),
                  *TRAIN]) == 0 and len(started) == 1
@@ -213,7 +255,7 @@ def test_rank_started_by_the_launcher_hands_its_error_over(clean1, tmp_path, cap
     for the launcher and exits quietly with the error's code."""
     from twopgraph.dist.launch import ERROR_DIR_ENV, _failure
     folder = _copy(clean1, tmp_path / "p")
-    _edit(folder / "part0/feat.npy", np.zeros_like)
+    _edit(folder / "part0/label.npy", np.zeros_like)
     errdir = tmp_path / "err"
     errdir.mkdir()
     monkeypatch.setenv(ERROR_DIR_ENV, str(errdir))
@@ -222,7 +264,7 @@ def test_rank_started_by_the_launcher_hands_its_error_over(clean1, tmp_path, cap
     assert e.value.code == 2
     assert "twopgraph: error" not in capsys.readouterr().err  # the launcher says it
     rec = json.loads((errdir / "rank0.json").read_text())
-    assert rec["rank"] == 0 and "part0/feat.npy" in rec["message"]
+    assert rec["rank"] == 0 and "part0/label.npy" in rec["message"]
     line, code = _failure(errdir, 1)
     assert code == 2 and line == rec["message"]
 
@@ -385,7 +427,8 @@ def test_orphans_of_killed_writers_are_removed(data, tmp_path):
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
     orphans = [p.name for p in out.parent.iterdir()]
     assert len(orphans) == 1 and orphans[0].startswith(".p2.tmp-"), orphans
-    assert (out.parent / orphans[0] / "part1" / "feat.npy").is_file()
+    assert (out.parent / orphans[0] / "part1" / "train_idx.npy").is_file()
+    assert (out.parent / orphans[0] / "store" / "feat.npy").is_file()  # data without a store
     # look-alikes that must stay: a live writer, a folder holding other files, a file,
     # another machine's writer
     dead = _dead_pid()
@@ -411,11 +454,12 @@ def test_partition_reuse_rewrites_a_damaged_folder(data, tmp_path, capsys):
     args = ["partition", "--dataset", str(npz), "--data-root", str(tmp_path), "--num-parts",
             "2", "--hops", "1", "--num-clusters", "12", "--out", str(out), "--json"]
     assert main(args) == 0
-    feat = np.load(out / "part1" / "feat.npy")
-    _damage(out, "feat-zeroed")
+    ids = np.load(out / "part1" / "train_idx.npy")
+    _damage(out, "val-idx-reversed", GLOBAL_DAMAGES)
+    _edit(out / "part1" / "train_idx.npy", lambda a: a[::-1].copy())
     capsys.readouterr()
     assert main(args) == 0
-    assert np.array_equal(np.load(out / "part1" / "feat.npy"), feat)
+    assert np.array_equal(np.load(out / "part1" / "train_idx.npy"), ids)
     selfdep.verify_partition(out)
 
 
@@ -429,7 +473,7 @@ def test_partition_write_error_is_one_line_and_leaves_nothing(data, tmp_path, mo
     real = np.save
 
     def full(path, arr, *a, **k):
-        if str(path).endswith("feat.npy"):
+        if str(path).endswith("train_idx.npy"):
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
         return real(path, arr, *a, **k)
     monkeypatch.setattr(selfdep.np, "save", full)

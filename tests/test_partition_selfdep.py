@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from dataclasses import replace
 
 import numpy as np
@@ -13,9 +14,11 @@ from conftest import community_data
 from twopgraph.cli import main
 from twopgraph.errors import ConfigError
 from twopgraph.graph import CSRGraph, inverse_permutation
-from twopgraph.partition.selfdep import (FORMAT_VERSION, PartitionError, load_part,
-                                         partition_selfdep, read_meta)
+from twopgraph.partition.selfdep import (FORMAT_VERSION, GLOBAL_SHARE, PartitionError,
+                                         load_part, partition_selfdep, read_meta,
+                                         verify_partition)
 from twopgraph.sampler import NeighborSampler
+from twopgraph.store import open_store, write_store
 
 FANOUTS = [4, 3, 3]
 
@@ -27,9 +30,17 @@ def data():
 
 @pytest.fixture(scope="module")
 def parts(data, tmp_path_factory):
+    """3 local parts (forced: with 3 hops their halos cover most of the graph)."""
     out = tmp_path_factory.mktemp("selfdep") / "p3"
-    meta = partition_selfdep(data, 3, len(FANOUTS), out, num_clusters=15)
+    meta = partition_selfdep(data, 3, len(FANOUTS), out, num_clusters=15,
+                             representation="local")
     return out, meta
+
+
+@pytest.fixture(scope="module")
+def stored(data, tmp_path_factory):
+    """``data`` as a store (what ``load_dataset`` returns)."""
+    return open_store(write_store(data, tmp_path_factory.mktemp("store") / "comm"))
 
 
 def _ball(g: CSRGraph, start: np.ndarray, hops: int) -> np.ndarray:
@@ -46,13 +57,17 @@ def _ball(g: CSRGraph, start: np.ndarray, hops: int) -> np.ndarray:
 def test_layout_and_meta(data, parts):
     out, meta = parts
     assert meta == read_meta(out)
-    assert sorted(p.name for p in out.iterdir()) == ["meta.json", "part0", "part1", "part2"]
+    assert sorted(p.name for p in out.iterdir()) == ["meta.json", "part0", "part1", "part2",
+                                                     "store"]  # data without a store
     n = data.num_nodes
     owned, sizes = [], []
     for i in range(3):
         part = load_part(out, i)
+        assert part.representation == meta["parts"][i]["representation"] == "local"
         assert isinstance(part.data.graph.indices, np.memmap)  # memory-mapped by default
         l2g = np.asarray(part.data.node_ids)
+        assert np.array_equal(part.rows, l2g)
+        assert np.array_equal(part.owned, l2g[:part.num_owned])
         own = l2g[:part.num_owned]
         owned.append(own)
         sizes.append(l2g.shape[0])
@@ -66,7 +81,12 @@ def test_layout_and_meta(data, parts):
             assert loc.max(initial=-1) < part.num_owned
             assert np.array_equal(np.sort(l2g[loc]), np.intersect1d(getattr(data, s), own))
         assert np.array_equal(part.data.label, data.label[l2g])
-        assert np.array_equal(part.data.feat, data.feat[l2g])
+        # no features in the part: the store's table (memory-mapped), read through rows
+        assert not (out / f"part{i}" / "feat.npy").exists()
+        feat = part.data.feat
+        assert isinstance(feat, np.memmap) and feat.shape == data.feat.shape
+        assert str(feat.filename) == str(out / "store" / "feat.npy")
+        assert np.array_equal(part.data.feat[part.rows], data.feat[l2g])
         assert np.array_equal(part.degree, data.graph.degrees()[l2g])
         # each local row = the source row's in-part neighbours, in the source order
         g2l = np.full(n, -1)
@@ -74,10 +94,6 @@ def test_layout_and_meta(data, parts):
         for v in range(0, l2g.shape[0], 7):
             row = data.graph.neighbors(l2g[v])
             assert np.array_equal(part.data.graph.neighbors(v), g2l[row][g2l[row] >= 0])
-        # full rows of owned vertices (exact evaluation), in global ids
-        for j in range(0, part.num_owned, 11):
-            s, e = part.owned_indptr[j], part.owned_indptr[j + 1]
-            assert np.array_equal(part.owned_indices[s:e], data.graph.neighbors(own[j]))
         # rows within H-1 hops of the training vertices are complete
         inner = _ball(data.graph, train_g, meta["hops"] - 1)
         assert part.complete[g2l[inner]].all()
@@ -123,9 +139,79 @@ def test_fewer_hops_replicate_less(data, tmp_path):
     assert rf[0] == 1.0 and rf[0] < rf[1] < rf[2]
 
 
+def test_representation_is_chosen_by_bytes(data, tmp_path):
+    """``auto`` stores a part global exactly when its local CSR would exceed GLOBAL_SHARE of
+    the store's CSR; here 0 hops gives local parts, 3 hops global ones."""
+    seen = set()
+    for hops in (0, 3):
+        meta = partition_selfdep(data, 3, hops, tmp_path / f"h{hops}", num_clusters=15)
+        for p in meta["parts"]:
+            big = p["local_csr_bytes"] > GLOBAL_SHARE * p["global_csr_bytes"]
+            assert p["representation"] == ("global" if big else "local"), (hops, p)
+            seen.add(p["representation"])
+        assert {p["representation"] for p in meta["parts"]} == \
+            {"local" if hops == 0 else "global"}
+    assert seen == {"local", "global"}
+
+
+def test_global_parts_hold_no_structure(data, stored, tmp_path):
+    """A global part is its owned ids and splits; the rank samples on the store's own CSR
+    and reads the store's features (no copy of either in the partition)."""
+    out = tmp_path / "g"
+    meta = partition_selfdep(stored, 3, len(FANOUTS), out, num_clusters=15)
+    assert meta["source"]["store"] == str(stored.store) and not meta["source"]["store_embedded"]
+    assert not (out / "store").exists()
+    assert sorted(p.name for p in out.iterdir()) == ["cluster.npy", "meta.json", "part0",
+                                                     "part1", "part2"]
+    owned = []
+    for i in range(3):
+        assert meta["parts"][i]["representation"] == "global"
+        assert sorted(f.name for f in (out / f"part{i}").iterdir()) == [
+            "owned.npy", "part.json", "test_idx.npy", "train_idx.npy", "val_idx.npy"]
+        part = load_part(out, i)
+        assert part.representation == "global" and part.rows is None and part.degree is None
+        for name, arr in (("indptr", part.data.graph.indptr),
+                          ("indices", part.data.graph.indices), ("feat", part.data.feat),
+                          ("label", part.data.label)):
+            assert isinstance(arr, np.memmap), name
+            assert str(arr.filename) == str(stored.store / f"{name}.npy"), name
+        own = np.asarray(part.owned)
+        assert np.array_equal(own, np.sort(own)) and part.num_owned == own.shape[0]
+        owned.append(own)
+        for s in ("train_idx", "val_idx", "test_idx"):
+            assert np.array_equal(getattr(part.data, s), np.intersect1d(getattr(data, s), own))
+        assert part.is_owned(own).all() and part.complete.all()
+        assert not part.is_owned(np.setdiff1d(np.arange(data.num_nodes), own)).any()
+        assert np.array_equal(part.owned_positions(part.data.val_idx),
+                              np.searchsorted(own, part.data.val_idx))
+    assert np.array_equal(np.sort(np.concatenate(owned)), np.arange(data.num_nodes))
+    verify_partition(out)
+
+
+def test_store_with_other_content_is_refused(data, tmp_path):
+    """The ranks read the store the partition names; one rebuilt with other content (or
+    missing) is refused in one line, before any part is used."""
+    folder = write_store(data, tmp_path / "store")
+    out = tmp_path / "p"
+    partition_selfdep(open_store(folder), 2, 1, out, num_clusters=15)
+    load_part(out, 0)
+    changed = type(data)(data.graph, data.feat * 2, data.label, data.train_idx, data.val_idx,
+                         data.test_idx, name=data.name)
+    write_store(changed, folder)  # rebuilt from a changed source
+    for call in (lambda: load_part(out, 0), lambda: verify_partition(out)):
+        with pytest.raises(PartitionError, match="holds other content than was partitioned") \
+                as e:
+            call()
+        assert "\n" not in str(e.value) and str(folder) in str(e.value)
+    shutil.rmtree(folder)
+    with pytest.raises(PartitionError, match="cannot be opened") as e:
+        load_part(out, 1)
+    assert "\n" not in str(e.value)
+
+
 def test_stale_or_foreign_folders_are_refused(data, tmp_path, parts):
     out = tmp_path / "p"
-    partition_selfdep(data, 2, 1, out, num_clusters=15)
+    partition_selfdep(data, 2, 1, out, num_clusters=15, representation="local")
     load_part(out, 1)
     with pytest.raises(PartitionError, match="no meta.json"):
         read_meta(tmp_path)
@@ -143,6 +229,11 @@ def test_stale_or_foreign_folders_are_refused(data, tmp_path, parts):
     np.save(out / "part1" / "label.npy", np.zeros(3, dtype=np.int64))
     with pytest.raises(PartitionError, match="label.npy has shape"):
         load_part(out, 1)
+    glob = tmp_path / "g"
+    partition_selfdep(data, 2, 1, glob, num_clusters=15, representation="global")
+    np.save(glob / "part0" / "owned.npy", np.zeros(3, dtype=np.int64))
+    with pytest.raises(PartitionError, match="owned.npy has shape"):
+        load_part(glob, 0)
     # another format
     meta = json.loads((out / "meta.json").read_text())
     (out / "meta.json").write_text(json.dumps(dict(meta, format=999)))

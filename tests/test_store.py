@@ -235,3 +235,18 @@ def test_cli_info_reports_the_store_and_refuses_a_foreign_folder(tmp_path, data,
     rc, out, err = run_cli(["train", "--dataset", foreign, "--out", tmp_path / "o"], capsys)
     assert rc == 2 and len(err.strip().splitlines()) == 1 and str(foreign) in err
     assert not (tmp_path / "o").exists()
+
+
+def test_a_copied_data_root_keeps_its_stores(tmp_path, data):
+    """Stores of files inside the data root are keyed by the path relative to it: a root
+    copied (or mounted) elsewhere finds them without converting again."""
+    import shutil
+    root = tmp_path / "root"
+    npz = data.save_npz(root / "d.npz")
+    first = load_dataset("d", data_root=root)
+    shutil.copytree(root, tmp_path / "copy")  # copy2: same sizes and mtimes
+    again = load_dataset("d", data_root=tmp_path / "copy")
+    assert again.store == (tmp_path / "copy" / first.store.relative_to(root.resolve())).resolve()
+    assert (again.store / "feat.npy").stat().st_mtime_ns == \
+        (first.store / "feat.npy").stat().st_mtime_ns  # the copied store, not a new one
+    _same(again, first)

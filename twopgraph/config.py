@@ -489,6 +489,11 @@ class PartitionOptions(Section):
     out: str | None = option(None, "partition folder to write", required=True, metavar="DIR")
     num_clusters: int = _num_clusters(" for batch size 1024, as `twopgraph train`")
     seed: int = option(0, "METIS seed")
+    representation: str = option(
+        "auto", "how a part holds its graph: local (its own CSR over owned + halo vertices, "
+                "local ids), global (no CSR of its own: the rank samples on the dataset "
+                "store's CSR, shared by every rank on the machine), auto (global when the "
+                "local CSR would exceed half the store's)")
     force: bool = option(False, "rewrite DIR even if it already holds this partition")
     json: bool = option(False, "print meta.json as one JSON line")
 
@@ -497,6 +502,7 @@ class PartitionOptions(Section):
         _int_at_least(self, "hops", 0)
         _int_at_least(self, "num_clusters", 0, "(0 = automatic)")
         _seed_ok(self.seed)
+        _choice(self, "representation", ("auto", "local", "global"))
         return self
 
 

@@ -131,12 +131,22 @@ def load_dataset(name: str, data_root=None, progress: bool = True,
 
 def store_folder(npz, data_root=None) -> Path:
     """Where the store converted from the ``.npz`` at ``npz`` lives: ``<data root>/stores/
-    <stem>-<8 hex digits of the file's absolute path>`` (two files of one name do not
-    collide)."""
+    <stem>-<8 hex digits of the file's path>`` (two files of one name do not collide). The
+    path is taken relative to the data root when the file lies inside it, so a data root
+    copied or mounted elsewhere keeps finding its stores."""
     import hashlib
-    npz = Path(npz).expanduser().absolute()
-    tag = hashlib.blake2b(str(npz).encode(), digest_size=4).hexdigest()
-    return resolve_data_root(data_root) / STORES_DIR / f"{npz.stem}-{tag}"
+    root = resolve_data_root(data_root)
+    tag = hashlib.blake2b(_source_key(npz, root).encode(), digest_size=4).hexdigest()
+    return root / STORES_DIR / f"{Path(npz).stem}-{tag}"
+
+
+def _source_key(npz, root: Path) -> str:
+    """``npz``'s path relative to the data root if inside it, else its absolute path."""
+    path = Path(npz).expanduser().absolute()
+    try:
+        return path.relative_to(root.expanduser().absolute()).as_posix()
+    except ValueError:
+        return str(path)
 
 
 def _stored(npz: Path, root: Path, name: str | None, symmetrize: bool = False,
@@ -148,7 +158,7 @@ def _stored(npz: Path, root: Path, name: str | None, symmetrize: bool = False,
     if is_store(folder):
         try:
             src = read_store_meta(folder).get("source") or {}
-            fresh = (src.get("path") == str(npz.resolve()) and src.get("size") == st.st_size
+            fresh = (src.get("key") == _source_key(npz, root) and src.get("size") == st.st_size
                      and src.get("mtime_ns") == st.st_mtime_ns)
             if fresh:
                 return open_store(folder, name=name, check_symmetric=not symmetrize)
@@ -158,10 +168,13 @@ def _stored(npz: Path, root: Path, name: str | None, symmetrize: bool = False,
                 raise GraphFormatError(f"{npz}: {str(e).split(': ', 1)[-1]}") from None
             log.warning("dataset store %s is damaged, rebuilding it (%s)", folder, e)
     try:
-        convert_npz(npz, folder, progress=progress, name=name)
-    except OutputError as e:
-        raise TwopgraphError(f"cannot write the dataset store of {npz}: {e}; choose a "
-                             f"writable --data-root or ${DATA_ROOT_ENV}") from None
+        convert_npz(npz, folder, progress=progress, name=name,
+                    source_key=_source_key(npz, root))
+    except OutputError as e:  # a read-only (shared) data root: read the file into memory
+        log.warning("cannot write the dataset store of %s (%s): reading it into memory "
+                    "instead (no shared memory-mapped copy; give a writable --data-root or "
+                    "$%s)", npz, e.strerror or e, DATA_ROOT_ENV)
+        return _in_memory(npz, name, symmetrize)
     try:
         return open_store(folder, name=name, check_symmetric=not symmetrize)
     except GraphFormatError as e:
@@ -332,11 +345,23 @@ def load_synthetic(spec, path: str | os.PathLike, progress: bool = False,
     return _store_of(data, path, path.parent, spec.name, progress) if stored else data
 
 
+def _in_memory(npz: Path, name: str | None, symmetrize: bool) -> GraphData:
+    """The ``.npz`` read into memory (no store), validated unless it is to be symmetrised."""
+    data = GraphData.load_npz(npz, name=name, validate=not symmetrize)
+    if symmetrize:
+        try:
+            data.graph.validate()  # symmetrising needs a well-formed CSR
+        except GraphFormatError as e:
+            raise GraphFormatError(f"{npz}: {e}") from None
+    return data
+
+
 def _store_of(data: GraphData, npz: Path, root: Path, name: str, progress: bool) -> GraphData:
     """``data``, just written to the cache ``npz``, as the store of that file (written from
     the arrays in hand, not read back) opened memory-mapped."""
     st = npz.stat()
-    source = {"path": str(npz.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    source = {"path": str(npz.resolve()), "key": _source_key(npz, root), "size": st.st_size,
+              "mtime_ns": st.st_mtime_ns}
     try:
         folder = write_store(data, store_folder(npz, root), source=source, progress=progress)
     except OutputError as e:

@@ -4,7 +4,9 @@
 
     Scheduler.batches(epoch)            seeds, in training order
       -> sampling workers               Sampler.sample(seeds, key=mix_key(epoch, b)), whole
-                                        batches per worker thread, batches kept in order
+                                        batches per worker thread, batches kept in order;
+                                        FeatureSource.advise(input_nodes) right after (a
+                                        memory-mapped table's rows read ahead by the kernel)
       -> lookahead window               FeatureSource.announce(input_nodes), ``lookahead``
                                         batches ahead of the gather (the ``layer`` cache
                                         learns the rows of upcoming batches before it evicts)
@@ -47,8 +49,8 @@ import os
 import queue
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
-from typing import Iterator
 
 import numpy as np
 import torch
@@ -72,6 +74,10 @@ class EpochStats:
     attribute of that name, set by whoever built the feature source).
     ``sample_s`` sums the sampling time of every batch over the workers (it may exceed the wall
     time, and in training it overlaps the other stages); ``load_s`` is the gathering time.
+    ``readahead_ranges`` / ``readahead_bytes``: page ranges of a memory-mapped feature table
+    the sampling workers advised the kernel to read ahead, and their bytes (whole pages; the
+    source's ``advise``, :class:`~twopgraph.cache.readahead.Readahead`; 0 when the table is
+    not a memory map).
     """
 
     num_batches: int = 0
@@ -85,6 +91,8 @@ class EpochStats:
     row_bytes: int = 0
     sample_s: float = 0.0
     load_s: float = 0.0
+    readahead_ranges: int = 0
+    readahead_bytes: int = 0
 
     @property
     def input_nodes_per_batch(self) -> float:
@@ -118,7 +126,7 @@ class ThreadPlan:
     background: bool
 
     @classmethod
-    def for_threads(cls, threads: int = 0, prefetch: int = 2) -> "ThreadPlan":
+    def for_threads(cls, threads: int = 0, prefetch: int = 2) -> ThreadPlan:
         """The plan for ``threads`` (0 = :func:`available_cores`) and ``prefetch`` depth."""
         n = int(threads) or available_cores()
         if n == 1:
@@ -238,9 +246,16 @@ class Loader:
     # -- stages ------------------------------------------------------------------------------
     def _sampled(self, epoch: int, stats: EpochStats) -> Iterator[MiniBatch]:
         # one worker: sampled in the thread that runs the pipeline (no pool thread)
-        for mb, secs in sampled_batches(self.scheduler, self._sampling(), epoch,
-                                        self.plan.workers):
+        sampler, ra = self._sampling(), _readahead(self.features)
+        if ra is not None:  # advised by the worker that sampled the batch, before it queues
+            sampler = AdvisingSampler(sampler, self.features.advise)
+            before = ra.counts()
+        for mb, secs in sampled_batches(self.scheduler, sampler, epoch, self.plan.workers):
             _count_sampled(stats, mb, secs)
+            if ra is not None:
+                now = ra.counts()
+                stats.readahead_ranges = now[0] - before[0]
+                stats.readahead_bytes = now[1] - before[1]
             yield _ids_to_host(mb)
 
     def _gathered(self, batches: Iterator[MiniBatch], src: FeatureSource,
@@ -317,6 +332,34 @@ class HostIdSampler:
         ctx = contextlib.nullcontext() if self.stream is None else torch.cuda.stream(self.stream)
         with ctx:
             return _ids_to_host(self.sampler.sample(seeds, key, parallel))
+
+
+class AdvisingSampler:
+    """``sampler`` whose every batch, once sampled, has its input rows handed to ``advise``
+    (a feature source's read-ahead: :meth:`~twopgraph.cache.host.HostFeatures.advise`) in
+    the sampling worker, before the batch is queued: the kernel reads a memory-mapped
+    table's pages while the batches ahead of it train. Ids are made host ids first
+    (:func:`_ids_to_host`). Every other attribute is the sampler's."""
+
+    def __init__(self, sampler, advise):
+        self.sampler, self.advise = sampler, advise
+
+    def __getattr__(self, name):
+        if name in ("sampler", "advise"):
+            raise AttributeError(name)
+        return getattr(self.sampler, name)
+
+    def sample(self, seeds, key: int | None = None, parallel: bool = True) -> MiniBatch:
+        mb = _ids_to_host(self.sampler.sample(seeds, key, parallel))
+        self.advise(mb.input_nodes)
+        return mb
+
+
+def _readahead(features):
+    """The active :class:`~twopgraph.cache.readahead.Readahead` of a feature source, or
+    None (no source, a source without one, a table that is not a memory map)."""
+    ra = getattr(features, "readahead", None)
+    return ra if ra is not None and ra.active and hasattr(features, "advise") else None
 
 
 def _ids_to_host(mb: MiniBatch) -> MiniBatch:

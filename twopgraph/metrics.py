@@ -9,14 +9,22 @@ Definitions (rows; bytes = rows x ``row_bytes``, the bytes of one stored feature
   refill included); the fill itself is ``cache_fill_bytes``;
 - ``transfer_ratio`` = h2d_bytes / (feature_rows x row_bytes) (no cache: 1.0);
 - ``input_nodes_per_batch`` = feature_rows / num_batches.
+
+Memory: ``peak_rss_mib`` is the process's peak resident set (``ru_maxrss``: pages of shared
+memory maps count in full in every process that touched them); ``peak_pss_mib`` its peak
+*proportional* set size (``Pss`` of ``/proc/self/smaps_rollup``: a page shared by k processes
+counts 1/k in each), sampled by :class:`PssMonitor` -- the sum over the ranks of a machine is
+what they hold together, shared memory-mapped stores counted once.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import threading
 from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import Self
 
 from .graph import atomic_write_bytes
 
@@ -68,6 +76,104 @@ def peak_rss_mib() -> float | None:
     except ImportError:
         return None
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+SMAPS_ROLLUP = "/proc/self/smaps_rollup"
+
+
+def current_pss_mib(path: str = SMAPS_ROLLUP) -> float | None:
+    """This process's proportional set size now, MiB (the ``Pss:`` line of ``smaps_rollup``,
+    in kB); None where ``/proc`` has no such file (not Linux, or a kernel before 4.14)."""
+    try:
+        with open(path, "rb") as f:
+            for line in f:
+                if line.startswith(b"Pss:"):
+                    return int(line.split()[1]) / 1024.0
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+class PssMonitor:
+    """Peak proportional set size of this process (see the module doc), sampled every
+    ``interval`` seconds (default 0.2) by a daemon thread between :meth:`start` and
+    :meth:`stop` (also a context manager). ``peak_mib`` is None where PSS cannot be read.
+    Cost: one read of ``/proc/self/smaps_rollup`` per sample (about 0.1 ms; the kernel walks
+    the process's mappings, so it grows with their number, not their size).
+
+    Example::
+
+        >>> with PssMonitor() as mon:                       # doctest: +SKIP
+        ...     train(cfg)
+        >>> mon.peak_mib                                    # doctest: +SKIP
+        812.4
+    """
+
+    def __init__(self, interval: float = 0.2, path: str = SMAPS_ROLLUP):
+        if not interval > 0:
+            raise ValueError(f"interval must be > 0 seconds, got {interval!r}")
+        self.interval, self.path = float(interval), path
+        self._peak: float | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def sample(self) -> float | None:
+        """Read PSS once, raising the peak; returns the value read (None if unreadable)."""
+        v = current_pss_mib(self.path)
+        if v is not None:
+            with self._lock:
+                if self._peak is None or v > self._peak:
+                    self._peak = v
+        return v
+
+    @property
+    def peak_mib(self) -> float | None:
+        """The highest PSS seen so far (a sample is taken now, so it is never stale)."""
+        self.sample()
+        with self._lock:
+            return self._peak
+
+    def start(self) -> Self:
+        if self._thread is None and self.sample() is not None:  # no /proc: no thread
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._loop, name="twopgraph-pss",
+                                            daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self) -> float | None:
+        """Stop sampling; returns :attr:`peak_mib`."""
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+            self._thread = None
+        return self.peak_mib
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.sample()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+_PROCESS_MONITOR: PssMonitor | None = None
+_PROCESS_LOCK = threading.Lock()
+
+
+def process_pss_monitor() -> PssMonitor:
+    """This process's :class:`PssMonitor`, started on the first call and sampling until the
+    process ends (like ``ru_maxrss``, its peak covers the process's life since then): call it
+    once when a run starts, and report ``process_pss_monitor().peak_mib``."""
+    global _PROCESS_MONITOR
+    with _PROCESS_LOCK:
+        if _PROCESS_MONITOR is None:
+            _PROCESS_MONITOR = PssMonitor().start()
+        return _PROCESS_MONITOR
 
 
 def write_json(path: Path, obj) -> None:

@@ -92,7 +92,10 @@ class FeatureSource(Protocol):
     in stream order, :meth:`announce` as soon as it is sampled (``lookahead`` batches before
     it is gathered; a source with ``lookahead == 0`` ignores it) and :meth:`gather` when it is
     trained on. Announcing is part of the contract: a source with a lookahead window may
-    refuse a gather that was not announced.
+    refuse a gather that was not announced. A source over a memory-mapped table may also offer
+    ``advise(ids) -> (ranges, bytes)``: the loader's sampling workers call it right after a
+    batch is sampled so the kernel reads those rows from disk ahead of the gather
+    (:mod:`twopgraph.cache.readahead`).
     """
 
     #: bytes of one stored row (features x element size)
@@ -115,4 +118,15 @@ class FeatureSource(Protocol):
     def gather(self, ids) -> "tuple[torch.Tensor, object | None]":
         """The rows ``ids`` (unique, host int64) on the device as float32, in ``ids`` order,
         and a CUDA event after which they are ready (``None`` when already ready)."""
+        ...
+
+    def read(self, ids) -> "torch.Tensor":
+        """Rows ``ids`` (host int64) as float32 on the device, for exact evaluation: not
+        counted, the cache's state unchanged (a memory-mapped table is read row by row,
+        never copied whole)."""
+        ...
+
+    def read_range(self, a: int, b: int) -> "torch.Tensor":
+        """Rows ``[a, b)`` as float32 on the device (one contiguous host read); not
+        counted."""
         ...

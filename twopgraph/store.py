@@ -343,10 +343,14 @@ def _take_rows(arr: np.ndarray, rows: np.ndarray) -> np.ndarray:
     return out
 
 
+#: Copies smaller than this show no progress bar (they take a moment).
+PROGRESS_MIN_BYTES = 256 << 20
+
+
 def _progress(total: int, desc: str, enabled: bool):
     from tqdm import tqdm
     return tqdm(total=total, desc=desc, unit="B", unit_scale=True, unit_divisor=1024,
-                disable=not enabled, leave=False)
+                disable=not enabled or total < PROGRESS_MIN_BYTES, leave=False)
 
 
 def write_store(data: GraphData, folder, *, source: dict | None = None,
@@ -418,7 +422,8 @@ def _read_header(f, where: str):
             return fmt.read_array_header_2_0(f)
         return fmt._read_array_header(f, version)  # 3.0: utf-8 field names
     except _READ_ERRORS as e:
-        raise GraphFormatError(f"{where}: not a readable .npy member ({e})") from None
+        raise GraphFormatError(f"{where}: not a readable .npy member, damaged or truncated "
+                               f"({e})") from None
 
 
 def _member_chunks(f, shape, dtype, where: str):
@@ -456,15 +461,18 @@ _KEEP = {"indices": (np.int32, np.int64), "feat": (np.float32, np.float16)}
 _FALLBACK = {"indices": np.int64, "feat": np.float32}
 
 
-def convert_npz(npz, folder, *, progress: bool = False, name: str | None = None) -> Path:
+def convert_npz(npz, folder, *, progress: bool = False, name: str | None = None,
+                source_key: str | None = None) -> Path:
     """Convert the DESIGN.md ``.npz`` at ``npz`` into a store at ``folder``, streaming: each
     member is read and written in chunks (an ``.npz`` larger than memory converts), then the
     store is validated once. Any problem is a one-line :class:`GraphFormatError` naming the
-    file; nothing is left at ``folder`` then. Returns the folder."""
+    file; nothing is left at ``folder`` then. ``source_key`` is recorded with the file's
+    path, size and mtime (the data root's key for it). Returns the folder."""
     from .graph import REQUIRED_KEYS, _read_npz_arrays  # noqa: F401 (errors of the same kind)
     npz = Path(npz)
     st = _check_npz(npz)
-    source = {"path": str(npz.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    source = {"path": str(npz.resolve()), "key": source_key, "size": st.st_size,
+              "mtime_ns": st.st_mtime_ns}
     try:
         zf = zipfile.ZipFile(npz)
     except _READ_ERRORS as e:
@@ -491,7 +499,7 @@ def convert_npz(npz, folder, *, progress: bool = False, name: str | None = None)
             out = w.commit(meta, validate=True)
         except GraphFormatError as e:
             raise GraphFormatError(f"{npz}: {e}") from None
-    log.info("converted %s into the store %s in %.1f s", npz, out, time.perf_counter() - t)
+    log.debug("converted %s into the store %s in %.1f s", npz, out, time.perf_counter() - t)
     return out
 
 
@@ -531,12 +539,15 @@ def _convert_member(zf, member, key: str, npz: Path, w: _Writer, bar) -> None:
         if dtype.hasobject:
             raise GraphFormatError(f"{where} holds Python objects (a pickled object array), "
                                    f"which twopgraph does not load; save it as a numeric array")
-        integer_keys = ("indptr", "indices", "label", *SPLITS, "node_ids")
+        integer_keys = ("indptr", "indices", *SPLITS, "node_ids")
+        if key == "label" and not np.issubdtype(dtype, np.integer):
+            raise GraphFormatError(f"{npz}: 'label' must hold integer class ids (int64; -1 = "
+                                   f"unlabelled), got {dtype}")
         if key in integer_keys and not np.issubdtype(dtype, np.integer):
-            if key in SPLITS and dtype == np.bool_:
-                raise GraphFormatError(f"{where} is a boolean mask; it must list vertex ids "
-                                       f"(np.flatnonzero(mask))")
-            raise GraphFormatError(f"{where} must hold integers, got {dtype}")
+            hint = ("; a boolean mask? list vertex ids with np.flatnonzero(mask)"
+                    if dtype == np.bool_ else "")
+            raise GraphFormatError(f"{npz}: '{key}' must hold integers (int64 or int32), got "
+                                   f"{dtype}{hint}")
         if key == "feat" and not (np.issubdtype(dtype, np.number) or dtype == np.bool_):
             raise GraphFormatError(f"{where} must hold numbers (float32), got {dtype}")
         shape = tuple(int(x) for x in shape)

@@ -6,8 +6,13 @@ Outputs in ``out`` (written by :func:`train`):
   torch RNG state, the epochs done and the config that matters for resuming;
 - ``metrics.json`` -- ``status`` (``running`` after an epoch, ``ok`` at the end,
   ``diverged``), top-level ``val_acc``, ``test_acc`` (final model; null for a diverged one),
-  ``epochs`` (one object per epoch with the DESIGN.md metrics), the config and the dataset
-  summary; strict JSON (a NaN or infinity is written as null).
+  ``epochs`` (one object per epoch with the DESIGN.md metrics), the config, the dataset
+  summary and the process's ``peak_rss_mib`` / ``peak_pss_mib``; strict JSON (a NaN or
+  infinity is written as null).
+
+Exact evaluation (:func:`layerwise_inference`) may keep its intermediate N x hidden tables in
+scratch files in ``out`` when host memory is short: anonymous files (no name in the folder,
+their space freed when evaluation ends, also when the process dies).
 
 The run owns ``out`` while it runs (:class:`~twopgraph.rundir.RunDir`: a second run into it is
 refused; a run that fails before writing anything leaves no empty folder behind). A
@@ -26,8 +31,10 @@ Example::
 from __future__ import annotations
 
 import io
+import itertools
 import logging
 import pickle
+import tempfile
 import time
 import zipfile
 from dataclasses import dataclass
@@ -38,20 +45,21 @@ import torch
 import torch.nn.functional as F
 
 from .cache import PolicyContext, build_feature_source
-from .cache.feature_cache import (activation_reserve_bytes, eval_bytes, feat_dtype,
-                                  resolve_budget)
+from .cache.feature_cache import activation_reserve_bytes, feat_dtype, resolve_budget
+from .cache.host import HostFeatures, host_tensor
 from .config import TrainConfig, resolve_device
 from .errors import ConfigError, TrainingDiverged, TwopgraphError
 from .fingerprint import run_fingerprint
 from .graph import GraphData, atomic_write_bytes
 from .jit import configure_threading, thread_count
 from .loader import HostIdSampler, Loader, ThreadPlan, as_long_tensor
-from .metrics import peak_rss_mib, write_json
+from .metrics import peak_rss_mib, process_pss_monitor, write_json
 from .models import BlockGNN, build_model
 from .partition import prepare_locality, to_original_order
 from .protocols import SCHEDULERS
 from .rundir import RunDir, check_data_root, human_bytes, writing
 from .sampler import NeighborSampler, make_sampler, make_scheduler
+from .sampler.minibatch import Block
 
 log = logging.getLogger("twopgraph")
 
@@ -62,67 +70,298 @@ CHECKPOINT_FORMAT = 2
 # evaluation
 # ----------------------------------------------------------------------------------------------
 
+#: Bytes (float32) of the input rows one chunk of exact inference gathers at most: a dst range
+#: whose distinct src rows would take more is halved (down to one vertex).
+EVAL_CHUNK_BYTES = 128 << 20
+#: Share of the memory available where an intermediate N x d table of exact inference may
+#: go (:func:`table_place`): the rest is left to the chunks, the caches and other processes.
+TABLE_SHARE = 0.5
+
+
+def available_host_bytes(proc: str = "/proc", cgroup: str = "/sys/fs/cgroup") -> int | None:
+    """Bytes of host memory this process can still fill: ``MemAvailable`` of
+    ``/proc/meminfo`` (the kernel's estimate, reclaimable page cache included), capped by the
+    limit of this process's memory cgroup when it has one -- v1 (``memory:`` line of
+    ``/proc/self/cgroup``): ``memory.limit_in_bytes - memory.usage_in_bytes +
+    total_inactive_file`` (usage counts the page cache, whose inactive file pages are
+    reclaimed first); v2: ``memory.max - memory.current + inactive_file``. ``None`` when none
+    of them can be read (not Linux)."""
+    found: list[int] = []
+    try:
+        with open(f"{proc}/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    found.append(int(line.split()[1]) * 1024)  # kB
+                    break
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        with open(f"{proc}/self/cgroup") as f:
+            lines = [ln.strip().split(":", 2) for ln in f if ln.count(":") >= 2]
+    except OSError:
+        lines = []
+    for _, ctrls, path in lines:
+        if "memory" in ctrls.split(","):
+            d = Path(f"{cgroup}/memory{path}")
+            names = ("memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file")
+        elif ctrls == "":
+            d = Path(f"{cgroup}{path}")
+            names = ("memory.max", "memory.current", "inactive_file")
+        else:
+            continue
+        try:
+            limit_s = (d / names[0]).read_text().strip()
+            if limit_s == "max":
+                continue
+            limit, usage = int(limit_s), int((d / names[1]).read_text())
+            inactive = 0
+            for line in (d / "memory.stat").read_text().splitlines():
+                key, _, val = line.partition(" ")
+                if key == names[2]:
+                    inactive = int(val)
+        except (OSError, ValueError):
+            continue
+        if limit < 1 << 60:  # v1 writes "no limit" as ~2**63
+            found.append(max(0, limit - usage + inactive))
+    return min(found) if found else None
+
+
+def table_place(nbytes: int, device, *, host_bytes: int | None = None,
+                device_bytes: int | None = None, share: float = TABLE_SHARE) -> str:
+    """Where exact inference keeps ``nbytes`` bytes of intermediate N x d tables:
+    ``"device"`` (CUDA only) when they take at most ``share`` of the device's free memory
+    (``device_bytes``, default ``torch.cuda.mem_get_info``), else ``"host"`` when they take at
+    most ``share`` of :func:`available_host_bytes` (``host_bytes``; unknown: host), else
+    ``"disk"`` (a memory-mapped scratch file). On CPU the host is the device."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        if device_bytes is None:
+            device_bytes = torch.cuda.mem_get_info(device)[0]
+        if nbytes <= share * device_bytes:
+            return "device"
+    if host_bytes is None:
+        host_bytes = available_host_bytes()
+    if host_bytes is None or nbytes <= share * host_bytes:
+        return "host"
+    return "disk"
+
+
+class EvalTable:
+    """An N x d float32 table of exact inference's intermediate outputs, kept at ``where``:
+    ``"device"`` (a tensor on ``device``), ``"host"`` (a host tensor) or ``"disk"`` (an
+    ``np.memmap`` of an anonymous scratch file in ``scratch_dir``, default the system's temp
+    folder: the file has no name from the start and its disk space is freed when the table is
+    dropped, also after a crash).
+
+    :attr:`resident` is the table as a tensor on ``device`` when the conv can index it with
+    global ids directly (on the device; on the host when ``device`` is the CPU), else None:
+    then rows are read with :meth:`read` (sorted ids: near-sequential reads of the scratch).
+    """
+
+    def __init__(self, n: int, d: int, where: str, device, scratch_dir=None):
+        self.device = torch.device(device)
+        self.where = where
+        if where == "disk" and n * d > 0:
+            with tempfile.TemporaryFile(dir=scratch_dir, prefix="twopgraph-eval-") as f:
+                self.array = np.memmap(f, dtype=np.float32, mode="w+", shape=(n, d))
+            self.table = torch.from_numpy(self.array)
+        else:
+            on = self.device if where == "device" else torch.device("cpu")
+            self.table = torch.empty((n, d), dtype=torch.float32, device=on)
+        self.resident = self.table if self.table.device == self.device and where != "disk" \
+            else None
+
+    @classmethod
+    def of(cls, t: torch.Tensor) -> EvalTable:
+        """A table over an existing tensor (resident on its device)."""
+        self = cls.__new__(cls)
+        self.device, self.where = t.device, "device"
+        self.table = self.resident = t.to(torch.float32)
+        return self
+
+    def write(self, a: int, b: int, y: torch.Tensor) -> None:
+        """Rows ``[a, b)`` = ``y``."""
+        if self.table.device == y.device:
+            self.table[a:b] = y
+        else:
+            self.table[a:b] = y.to(self.table.device)
+
+    def read(self, ids: np.ndarray) -> torch.Tensor:
+        """Rows of ``ids`` (sorted int64) on the device."""
+        return self.table[torch.from_numpy(ids)].to(self.device)
+
+    def read_range(self, a: int, b: int) -> torch.Tensor:
+        return self.table[a:b].to(self.device)
+
+    def result(self) -> torch.Tensor:
+        """The table as a host tensor (a scratch table stays memory-mapped)."""
+        return self.table.cpu()
+
+
+class Relabel:
+    """The sorted distinct src ids ``u`` of a dst range's whole-graph block (the range's own
+    vertices included) and the block's src ids relabelled onto positions in ``u``. Large
+    blocks use an N-byte mark array and an N-entry position map (int32 while N < 2**31)
+    kept across chunks; small ones sort."""
+
+    def __init__(self, n: int):
+        self.n = n
+        self.mark: np.ndarray | None = None
+        self.pos: np.ndarray | None = None
+
+    def __call__(self, idx: np.ndarray, a: int, b: int) -> tuple[np.ndarray, np.ndarray, int]:
+        if 16 * (idx.shape[0] + b - a) < self.n:  # sorting beats a scan of all N
+            s = np.sort(np.concatenate([idx, np.arange(a, b, dtype=np.int64)]))
+            u = s[np.concatenate([[True], s[1:] != s[:-1]])]  # (np.unique: ~10x slower)
+            return u, np.searchsorted(u, idx), int(np.searchsorted(u, a))
+        if self.mark is None:
+            self.mark = np.zeros(self.n, dtype=bool)
+            self.pos = np.empty(self.n, dtype=np.int32 if self.n < 2 ** 31 else np.int64)
+        mark, pos = self.mark, self.pos
+        mark[idx] = True
+        mark[a:b] = True
+        u = np.flatnonzero(mark)
+        mark[u] = False
+        pos[u] = np.arange(u.shape[0], dtype=pos.dtype)
+        return u, pos[idx].astype(np.int64), int(pos[a])
+
+
+def relabel_on_device(indices: torch.Tensor, a: int, b: int):
+    """:class:`Relabel` with torch ops where ``indices`` live (a device sampler's block):
+    ``(sorted distinct ids (same device), indices relabelled, position of vertex a)``."""
+    ids = torch.cat([torch.arange(a, b, device=indices.device), indices])
+    u, inv = torch.unique(ids, sorted=True, return_inverse=True)
+    return u, inv[b - a:], int(inv[0]) if b > a else 0
+
+
+def _local_block(block: Block, a: int, b: int, relabel: Relabel):
+    """``block`` (a dst range ``[a, b)`` over global src ids) relabelled onto its distinct src
+    ids: ``(local block, ids (host int64, sorted), position of vertex a in them)``; the
+    range's vertices are ``ids[k:k + b - a]``."""
+    if block.indices.device.type == "cpu":
+        u, local, k = relabel(block.indices.numpy(), a, b)
+        ut, local_t = torch.from_numpy(u), torch.from_numpy(local)
+    else:  # a device sampler's block: relabelled where it lives
+        ut, local_t, k = relabel_on_device(block.indices, a, b)
+        u = ut.cpu().numpy()
+    lb = Block(int(u.shape[0]), b - a, block.indptr, local_t, block.src_deg[ut], block.dst_deg)
+    return lb, u, k
+
+
+def _row_source(feat, device):
+    """What layer 0 reads: a feature source (its ``read``/``read_range``), or a table given
+    as a host array/tensor (read like a :class:`~twopgraph.cache.host.HostFeatures` of it) or
+    as a device tensor (resident)."""
+    if hasattr(feat, "read") and hasattr(feat, "read_range"):
+        return feat
+    if isinstance(feat, torch.Tensor) and feat.device.type != "cpu":
+        return EvalTable.of(feat)
+    return HostFeatures(feat, device, readahead=False)
+
 
 @torch.no_grad()
-def layerwise_inference(model: BlockGNN, sampler: NeighborSampler, feat: torch.Tensor,
-                        device: torch.device, batch_edges: int = 4_000_000) -> torch.Tensor:
+def layerwise_inference(model: BlockGNN, sampler: NeighborSampler, feat, device,
+                        batch_edges: int = 4_000_000, *, scratch_dir=None,
+                        place: str | None = None,
+                        chunk_bytes: int = EVAL_CHUNK_BYTES) -> torch.Tensor:
     """Exact full-neighbour inference, one layer at a time over all N vertices.
 
-    Each layer runs over ranges of dst vertices holding about ``batch_edges`` edges, reading
-    the previous layer's whole output (no sampling, no neighbourhood explosion). A layer that
-    shrinks the width (``in_dim > out_dim``, e.g. hidden -> classes) is computed from per-vertex
-    projections (:meth:`~twopgraph.models.SAGEConv.project`), made once per vertex -- and made
-    straight from the previous layer's output ranges as they come, so that output (N x hidden)
-    is never held in full. Peak memory: the input table plus one N x hidden table plus the
-    projections (N x 2 x classes for SAGE). Returns the logits (N x C, float32, on CPU).
+    ``feat`` is what the input features are read through: a feature source (training's:
+    :func:`eval_features`; rows read in its dtype, float32 per chunk, through the device
+    cache where there is one) or an N x F host array/tensor. The whole table is never copied
+    to the device, nor converted as a whole.
+
+    Each layer runs over ranges of dst vertices holding about ``batch_edges`` edges. A layer
+    whose input is not on the device reads, per range, the distinct src rows of the range's
+    block (sorted: near-sequential reads of a memory map) and runs on the block relabelled
+    onto them; a range whose rows would exceed ``chunk_bytes`` (float32) is halved. A layer
+    that shrinks the width (``in_dim > out_dim``, e.g. hidden -> classes) is computed from
+    per-vertex projections (:meth:`~twopgraph.models.SAGEConv.project`) made once per vertex
+    -- from contiguous row ranges of the input for layer 0, straight from the previous
+    layer's output ranges as they come otherwise (so that output is never held in full).
+
+    Intermediate N x d outputs are kept where :func:`table_place` says (``place`` forces
+    ``"device"``/``"host"``/``"disk"``): on the device if they fit comfortably, else in host
+    memory, else in a memory-mapped scratch file in ``scratch_dir`` (:class:`EvalTable`).
+    Peak memory: one N x hidden table plus the next layer's projections, a chunk's rows and
+    block. Returns the logits (N x C, float32, on the host; memory-mapped when on disk).
     """
     was_training = model.training
     model.eval()
+    device = torch.device(device)
     n = sampler.graph.num_nodes
-    starts = edge_balanced_ranges(sampler.graph.indptr, batch_edges)
+    indptr = sampler.graph.indptr
+    starts = edge_balanced_ranges(indptr, batch_edges)
     convs = model.convs
     projects = [c.in_dim > c.out_dim and hasattr(c, "project") for c in convs]
-    h = feat.to(device, torch.float32)
+    relabel = Relabel(n)
+
+    def new_tables(widths) -> list[EvalTable]:
+        where = place or table_place(4 * n * sum(widths), device)
+        return [EvalTable(n, w, where, device, scratch_dir) for w in widths]
+
+    def chunks(a: int, b: int, width: int, resident: bool):
+        """``(a, b, block on the device, u, k)`` of the dst range ``[a, b)``, split while
+        its distinct src rows ``u`` (sorted host ids; vertex ``a`` at ``u[k]``) exceed
+        ``chunk_bytes``; a resident input keeps the global block (``u``, ``k`` None)."""
+        block = sampler.full_block(a, b)
+        if resident:
+            yield a, b, block.to(device), None, None
+            return
+        lb, u, k = _local_block(block, a, b, relabel)
+        if b - a > 1 and 4 * width * u.shape[0] > chunk_bytes:
+            lo, hi = int(indptr[a]), int(indptr[b])
+            mid = int(np.searchsorted(indptr, (lo + hi) // 2, side="right")) - 1
+            mid = min(max(mid, a + 1), b - 1)
+            yield from chunks(a, mid, width, False)
+            yield from chunks(mid, b, width, False)
+            return
+        yield a, b, lb.to(device), u, k
+
+    src = _row_source(feat, device)
     proj = None
-    if projects[0]:
-        proj, h = _project_rows(convs[0], h, n, device, starts), None
+    if projects[0]:  # every input row projected once, range by range (contiguous reads)
+        step = max(1, chunk_bytes // (4 * max(1, convs[0].in_dim)))
+        for a in range(0, n, step):
+            b = min(n, a + step)
+            parts = convs[0].project(src.read_range(a, b).to(device))
+            if proj is None:
+                proj = new_tables([t.shape[1] for t in parts])
+            for dst, t in zip(proj, parts):
+                dst.write(a, b, t)
+        src = None
     for i, conv in enumerate(convs):
         fuse = i + 1 < len(convs) and projects[i + 1]
+        inputs = proj if proj is not None else [src]
+        resident = all(getattr(t, "resident", None) is not None for t in inputs)
+        width = sum(t.table.shape[1] if isinstance(t, EvalTable) else conv.in_dim
+                    for t in inputs)  # float32 values per gathered row
         out, nxt = None, None
-        for a, b in zip(starts[:-1], starts[1:]):
-            block = sampler.full_block(a, b).to(device)
-            if proj is not None:
-                y = conv.from_projection(block, proj, a, b)
-            else:
-                y = conv(block, h, h[a:b])
-            if i < len(convs) - 1:
-                y = torch.relu(y)  # eval: dropout is the identity
-            if fuse:
-                parts = convs[i + 1].project(y)
-                if nxt is None:
-                    nxt = tuple(torch.empty((n, t.shape[1]), dtype=t.dtype, device=device)
-                                for t in parts)
-                for dst, t in zip(nxt, parts):
-                    dst[a:b] = t
-            else:
-                if out is None:
-                    out = torch.empty((n, y.shape[1]), dtype=y.dtype, device=device)
-                out[a:b] = y
-        h, proj = out, nxt
+        for a0, b0 in itertools.pairwise(starts):
+            for a, b, block, u, k in chunks(a0, b0, width, resident):
+                if resident:
+                    rows, lo = [t.resident for t in inputs], a
+                else:
+                    rows, lo = [t.read(u).to(device) for t in inputs], k
+                if proj is not None:
+                    y = conv.from_projection(block, tuple(rows), lo, lo + b - a)
+                else:
+                    y = conv(block, rows[0], rows[0][lo:lo + b - a])
+                if i < len(convs) - 1:
+                    y = torch.relu(y)  # eval: dropout is the identity
+                if fuse:
+                    parts = convs[i + 1].project(y)
+                    if nxt is None:
+                        nxt = new_tables([t.shape[1] for t in parts])
+                    for dst, t in zip(nxt, parts):
+                        dst.write(a, b, t)
+                else:
+                    if out is None:
+                        out = new_tables([y.shape[1]])[0]
+                    out.write(a, b, y)
+        src, proj = out, nxt
     model.train(was_training)
-    return h.cpu()
-
-
-def _project_rows(conv, h: torch.Tensor, n: int, device, starts: list[int]):
-    """``conv.project`` of every row of ``h``, range by range (bounded temporaries)."""
-    out = None
-    for a, b in zip(starts[:-1], starts[1:]):
-        parts = conv.project(h[a:b])
-        if out is None:
-            out = tuple(torch.empty((n, t.shape[1]), dtype=t.dtype, device=device) for t in parts)
-        for dst, t in zip(out, parts):
-            dst[a:b] = t
-    return out
+    return src.result()
 
 
 def edge_balanced_ranges(indptr: np.ndarray, batch_edges: int) -> list[int]:
@@ -209,7 +448,9 @@ def write_metrics(out: Path, cfg: TrainConfig, device, plan: ThreadPlan, epochs_
     """``out/metrics.json``: ``final`` = (val_acc, test_acc) of the final model; before that,
     the last evaluated epoch's. ``status``: ``running`` (default before ``final``), ``ok``
     (default with it) or ``diverged`` (no accuracies: the model's weights are not finite).
-    ``extra`` adds (or replaces) top-level keys."""
+    ``extra`` adds (or replaces) top-level keys. Memory: ``peak_rss_mib`` and ``peak_pss_mib``
+    of this process (:mod:`twopgraph.metrics`; PSS counts the pages of a memory-mapped store
+    shared with other processes in part; null where it cannot be read)."""
     last = next((e for e in reversed(epochs_log) if "val_acc" in e), {})
     val_acc, test_acc = final if final is not None else (last.get("val_acc"), last.get("test_acc"))
     if status is None:
@@ -227,6 +468,7 @@ def write_metrics(out: Path, cfg: TrainConfig, device, plan: ThreadPlan, epochs_
         "threads": {"total": plan.total, "torch": plan.compute, "numba": plan.compute,
                     "sample_workers": plan.workers, "background": plan.background},
         "peak_rss_mib": peak_rss_mib(),
+        "peak_pss_mib": process_pss_monitor().peak_mib,
         **extra,
     }
     with writing(out / METRICS):
@@ -280,7 +522,7 @@ def resolve_sampler_device(choice: str, device, graph, share: float = 0.25,
 
 def make_loader(cfg: TrainConfig, data: GraphData, device, *, parts=None,
                 batch_size: int | None = None, sampler=None, wrap_scheduler=None,
-                threads: int | None = None) -> Loader:
+                threads: int | None = None, rows=None, feat=None) -> Loader:
     """The training :class:`~twopgraph.loader.Loader` of ``cfg`` over ``data``: the sampler of
     ``--sampler-device`` (:func:`resolve_sampler_device`: ``neighbor`` on the host or
     ``device`` on the training GPU; unless ``sampler`` is given), the scheduler of ``cfg``
@@ -288,7 +530,10 @@ def make_loader(cfg: TrainConfig, data: GraphData, device, *, parts=None,
     feature source of the cache options, whose default CUDA budget leaves the model's
     activations free (:func:`~twopgraph.cache.feature_cache.activation_reserve_bytes`,
     reported as ``activation_reserve_bytes`` per epoch). ``batch_size`` and ``threads``
-    override ``cfg``'s."""
+    override ``cfg``'s. The source reads ``feat`` (default ``data.feat``, used as it is: no
+    copy; a memory map is read ahead as batches are sampled), id ``i`` of ``data`` reading
+    row ``rows[i]`` of it when ``rows`` (int64) is given (a part over the machine's shared
+    table)."""
     s = cfg.sampling
     device = torch.device(device)
     batch_size = s.batch_size if batch_size is None else batch_size
@@ -330,38 +575,36 @@ def make_loader(cfg: TrainConfig, data: GraphData, device, *, parts=None,
         # row_bytes / 2**30 is exact in a float: an integer below 2**53 over a power of two).
         item = torch.empty(0, dtype=feat_dtype(c.feat_dtype)).element_size()
         row_bytes = data.num_features * item
-        rows = resolve_budget(data.num_nodes, row_bytes, device, reserve=reserve)
-        gb = rows * row_bytes / 2 ** 30
+        budget = resolve_budget(data.num_nodes, row_bytes, device, reserve=reserve)
+        gb = budget * row_bytes / 2 ** 30
         if c.cache_policy != "none":
             log.info("cache budget %d rows (%s): free device memory less a 25%% margin and "
-                     "an activation reserve of %s", rows, human_bytes(rows * row_bytes),
+                     "an activation reserve of %s", budget, human_bytes(budget * row_bytes),
                      human_bytes(reserve))
-    if device.type == "cuda":
-        ev = eval_bytes(data.num_nodes, data.graph.num_edges, data.num_features,
-                        cfg.model.hidden, data.num_classes, cfg.run.eval_batch_edges)
-        total = torch.cuda.mem_get_info(device)[1]
-        if ev > total:
-            log.warning("exact evaluation holds about %s on %s (the float32 feature table "
-                        "and the layers' N-row outputs), more than its %s: expect it to run "
-                        "out of memory", human_bytes(ev), device, human_bytes(total))
+    source_kw = {} if rows is None else {"rows": rows}
     with thread_count(plan.total):  # pre-sampling (presample policy) may use every thread
-        features = build_feature_source(c.cache_policy, torch.from_numpy(data.feat), ctx,
-                                        device, ratio=ratio, gb=gb, dtype=c.feat_dtype)
+        features = build_feature_source(c.cache_policy, data.feat if feat is None else feat,
+                                        ctx, device, ratio=ratio, gb=gb, dtype=c.feat_dtype,
+                                        **source_kw)
     if c.cache_policy != "none" and features.budget == 0:
         log.warning("cache policy %s has a budget of 0 rows on %s: every row is copied; give "
                     "--cache-ratio or --cache-gb to build a cache", c.cache_policy, device)
-    loader = Loader(scheduler, sampler, features, torch.from_numpy(data.label), device,
+    loader = Loader(scheduler, sampler, features, host_tensor(data.label), device,
                     prefetch=cfg.run.prefetch, threads=threads)
     loader.activation_reserve_bytes = reserve
     return loader
 
 
-def eval_features(data: GraphData, loader: Loader) -> torch.Tensor:
-    """The features exact evaluation reads: the host table, rounded to the stored dtype (the
-    model is evaluated on the features it was trained on)."""
-    feat = torch.from_numpy(data.feat)
-    dtype = loader.features.dtype
-    return feat if dtype == feat.dtype else feat.to(dtype).to(torch.float32)
+def eval_features(data: GraphData, loader: Loader):
+    """What exact evaluation reads the input features through: the loader's feature source
+    (rows in the dtype it copies -- the model is evaluated on the features it was trained on
+    -- read per chunk from the host table, and from the device cache where there is one), or,
+    for a loader without one, a :class:`~twopgraph.cache.host.HostFeatures` over
+    ``data.feat``. Never a copy of the whole table."""
+    src = loader.features
+    if src is not None and hasattr(src, "read"):
+        return src
+    return HostFeatures(data.feat, loader.device, readahead=False)
 
 
 @dataclass
@@ -378,6 +621,7 @@ def train(cfg: TrainConfig, data: GraphData | None = None) -> TrainResult:
     module doc. Every flag, the data root and ``--out`` (free, writable) are checked before
     any data is loaded."""
     cfg.validate()
+    process_pss_monitor()  # peak PSS sampled from here on (metrics.json: peak_pss_mib)
     configure_threading()  # before the first parallel kernel (clustering, renumbering)
     device = resolve_device(cfg.run.device)
     if data is None:
@@ -423,7 +667,7 @@ def _train(cfg: TrainConfig, data: GraphData | None, device) -> TrainResult:
             if evaluates_after(cfg, epoch):
                 t = time.perf_counter()
                 logits = layerwise_inference(model, loader.sampler, feat, device,
-                                             run.eval_batch_edges)
+                                             run.eval_batch_edges, scratch_dir=out)
                 rec["val_acc"] = accuracy(logits, labels, data.val_idx)
                 rec["test_acc"] = accuracy(logits, labels, data.test_idx)
                 rec["eval_s"] = time.perf_counter() - t
@@ -435,7 +679,7 @@ def _train(cfg: TrainConfig, data: GraphData | None, device) -> TrainResult:
 
         if logits is None:  # resumed a finished run: evaluate the final model again
             logits = layerwise_inference(model, loader.sampler, feat, device,
-                                         run.eval_batch_edges)
+                                         run.eval_batch_edges, scratch_dir=out)
     val_acc = accuracy(logits, labels, data.val_idx)
     test_acc = accuracy(logits, labels, data.test_idx)
     write_metrics(out, cfg, device, loader.plan, epochs_log, (val_acc, test_acc), status="ok",

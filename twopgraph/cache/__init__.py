@@ -7,6 +7,12 @@ each: ``none`` (no cache), ``degree`` (PaGraph), ``presample`` (GNNLab PreSC), `
 (2PGraph: layer-aware static rank + schedule lookahead window). A new policy is a new module
 of this package.
 
+Every source reads the one host table as it is given (usually a read-only memory map of the
+dataset's store; :class:`~twopgraph.cache.host.HostTable`): rows are converted per gathered
+chunk, never the whole table, and a sampled batch's rows are read ahead from the store
+(:mod:`~twopgraph.cache.readahead`). ``read``/``read_range`` serve exact evaluation (not
+counted); ``rows`` maps a part's ids onto the shared table.
+
 Example::
 
     >>> from twopgraph.graph import CSRGraph
@@ -29,8 +35,9 @@ from ..protocols import CACHE_POLICIES
 from .base import CachePolicy, PolicyContext
 from .directory import CacheDirectory, GatherPlan, replay
 from .feature_cache import FEAT_DTYPES, FeatureCache, feat_dtype, resolve_budget
-from .host import HostFeatures
+from .host import HostFeatures, HostTable, Staging
 from .optimal import belady_min
+from .readahead import Readahead
 
 
 def make_policy(name: str, ctx: PolicyContext, **options) -> CachePolicy:
@@ -43,20 +50,24 @@ def make_policy(name: str, ctx: PolicyContext, **options) -> CachePolicy:
     return factory(ctx, **options)
 
 
-def build_feature_source(policy: str, feat: torch.Tensor, ctx: PolicyContext, device, *,
+def build_feature_source(policy: str, feat, ctx: PolicyContext, device, *,
                          ratio: float | None = None, gb: float | None = None,
-                         dtype: str = "float32", **options):
-    """The feature source a training run uses: features stored and copied as ``dtype`` and
-    served as float32; a :class:`FeatureCache` with policy ``policy`` built from ``ctx`` and a
-    budget from ``ratio`` or ``gb`` (default: see :func:`resolve_budget`), or, when that budget
-    is 0 rows or the policy caches nothing, the plain :class:`HostFeatures` (nothing to rank,
-    no window held, no second copy of any row)."""
+                         dtype: str = "float32", rows=None, readahead: bool = True,
+                         **options):
+    """The feature source a training run uses: features copied as ``dtype`` and served as
+    float32; a :class:`FeatureCache` with policy ``policy`` built from ``ctx`` and a budget
+    from ``ratio`` or ``gb`` (default: see :func:`resolve_budget`), or, when that budget is 0
+    rows or the policy caches nothing, the plain :class:`HostFeatures` (nothing to rank, no
+    window held, no second copy of any row). ``feat`` (host N x F, NumPy or torch) is used as
+    it is; ``rows`` (int64, optional) maps the source's ids to rows of ``feat`` (a part of a
+    partitioned run over the machine's shared table; ``ctx`` and the budget are in the
+    source's ids); ``readahead`` advises sampled rows of a memory-mapped ``feat``."""
     factory = CACHE_POLICIES.get(policy)
     tdtype = feat_dtype(dtype)
+    num_rows = int(feat.shape[0] if rows is None else len(rows))
     row_bytes = int(feat.shape[1]) * torch.empty(0, dtype=tdtype).element_size()
-    budget = resolve_budget(int(feat.shape[0]), row_bytes, device, ratio, gb)
+    budget = resolve_budget(num_rows, row_bytes, device, ratio, gb)
     if budget == 0 or factory is CACHE_POLICIES.get("none"):
-        return HostFeatures(feat, device, dtype=tdtype)
+        return HostFeatures(feat, device, dtype=tdtype, rows=rows, readahead=readahead)
     return FeatureCache(feat, make_policy(policy, ctx, **options), budget, device,
-                        dtype=tdtype, out_dtype=torch.float32)
-
+                        dtype=tdtype, out_dtype=torch.float32, rows=rows, readahead=readahead)

@@ -19,9 +19,11 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError
-from .base import CachePolicy
 from ..metrics import CacheCounters
+from .base import CachePolicy
 from .directory import CacheDirectory
+from .host import HostTable, Staging
+from .readahead import Readahead
 
 FEAT_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 # Bytes of device memory left free for training when the budget is "whatever fits".
@@ -71,10 +73,13 @@ def train_step_bytes(rows_in: int, num_features: int, hidden: int, num_layers: i
 
 def eval_bytes(num_nodes: int, num_edges: int, num_features: int, hidden: int,
                num_classes: int, eval_batch_edges: int = 4_000_000) -> int:
-    """Device bytes of exact layer-wise inference (:func:`twopgraph.train.layerwise_inference`):
-    ``4 x N x (F + 3 x max(hidden, classes)) + EVAL_BYTES_PER_EDGE x min(E, batch_edges)`` --
-    the float32 feature table on the device, one layer's output and the next layer's
-    per-vertex projections (SAGE: two of them), and one chunk's block."""
+    """Device bytes of exact layer-wise inference (:func:`twopgraph.train.layerwise_inference`),
+    from above: ``4 x N x (F + 3 x max(hidden, classes)) + EVAL_BYTES_PER_EDGE x min(E,
+    batch_edges)`` -- one layer's output and the next layer's per-vertex projections (SAGE:
+    two of them), kept on the device when they fit there, one chunk's block, and ``4 N F``
+    for the input rows the chunks gather. Evaluation no longer copies the feature table to
+    the device (a chunk gathers at most ``train.EVAL_CHUNK_BYTES``, 128 MiB) and keeps its
+    tables in host memory when they do not fit: a generous bound."""
     width = max(hidden, num_classes)
     return (4 * num_nodes * (num_features + 3 * width)
             + EVAL_BYTES_PER_EDGE * min(num_edges, eval_batch_edges))
@@ -129,11 +134,17 @@ def resolve_budget(num_rows: int, row_bytes: int, device, ratio: float | None = 
 
 
 class FeatureCache:
-    """Features of ``feat`` (host, N x F) served on ``device`` through a buffer of ``budget``
-    rows managed by ``policy``; rows are stored and copied as ``dtype`` (default: feat's) and
-    returned as ``out_dtype`` (default float32: the model computes in float32).
+    """Features of ``feat`` (host, N x F: NumPy array, memory map or torch tensor, used as it
+    is: :class:`~twopgraph.cache.host.HostTable`) served on ``device`` through a buffer of
+    ``budget`` rows managed by ``policy``; rows are stored in the buffer and copied as
+    ``dtype`` (default: feat's; converted per gathered chunk) and returned as ``out_dtype``
+    (default float32: the model computes in float32). ``rows`` (int64, optional) maps the
+    cache's ids to host rows (id ``i`` reads ``feat[rows[i]]``); ids, slots and counters stay
+    in the cache's ids. ``readahead``: advise the host rows of a sampled batch that miss the
+    buffer (:meth:`advise`; memory-mapped tables only).
 
-    Counts go to ``self.counters`` (rows) -- ``row_bytes`` turns them into bytes.
+    Counts go to ``self.counters`` (rows) -- ``row_bytes`` (bytes of one row in ``dtype``)
+    turns them into bytes.
 
     Example::
 
@@ -145,25 +156,22 @@ class FeatureCache:
         ([[8.0, 9.0], [0.0, 1.0]], 1, 8)
     """
 
-    def __init__(self, feat: torch.Tensor, policy: CachePolicy, budget: int,
-                 device="cpu", dtype: torch.dtype | None = None,
-                 out_dtype: torch.dtype | None = torch.float32):
-        if not isinstance(feat, torch.Tensor) or feat.ndim != 2:
-            raise ConfigError("feat must be a 2-D torch tensor (N x F) on the host")
-        if feat.device.type != "cpu":
-            raise ConfigError(f"feat must live in host memory, got {feat.device}")
+    def __init__(self, feat, policy: CachePolicy, budget: int, device="cpu",
+                 dtype: torch.dtype | None = None,
+                 out_dtype: torch.dtype | None = torch.float32, rows=None,
+                 readahead: bool = True):
         self.device = torch.device(device)
         if self.device.type == "cuda" and self.device.index is None:
             self.device = torch.device("cuda", torch.cuda.current_device())
-        self.dtype = feat.dtype if dtype is None else dtype
+        # The host table stays as it is given (one host copy: no converted, no pinned copy);
+        # misses are gathered into reusable (pinned on CUDA) staging and converted per chunk.
+        self.host = HostTable(feat, dtype, rows, readahead)
+        self.dtype = self.host.dtype
         self.out_dtype = out_dtype
         self.cuda = self.device.type == "cuda"
-        store = feat.to(self.dtype).contiguous()
-        # Pinned so that miss rows can be gathered into pinned staging and copied async
-        # (an already pinned table is used as it is, no copy).
-        self.store = store.pin_memory() if self.cuda and not store.is_pinned() else store
-        self.num_rows, self.num_features = int(feat.shape[0]), int(feat.shape[1])
-        self.row_bytes = self.num_features * self.store.element_size()
+        self.staging = Staging(pinned=self.cuda)
+        self.num_rows, self.num_features = self.host.num_rows, self.host.num_features
+        self.row_bytes = self.host.row_bytes
         self.directory = CacheDirectory(self.num_rows, budget, policy)
         self.buffer = torch.empty((self.directory.budget, self.num_features), dtype=self.dtype,
                                   device=self.device)
@@ -206,6 +214,54 @@ class FeatureCache:
     def announce(self, ids) -> None:
         """A batch sampled ahead (the loader's lookahead window)."""
         self.directory.policy.announce(_as_numpy(ids))
+
+    @property
+    def readahead(self) -> Readahead | None:
+        return self.host.readahead
+
+    def advise(self, ids) -> tuple[int, int]:
+        """Read-ahead of the rows of a sampled batch that are not in the buffer now (called
+        by the sampling workers, ahead of the gather; a row admitted or evicted meanwhile only
+        makes the hint less exact). Returns ``(ranges, bytes)`` advised."""
+        ra = self.host.readahead
+        if ra is None or not ra.active:
+            return 0, 0
+        ids = _as_numpy(ids)
+        if self.directory.budget:
+            ids = ids[self.directory.slot_of[ids] < 0]
+        return self.host.advise(ids)
+
+    def read(self, ids) -> torch.Tensor:
+        """Rows of ``ids`` as float32 on the device for exact evaluation: the rows in the
+        buffer from it, the others from the host table (staged, converted per chunk). Not
+        counted, and the buffer and the policy are left as they are."""
+        ids = _as_numpy(ids)
+        if ids.shape[0] == 0:
+            return torch.empty((0, self.num_features), dtype=torch.float32, device=self.device)
+        d = self.directory
+        slot = d.slot_of[ids] if d.budget else np.full(ids.shape[0], -1, dtype=np.int64)
+        hit_pos, miss_pos = np.flatnonzero(slot >= 0), np.flatnonzero(slot < 0)
+        rows = self._host_rows(ids[miss_pos]) if miss_pos.shape[0] else None
+        if self.cuda:  # the copies (and the buffer's pending admissions) before reading them
+            current = torch.cuda.current_stream(self.device)
+            current.wait_stream(self.stream)
+            if rows is not None:
+                rows.record_stream(current)
+        if hit_pos.shape[0] == 0:
+            out = rows
+        else:
+            out = torch.empty((ids.shape[0], self.num_features), dtype=self.dtype,
+                              device=self.device)
+            out[self._to_device(hit_pos)] = self.buffer[self._to_device(slot[hit_pos])]
+            if rows is not None:
+                out[self._to_device(miss_pos)] = rows
+        return out.to(torch.float32)
+
+    def read_range(self, a: int, b: int) -> torch.Tensor:
+        """Rows ``[a, b)`` as float32 on the device (a contiguous host read), not counted."""
+        if self.host.rows is not None:
+            return self.read(np.arange(a, b, dtype=np.int64))
+        return self.host.slice(a, b).to(self.device).to(torch.float32)
 
     def gather(self, ids) -> tuple[torch.Tensor, torch.cuda.Event | None]:
         """Features of the unique row ids ``ids`` (host int64) on the device, in ``ids`` order,
@@ -251,16 +307,18 @@ class FeatureCache:
             out.record_stream(self._consumer)
         return out
 
-    def _host_rows(self, rows: np.ndarray) -> torch.Tensor:
-        """Rows of the host store on the device: gathered into pinned memory, one
-        ``non_blocking`` copy (CUDA); on CPU a plain gather."""
-        index = torch.from_numpy(rows)
+    def _host_rows(self, ids: np.ndarray) -> torch.Tensor:
+        """Rows of ``ids`` from the host table on the device, as ``dtype``: gathered into
+        reusable pinned staging, one ``non_blocking`` copy on the cache's stream (CUDA); on
+        CPU a plain gather."""
         if not self.cuda:
-            return torch.index_select(self.store, 0, index)
-        staging = torch.empty((rows.shape[0], self.num_features), dtype=self.dtype,
-                              pin_memory=True)
-        torch.index_select(self.store, 0, index, out=staging)
-        return staging.to(self.device, non_blocking=True)
+            return self.host.take(ids)
+        staged = self.host.take(ids, self.staging.take(ids.shape[0], self.num_features,
+                                                        self.dtype))
+        with torch.cuda.stream(self.stream):
+            out = staged.to(self.device, non_blocking=True)
+            self.staging.record(self.stream)
+        return out
 
     def _to_device(self, a: np.ndarray) -> torch.Tensor:
         t = torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64))

@@ -28,19 +28,22 @@ def cmd_partition(a) -> int:
                              num_clusters=a.num_clusters,
                              cache_dir=resolve_data_root(a.data_root) / "clusters",
                              source_path=dataset_path(a.dataset, a.data_root),
-                             reuse=not a.force)
+                             reuse=not a.force, representation=a.representation)
     if a.json:
         print(json.dumps(meta))
     else:
         for k in ("num_parts", "hops", "replication_factor", "edge_cut", "edge_cut_fraction",
                   "seconds"):
             print(f"{k:>20}  {meta[k]}")
-        print(f"{'part':>5} {'vertices':>10} {'owned':>10} {'halo':>10} {'edges':>12} "
-              f"{'train':>8} {'val':>8} {'test':>8}")
+        print(f"{'store':>20}  {meta['source']['store']}")
+        # global: no structure of its own, the rank samples on the store's CSR
+        print(f"{'part':>5} {'repr':>6} {'vertices':>10} {'owned':>10} {'halo':>10} "
+              f"{'edges':>12} {'local CSR':>10} {'train':>8} {'val':>8} {'test':>8}")
         for i, p in enumerate(meta["parts"]):
-            print(f"{i:>5} {p['num_nodes']:>10} {p['num_owned']:>10} {p['num_halo']:>10} "
-                  f"{p['num_edges']:>12} {p['num_train']:>8} {p['num_val']:>8} "
-                  f"{p['num_test']:>8}")
+            print(f"{i:>5} {p['representation']:>6} {p['num_nodes']:>10} {p['num_owned']:>10} "
+                  f"{p['num_halo']:>10} {p['num_edges']:>12} "
+                  f"{p['local_csr_bytes'] / 2**20:>8.1f}Mi {p['num_train']:>8} "
+                  f"{p['num_val']:>8} {p['num_test']:>8}")
     return 0
 
 

@@ -1,79 +1,202 @@
 """Exact (full-neighbour, layer-wise) evaluation spread over the ranks of a partitioned run.
 
-Each rank computes layer ``k`` for the vertices it owns, from the full rows stored with its
-part (``owned_indptr`` / ``owned_indices``, global ids); the layer's outputs are then summed
-into one N x d table on every rank (ownership is disjoint, so the sum is a concatenation), and
-the next layer reads it. The last layer is not exchanged: each rank counts the correct val/test
-predictions of its own vertices and the counts are summed. The result equals single-process
-:func:`~twopgraph.train.layerwise_inference` on the whole graph (up to float rounding); each
-rank holds an N x max(F, hidden) table, as single-process exact inference does, and the
-exchange is one all-reduce of that table per layer. Training itself never uses it.
+Each rank computes layer ``k`` for the vertices it owns, range by range (about
+``batch_edges`` edges each): it reads their full rows from the dataset's store (the
+memory-mapped CSR every rank opens), and the previous layer's rows of just the vertices those
+rows name. Where the rows come from:
+
+- layer 0's input is the store's feature table, read by row through its read-only memory map
+  (rounded to the stored training dtype, ``feat_dtype``: the model is evaluated on the features
+  it was trained on);
+- the output of a hidden layer goes to a table every rank can read. When all ranks run on one
+  machine (their host names agree) it is a float32 ``N x width`` file in a scratch folder
+  (``.twopgraph-eval-*`` under ``scratch_dir``, e.g. the run's ``--out``), memory-mapped by
+  every rank: each rank writes the rows it owns, a barrier, and the next layer reads the rows
+  it needs -- the machine's page cache holds one copy, no collective moves the table, and the
+  folder is removed when evaluation ends (also when it fails). Across machines the hidden
+  table is all-reduced (``N x width`` per rank and layer; logged once);
+- the last layer is not exchanged: each rank counts the correct val/test predictions of its
+  own vertices and the counts are summed.
+
+The result equals single-process :func:`~twopgraph.train.layerwise_inference` on the whole
+graph (up to float rounding). Working memory of a rank: one range of rows and the rows of
+their neighbours (about ``batch_edges`` rows of the layer's width), ids and degrees of the
+owned vertices; nothing of size N besides the shared maps. Training never uses it.
 """
 
 from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import socket
+import tempfile
+from pathlib import Path
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
 from ..models import BlockGNN
-from ..partition.selfdep import Part
+from ..partition.selfdep import Part, _gather_rows
 from ..sampler.minibatch import Block
 from ..train import edge_balanced_ranges
 
+log = logging.getLogger("twopgraph")
 
-def global_degrees(part: Part, device) -> torch.Tensor:
-    """Full-graph degree of every global vertex (float32, N) on ``device``, from the owners."""
-    deg = torch.zeros(part.num_global_nodes, dtype=torch.float32, device=device)
-    own = torch.from_numpy(np.asarray(part.data.node_ids[:part.num_owned], dtype=np.int64))
-    deg[own.to(device)] = torch.from_numpy(
-        np.diff(part.owned_indptr).astype(np.float32)).to(device)
-    dist.all_reduce(deg)
-    return deg
+#: Name prefix of the scratch folder of the hidden layers' tables.
+SCRATCH_PREFIX = ".twopgraph-eval-"
 
 
-def _scatter_owned(rows: torch.Tensor, own: torch.Tensor, n: int) -> torch.Tensor:
-    table = torch.zeros((n, rows.shape[1]), dtype=rows.dtype, device=rows.device)
-    table[own] = rows
-    dist.all_reduce(table)
-    return table
+def same_host() -> bool:
+    """Whether every rank of the process group runs on this machine (collective)."""
+    names = [None] * dist.get_world_size()
+    dist.all_gather_object(names, socket.gethostname())
+    return len(set(names)) == 1
+
+
+class SharedTables:
+    """The hidden layers' output tables as float32 files of one folder of this machine,
+    memory-mapped by every rank (see the module docstring). Collective: every rank makes
+    the same calls in the same order."""
+
+    def __init__(self, n: int, scratch_dir=None):
+        self.n, self.main = int(n), dist.get_rank() == 0
+        box = [None]
+        if self.main:
+            parent = Path(scratch_dir) if scratch_dir is not None else Path(tempfile.gettempdir())
+            parent.mkdir(parents=True, exist_ok=True)
+            box[0] = tempfile.mkdtemp(prefix=SCRATCH_PREFIX, dir=parent)
+        dist.broadcast_object_list(box, src=0)
+        self.folder = Path(box[0])
+
+    def new(self, layer: int, width: int) -> np.ndarray:
+        """An empty (zero) ``n x width`` table, mapped read-write by every rank."""
+        path = self.folder / f"layer{layer}.f32"
+        if self.main:
+            with open(path, "wb") as f:  # sparse: disk blocks come as rows are written
+                f.truncate(self.n * width * 4)
+        dist.barrier()
+        if self.n == 0 or width == 0:
+            return np.zeros((self.n, width), dtype=np.float32)
+        return np.memmap(path, dtype=np.float32, mode="r+", shape=(self.n, width))
+
+    def publish(self, table: np.ndarray, layer: int) -> np.ndarray:
+        """Wait until every rank wrote its rows of ``table`` (layer ``layer``); the previous
+        layer's table, which nobody reads any more, is removed. Returns ``table``."""
+        dist.barrier()  # rows written to a shared map are visible to the other ranks now
+        if self.main and layer > 0:
+            with contextlib.suppress(OSError):
+                os.unlink(self.folder / f"layer{layer - 1}.f32")
+        return table
+
+    def finish(self) -> None:
+        """Every rank is done reading (the folder may go)."""
+        dist.barrier()
+
+    def close(self) -> None:
+        """Remove the folder (rank 0): after :meth:`finish`, or at once when evaluation
+        failed (a rank that still maps a removed file keeps its pages)."""
+        if self.main:
+            shutil.rmtree(self.folder, ignore_errors=True)
+
+
+class ReducedTables:
+    """The hidden layers' output tables all-reduced into a private ``n x width`` array on
+    every rank (ranks on several machines, which share no file)."""
+
+    def __init__(self, n: int, device):
+        self.n, self.device = int(n), device
+
+    def new(self, layer: int, width: int) -> np.ndarray:
+        return np.zeros((self.n, width), dtype=np.float32)
+
+    def publish(self, table: np.ndarray, layer: int) -> np.ndarray:
+        t = torch.from_numpy(table).to(self.device)
+        dist.all_reduce(t)  # ownership is disjoint: the sum is a concatenation
+        return t.cpu().numpy()
+
+    def finish(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _degrees(indptr: np.ndarray, ids: np.ndarray) -> torch.Tensor:
+    """Full-graph degrees of ``ids`` (float32), from the store's ``indptr``."""
+    return torch.from_numpy((indptr[ids + 1] - indptr[ids]).astype(np.float32))
+
+
+def _rows(table: np.ndarray, ids: np.ndarray, device, dtype: torch.dtype | None) -> torch.Tensor:
+    """``table[ids]`` as float32 on ``device`` (rounded through ``dtype`` when given)."""
+    t = torch.from_numpy(np.ascontiguousarray(table[ids]))
+    if dtype is not None and t.dtype != dtype:
+        t = t.to(dtype)
+    return t.to(device=device, dtype=torch.float32)
 
 
 @torch.no_grad()
-def evaluate_distributed(model: BlockGNN, part: Part, feat: torch.Tensor, labels: torch.Tensor,
-                         device, batch_edges: int = 4_000_000,
-                         gdeg: torch.Tensor | None = None) -> tuple[float | None, float | None]:
+def evaluate_distributed(model: BlockGNN, part: Part, device, batch_edges: int = 4_000_000,
+                         feat_dtype: torch.dtype | None = None, scratch_dir=None,
+                         shared: bool | None = None) -> tuple[float | None, float | None]:
     """``(val_acc, test_acc)`` of ``model`` over all ranks' owned val/test vertices (the same
-    on every rank). ``feat`` / ``labels`` are the part's local rows (owned first); ``gdeg``
-    optionally caches :func:`global_degrees`. Every rank must call it (collective)."""
+    on every rank). Features, rows and labels are read from ``part.store``; ``feat_dtype``
+    is the dtype the features were trained in (None: the store's); ``scratch_dir`` holds the
+    scratch folder of the hidden layers (default: the system's temporary folder); ``shared``
+    forces (True) or refuses (False) the shared scratch, None = shared when every rank runs
+    on this machine. Every rank must call it (collective)."""
     was_training = model.training
     model.eval()
-    n, num_own = part.num_global_nodes, part.num_owned
-    gdeg = global_degrees(part, device) if gdeg is None else gdeg
-    own = torch.from_numpy(np.asarray(part.data.node_ids[:num_own], dtype=np.int64)).to(device)
-    h = _scatter_owned(feat[:num_own].to(device, torch.float32), own, n)
-    indptr = np.asarray(part.owned_indptr)
-    bounds = edge_balanced_ranges(indptr, batch_edges) if num_own else [0]
-    out = None
-    for i in range(model.num_layers):
-        pieces = []
-        for a, b in zip(bounds[:-1], bounds[1:]):
-            s, e = int(indptr[a]), int(indptr[b])
-            block = Block(n, b - a, torch.from_numpy(indptr[a:b + 1] - s),
-                          torch.from_numpy(np.asarray(part.owned_indices[s:e], dtype=np.int64)),
-                          gdeg, gdeg[own[a:b]]).to(device)
-            pieces.append(model.layer(i, block, h, h[own[a:b]]))
-        width = model.convs[i].out_dim
-        out = torch.cat(pieces) if pieces else torch.zeros((0, width), device=device)
-        if i < model.num_layers - 1:
-            h = _scatter_owned(out, own, n)
+    store = part.store
+    n, indptr, indices = part.num_global_nodes, store.graph.indptr, store.graph.indices
+    owned = np.asarray(part.owned, dtype=np.int64)
+    deg_own = indptr[owned + 1] - indptr[owned]
+    cum = np.zeros(owned.shape[0] + 1, dtype=np.int64)
+    np.cumsum(deg_own, out=cum[1:])
+    del deg_own
+    bounds = edge_balanced_ranges(cum, batch_edges) if owned.shape[0] else [0]
+    if shared is None:
+        shared = same_host()
+    if shared:
+        tables = SharedTables(n, scratch_dir)
+    else:
+        log.info("exact evaluation: the ranks run on several machines; each hidden layer's "
+                 "N x width table is all-reduced")
+        tables = ReducedTables(n, device)
+    table, dtype = store.feat, feat_dtype
+    preds = []
+    try:
+        for i in range(model.num_layers):
+            last = i == model.num_layers - 1
+            out = None if last else tables.new(i, model.convs[i].out_dim)
+            for a, b in zip(bounds[:-1], bounds[1:]):
+                rows = owned[a:b]
+                ptr, ind = _gather_rows(indptr, indices, rows)
+                src, inv = np.unique(ind, return_inverse=True)
+                block = Block(int(src.shape[0]), b - a, torch.from_numpy(ptr),
+                              torch.from_numpy(inv.reshape(-1).astype(np.int64, copy=False)),
+                              _degrees(indptr, src), _degrees(indptr, rows)).to(device)
+                y = model.layer(i, block, _rows(table, src, device, dtype),
+                                _rows(table, rows, device, dtype))
+                if last:
+                    preds.append(y.argmax(1).cpu())
+                else:
+                    out[rows] = y.cpu().numpy()
+            if not last:
+                table, dtype = tables.publish(out, i), None
+        tables.finish()
+    finally:
+        del table
+        tables.close()
     model.train(was_training)
-    pred = out.argmax(1).cpu()
-    lab = labels[:num_own]
+    pred = torch.cat(preds) if preds else torch.zeros(0, dtype=torch.int64)
     counts = []
     for idx in (part.data.val_idx, part.data.test_idx):
-        idx_t = torch.from_numpy(np.asarray(idx, dtype=np.int64))
-        counts += [float((pred[idx_t] == lab[idx_t]).sum()), float(idx_t.shape[0])]
+        pos = np.array(part.owned_positions(idx), dtype=np.int64)  # a private copy
+        lab = torch.from_numpy(np.asarray(store.label[owned[pos]], dtype=np.int64))
+        counts += [float((pred[torch.from_numpy(pos)] == lab).sum()), float(pos.shape[0])]
     tot = torch.tensor(counts, dtype=torch.float64, device=device)
     dist.all_reduce(tot)
     c = tot.cpu().tolist()

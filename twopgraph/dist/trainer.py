@@ -26,6 +26,10 @@ training (:mod:`twopgraph.train`: model, epoch pipeline, checkpoints, metrics), 
   ``halo_input_rows`` = input rows of replicated (not owned) vertices, which a partition without
   replication would have to fetch remotely. Totals sum counts over ranks and take the slowest
   rank's times; ``input_nodes_per_batch`` is per rank and step.
+- **memory**: the part is memory-mapped and features are read from the dataset's store
+  (read-only maps, one copy per machine in the page cache; a ``global`` part also samples on
+  the store's CSR); ``metrics.json`` reports each rank's ``peak_rss_mib`` and ``peak_pss_mib``
+  and their sum ``peak_pss_mib_total`` (:class:`~twopgraph.metrics.PssMonitor`).
 - **robustness**: collectives time out after ``--dist-timeout`` seconds; a rank that loses its
   peers raises :class:`~twopgraph.errors.TwopgraphError` (one line: "connection lost" when a
   peer died, "did not answer within S s" when it timed out) instead of hanging. A non-finite
@@ -56,15 +60,15 @@ from ..rng import mix_key
 from ..config import TrainConfig
 from ..errors import ConfigError, TrainingDiverged, TwopgraphError
 from ..loader import available_cores
-from ..metrics import peak_rss_mib, transfer_metrics
+from ..metrics import PssMonitor, peak_rss_mib, transfer_metrics
 from ..partition.selfdep import Part, load_part, read_meta
 from ..rundir import RunDir
 from ..sampler import make_sampler
-from ..train import (CHECKPOINT, METRICS, build_training, diverged, eval_features,
-                     evaluates_after, log_epoch, make_loader, read_checkpoint, run_signature,
-                     save_checkpoint, train_epoch, write_diverged, write_metrics)
+from ..train import (CHECKPOINT, METRICS, build_training, diverged, evaluates_after, log_epoch,
+                     make_loader, read_checkpoint, run_signature, save_checkpoint, train_epoch,
+                     write_diverged, write_metrics)
 from .env import DistEnv, detect, process_group, rank_device
-from .evaluate import evaluate_distributed, global_degrees
+from .evaluate import evaluate_distributed
 
 log = logging.getLogger("twopgraph")
 
@@ -73,7 +77,8 @@ log = logging.getLogger("twopgraph")
 PARTITION_KEYS = ("dataset", "num_clusters", "renumber")
 SUM_KEYS = ("num_batches", "num_seeds", "feature_rows", "cache_hits", "h2d_bytes",
             "cache_fill_bytes", "cache_budget_rows", "activation_reserve_bytes",
-            "remote_graph_requests", "remote_feature_bytes", "halo_input_rows")
+            "remote_graph_requests", "remote_feature_bytes", "halo_input_rows",
+            "readahead_ranges", "readahead_bytes")
 MAX_KEYS = ("epoch_s", "sample_s", "load_s", "compute_s")
 # "[.../third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error ...": raised by gloo itself
 _GLOO_ERROR = re.compile(r"\[[^\]]*gloo/[^\]]*:\d+\]")
@@ -86,11 +91,13 @@ _TIMED_OUT = re.compile(r"timed? ?out|timeout", re.IGNORECASE)
 
 
 class PartSampler:
-    """A :class:`~twopgraph.sampler.NeighborSampler` over a part's local graph that also counts
-    what exact sampling would have needed from other workers (see the module docstring).
+    """A :class:`~twopgraph.sampler.NeighborSampler` over a part's graph that also counts what
+    exact sampling would have needed from other workers (see the module docstring).
 
-    GCN's normalisation reads full-graph degrees, which the part stores (a halo vertex's local
-    row may be truncated), so the sampler is given those instead of the local ones.
+    GCN's normalisation reads full-graph degrees, which a local part stores (a halo vertex's
+    local row may be truncated), so the sampler is given those instead of the local ones. A
+    global part samples on the store's whole CSR: every row is complete, its remote counters
+    stay 0 and only ``halo_input_rows`` (input rows of vertices it does not own) counts.
     """
 
     def __init__(self, part: Part, fanouts, seed: int = 0):
@@ -98,8 +105,12 @@ class PartSampler:
                                   degrees=part.degree)
         self.graph, self.fanouts, self.seed = self.inner.graph, self.inner.fanouts, seed
         self.num_owned = part.num_owned
-        self._degree = np.asarray(part.degree, dtype=np.int64)
-        self._missing = self._degree - self.graph.degrees()  # > 0: truncated row
+        self._is_owned = part.is_owned
+        if part.degree is None:  # complete rows
+            self._degree = self._missing = None
+        else:
+            self._degree = np.asarray(part.degree, dtype=np.int64)
+            self._missing = self._degree - self.graph.degrees()  # > 0: truncated row
         self.remote_graph_requests = 0
         self.remote_feature_rows = 0.0
         self.halo_input_rows = 0
@@ -114,16 +125,17 @@ class PartSampler:
         mb = self.inner.sample(seeds, key, parallel)
         ids = mb.input_nodes.numpy()
         requests, rows = 0, 0.0
-        for fanout, block in zip(self.fanouts, mb.blocks):
-            dst = ids[:block.num_dst]
-            miss = self._missing[dst]
-            cut = miss > 0
-            if cut.any():
-                d = self._degree[dst[cut]]
-                take = d if fanout < 0 else np.minimum(fanout, d)
-                requests += int(cut.sum())
-                rows += float((take * miss[cut] / d).sum())
-        halo = int(np.count_nonzero(ids >= self.num_owned))
+        if self._missing is not None:
+            for fanout, block in zip(self.fanouts, mb.blocks):
+                dst = ids[:block.num_dst]
+                miss = self._missing[dst]
+                cut = miss > 0
+                if cut.any():
+                    d = self._degree[dst[cut]]
+                    take = d if fanout < 0 else np.minimum(fanout, d)
+                    requests += int(cut.sum())
+                    rows += float((take * miss[cut] / d).sum())
+        halo = int(ids.shape[0] - np.count_nonzero(self._is_owned(ids)))
         with self._lock:
             self.remote_graph_requests += requests
             self.remote_feature_rows += rows
@@ -201,8 +213,8 @@ def train_distributed(cfg: TrainConfig, partitions, *, env: DistEnv | None = Non
     device = rank_device(cfg.run.device, env)
     with _quiet_unless_main(env), process_group(env, device, timeout_s) as backend:
         try:
-            with _own_out(cfg.run.out, env):
-                return _run(cfg, Path(partitions), meta, env, device, backend)
+            with _own_out(cfg.run.out, env), PssMonitor() as pss:
+                return _run(cfg, Path(partitions), meta, env, device, backend, pss)
         except dist.DistError as e:  # a collective failed: a peer died, hung or timed out
             raise _lost_peer(env, timeout_s, e) from None
         except RuntimeError as e:
@@ -282,7 +294,18 @@ def _signature(cfg: TrainConfig, meta: dict, world: int) -> dict:
     return run_signature(params, meta["partition_id"])
 
 
-def _run(cfg: TrainConfig, folder: Path, meta: dict, env: DistEnv, device, backend) -> DistResult:
+def memory_metrics(ranks: list[tuple]) -> dict:
+    """The memory keys of a distributed ``metrics.json`` from each rank's ``(peak RSS, peak
+    PSS)`` in MiB: ``peak_rss_mib`` and ``peak_pss_mib`` (lists, by rank) and
+    ``peak_pss_mib_total`` (their sum: what the ranks held together, shared maps counted
+    once; None where PSS cannot be read)."""
+    pss = [r[1] for r in ranks]
+    return {"peak_rss_mib": [r[0] for r in ranks], "peak_pss_mib": pss,
+            "peak_pss_mib_total": None if None in pss else sum(pss)}
+
+
+def _run(cfg: TrainConfig, folder: Path, meta: dict, env: DistEnv, device, backend,
+         pss: PssMonitor) -> DistResult:
     world, rank = env.world_size, env.rank
     run = cfg.run
     out = Path(run.out)
@@ -290,11 +313,14 @@ def _run(cfg: TrainConfig, folder: Path, meta: dict, env: DistEnv, device, backe
     ckpt = (read_checkpoint(out / CHECKPOINT, sig, run.epochs, kind="distributed")
             if run.resume else None)
     t = time.perf_counter()
-    part = load_part(folder, rank, meta, mmap=False)
+    # memory-mapped: the part's structure, and the store's features (and, for a global part,
+    # its CSR), are shared through the page cache by the ranks of this machine
+    part = load_part(folder, rank, meta, mmap=True)
     data = part.data
-    log.info("rank %d: part %d loaded in %.1f s: %d vertices (%d owned), %d edges, %d train",
-             rank, rank, time.perf_counter() - t, data.num_nodes, part.num_owned,
-             data.graph.num_edges, data.train_idx.shape[0])
+    log.info("rank %d: %s part %d loaded in %.1f s: %d vertices (%d owned), %d edges, %d train; "
+             "store %s", rank, part.representation, rank, time.perf_counter() - t,
+             data.num_nodes, part.num_owned, data.graph.num_edges, data.train_idx.shape[0],
+             part.store.store)
 
     # the same initial weights on every rank
     model, opt, epochs_log, start_epoch = build_training(cfg, data, device, ckpt)
@@ -306,29 +332,29 @@ def _run(cfg: TrainConfig, folder: Path, meta: dict, env: DistEnv, device, backe
     # As many optimizer steps per epoch as a single-process run with the same global batch.
     steps = -(-sum(p["num_train"] for p in meta["parts"]) // (local_bs * world))
     sampler = PartSampler(part, cfg.sampling.fanouts, seed=run.seed)
-    loader = make_loader(cfg, data, device, parts=np.asarray(part.cluster, dtype=np.int64),
-                         batch_size=local_bs, sampler=sampler,
-                         wrap_scheduler=lambda s: FixedSteps(s, steps),
-                         threads=_rank_threads(run.threads, device, env))
-    feat, labels = eval_features(data, loader), loader.labels
-    gdeg = global_degrees(part, device)
+    # features: local id v reads the store's row part.rows[v] (a global part: row v)
+    loader = make_loader(cfg, data, device, parts=part.cluster, batch_size=local_bs,
+                         sampler=sampler, wrap_scheduler=lambda s: FixedSteps(s, steps),
+                         threads=_rank_threads(run.threads, device, env), rows=part.rows)
     progress = run.progress and env.is_main
     val_acc = test_acc = None
     evaluated = False
 
     def evaluate():
-        return evaluate_distributed(model, part, feat, labels, device, run.eval_batch_edges, gdeg)
+        return evaluate_distributed(model, part, device, run.eval_batch_edges,
+                                    feat_dtype=loader.features.dtype, scratch_dir=out)
 
     extra = dict(distributed={"world_size": world, "backend": backend,
                               "batch_size_per_rank": local_bs},
                  partition={k: meta[k] for k in (
                      "partition_id", "num_parts", "hops", "replication_factor",
                      "edge_cut", "edge_cut_fraction", "num_clusters")}
-                 | {"source": meta["source"]["name"]})
+                 | {"source": meta["source"]["name"], "store": meta["source"]["store"],
+                    "representation": [p["representation"] for p in meta["parts"]]})
 
-    def metrics(final=None, rss=None):
+    def metrics(final=None, memory=None):
         write_metrics(out, cfg, device, loader.plan, epochs_log, final, **extra,
-                      **({"peak_rss_mib": rss} if rss is not None else {}))
+                      **(memory or {}))
 
     with loader.plan.applied():
         for epoch in range(start_epoch, run.epochs):
@@ -368,10 +394,10 @@ def _run(cfg: TrainConfig, folder: Path, meta: dict, env: DistEnv, device, backe
 
         if not evaluated:  # resumed a finished run: evaluate the final model again
             val_acc, test_acc = evaluate()
-    rss = [None] * world
-    dist.all_gather_object(rss, peak_rss_mib())
+    mem = [None] * world
+    dist.all_gather_object(mem, (peak_rss_mib(), pss.stop()))
     if env.is_main:
-        metrics((val_acc, test_acc), rss)
+        metrics((val_acc, test_acc), memory_metrics(mem))
         log.info("final  val_acc %s  test_acc %s  -> %s", val_acc, test_acc, out / METRICS)
     return DistResult(val_acc, test_acc, epochs_log, out, rank, model)
 

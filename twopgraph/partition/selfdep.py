@@ -24,35 +24,60 @@ halo (replication) shrinks, and rows of vertices at distance ``>= H`` are trunca
 boundary, i.e. their sampled neighbourhoods are drawn from the in-part neighbours only. The
 trainer counts those truncated expansions as ``remote_graph_requests``.
 
-Exact (full-neighbour) evaluation needs the full row of every owned vertex, which the halo may
-not hold (an owned test vertex far from any training vertex); these rows are stored apart, in
-global ids (``owned_indptr`` / ``owned_indices``: structure only, no replicated features).
+**Features are not in the parts.** Every rank reads the features, labels and full rows of
+the dataset's *store* (:mod:`twopgraph.store`: memory-mapped ``.npy`` files, read-only), so
+the ranks of one machine share one copy of them in the page cache. ``meta.json`` records the
+store's folder and fingerprint; a rank refuses a store whose fingerprint differs (it was
+rebuilt from a changed source). Data that has no store (in memory, or derived such as a
+symmetrised graph) gets one written inside the partition (``OUT/store``).
+
+**Two representations of a part**, the cheaper one chosen per part (``representation`` in
+``meta.json``; :data:`GLOBAL_SHARE`):
+
+- ``local``: the induced subgraph above, renumbered (``node_ids`` = local -> global id); the
+  rank reads feature rows through ``node_ids`` from the store's table.
+- ``global``: when the local CSR would take more than :data:`GLOBAL_SHARE` of the bytes of the
+  store's CSR (the halo covers most of the graph), the part holds no structure at all: the
+  rank samples on the store's own memory-mapped CSR (shared by the ranks of the machine),
+  restricted to its owned training seeds; local ids = global ids. Sampling is then exact for
+  any number of layers and the remote counters are 0.
+
+Exact (full-neighbour) evaluation reads the full row of each owned vertex from the store's
+CSR (see :mod:`twopgraph.dist.evaluate`).
 
 On-disk layout (``OUT/``), every array a plain ``.npy`` file that can be memory-mapped::
 
     meta.json            format (FORMAT_VERSION), partition_id (= partition_fingerprint),
                          cluster_key (the fine clustering's cache key), source {name,
                          fingerprint (GraphData.fingerprint of the source: CSR, features,
-                         labels, splits), num_nodes, num_edges, num_features, num_classes,
-                         path, size, mtime_ns}, num_parts, hops, seed, num_clusters (the
-                         resolved count), replication_factor
-                         (= sum of part sizes / N), edge_cut (undirected edges between parts),
-                         edge_cut_fraction, seconds, and parts: one object per part with
-                         num_nodes, num_owned, num_halo, num_edges, num_train, num_val,
-                         num_test, num_incomplete (vertices whose row is truncated) and
-                         arrays: for each array file below {dtype, shape, min, max,
-                         fingerprint} (its value range and content fingerprint)
-    part{i}/part.json    part, partition_id (must equal meta's), num_nodes, num_owned
+                         labels, splits), store (absolute path of the store folder),
+                         store_embedded (true: OUT/store), num_nodes, num_edges, num_features,
+                         num_classes, path, size, mtime_ns}, num_parts, hops, seed,
+                         num_clusters (the resolved count), replication_factor (= sum of the
+                         self-dependence clusters' sizes / N), edge_cut (undirected edges
+                         between parts), edge_cut_fraction, seconds, arrays {cluster: record
+                         of OUT/cluster.npy, or null}, and parts: one object per part with
+                         representation, num_nodes (the rank's vertex ids: N for a global
+                         part), num_owned, num_halo, num_edges, num_train, num_val, num_test,
+                         num_incomplete (vertices whose row is truncated), local_csr_bytes,
+                         global_csr_bytes and arrays: for each array file below {dtype,
+                         shape, min, max, fingerprint} (value range and content fingerprint)
+    cluster.npy          int32 (N)     fine METIS cluster of every vertex (only with a
+                                       global part: its scheduler reads it)
+    store/               the dataset's store, when it had none (see above)
+    part{i}/part.json    part, partition_id (must equal meta's), representation, num_nodes,
+                         num_owned
+    a local part:
     part{i}/indptr.npy   int64 (n+1)   local CSR (n = num_nodes of the part)
     part{i}/indices.npy  int32 (E_i)   local neighbour ids
-    part{i}/feat.npy     (n x F)       features, dtype of the source
     part{i}/label.npy    int64 (n)
     part{i}/train_idx.npy, val_idx.npy, test_idx.npy   int64, local ids of *owned* vertices
-    part{i}/node_ids.npy int64 (n)     local -> global (source) id
+    part{i}/node_ids.npy int64 (n)     local -> global (store) id; owned first
     part{i}/degree.npy   int64 (n)     full-graph degree of each local vertex
     part{i}/cluster.npy  int32 (n)     fine METIS cluster of each local vertex (scheduler)
-    part{i}/owned_indptr.npy   int64 (num_owned+1)  full rows of the owned vertices ...
-    part{i}/owned_indices.npy  int32/int64          ... in global ids (exact evaluation)
+    a global part:
+    part{i}/owned.npy    int64 (num_owned)   sorted global ids of the owned vertices
+    part{i}/train_idx.npy, val_idx.npy, test_idx.npy   int64, sorted global ids (owned)
 
 ``partition_id`` is :func:`partition_fingerprint`: the provenance fingerprint
 (:mod:`twopgraph.fingerprint`) of the source's content, ``num_parts``, ``hops``, ``seed``, the
@@ -66,21 +91,21 @@ when complete; the temporary folders of writers that were killed are removed by 
 into the same parent folder (:func:`clean_orphans`: only folders of that pattern whose process
 is gone, holding nothing but partition files). :func:`read_meta` / :func:`load_part` refuse,
 with a one-line :class:`~twopgraph.errors.TwopgraphError`, a folder of another format (1: a
-hash of the CSR only; 2: part arrays without records -- re-run ``twopgraph partition``), a part
-of another partitioning run, and a partition whose source ``.npz`` changed since it was written
-(size or mtime: a cheap check that needs no hashing of the source at load time).
+hash of the CSR only; 2: part arrays without records; 3: features in every part -- re-run
+``twopgraph partition``), a part of another partitioning run, a partition whose source
+``.npz`` changed since it was written (size or mtime: a cheap check that needs no hashing of
+the source at load time), and a store that is missing or holds other content.
 
 **Integrity.** :func:`load_part` verifies the part it loads (:func:`check_part`): every array's
 dtype, shape, value range and the invariants of the layout (monotone CSRs, local ids ``<`` the
 part's vertices, ``node_ids`` distinct and ``<`` N, labels in ``[-1, num_classes)`` and
 labelled on the splits, splits sorted, disjoint and owned, ...) against ``meta.json``, then its
-content fingerprint, which catches what keeps shapes and ranges (zeroed features, permuted
+content fingerprint, which catches what keeps shapes and ranges (zeroed labels, permuted
 ids). :func:`verify_partition` does it for every part and checks that the parts own each
 vertex once; ``twopgraph train --partitions DIR --nproc P`` runs it before starting any rank,
-and ``twopgraph partition`` before reusing a folder (a damaged one is rewritten). Cost: one read
-of the arrays, dominated by hashing (BLAKE2b): measured 0.9 s for the 214 MB of synthetic-small
-in 4 parts with 3 hops (0.35 s for 76 MB with 1 hop) on a loaded 2-core machine, 0.27 s for
-one of its parts in a rank.
+and ``twopgraph partition`` before reusing a folder (a damaged one is rewritten); both also open
+the store and compare its fingerprint (``store.json``: no hashing). Cost: one read of the part
+arrays (structure and ids, no features), dominated by hashing (BLAKE2b, 1-2 s/GB per thread).
 
 Example::
 
@@ -104,32 +129,51 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import ConfigError, GraphFormatError, TwopgraphError
+from ..errors import ConfigError, TwopgraphError
 from ..fingerprint import fingerprint
 from ..graph import SPLITS, CSRGraph, GraphData, atomic_write_bytes
-from .cluster import (DEFAULT_UFACTOR, cluster_graph, cluster_key, default_num_clusters,
-                      edge_cut, metis_output_to_log)
+from ..store import open_store, write_store
+from .cluster import (
+    DEFAULT_UFACTOR,
+    cluster_graph,
+    cluster_key,
+    default_num_clusters,
+    edge_cut,
+    metis_output_to_log,
+)
 from .renumber import cluster_permutation
 
 log = logging.getLogger("twopgraph")
 
-# 3: meta.json records every part array (dtype, shape, value range, content fingerprint), and
-#    loading checks them; 2: partition_id is the provenance fingerprint, part arrays unchecked;
+# 4: no features in the parts (read from the dataset's store), a global or local representation
+#    per part; 3: meta.json records every part array (dtype, shape, value range, content
+#    fingerprint), and loading checks them; 2: partition_id is the provenance fingerprint, part arrays unchecked;
 #    1: a hash of the CSR, the settings and the time
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 META = "meta.json"
 PART_JSON = "part.json"
+#: Folder of the store written inside a partition whose data had none.
+STORE_DIR = "store"
+#: File of the fine cluster of every vertex, written when a part is global.
+ROOT_CLUSTER = "cluster.npy"
+#: A part is stored ``global`` (no CSR of its own: the store's is used) when its local CSR
+#: would take more than this share of the bytes of the store's CSR.
+GLOBAL_SHARE = 0.5
+REPRESENTATIONS = ("auto", "local", "global")
 # Batch size the default fine clustering is sized for (`default_num_clusters`: the same
 # clusters, and cache entry, as `twopgraph train --batch-size 1024`).
 DEFAULT_CLUSTER_BATCH = 1024
 # Entries gathered per chunk when extracting rows: bounds the temporaries on large graphs.
 _CHUNK = 1 << 24
-_ARRAYS = ("indptr", "indices", "feat", "label", *SPLITS, "node_ids", "degree", "cluster",
-           "owned_indptr", "owned_indices")
+_LOCAL_ARRAYS = ("indptr", "indices", "label", *SPLITS, "node_ids", "degree", "cluster")
+_GLOBAL_ARRAYS = ("owned", *SPLITS)
+_ARRAYS = {"local": _LOCAL_ARRAYS, "global": _GLOBAL_ARRAYS}
 # Temporary folder of a writer: ``.OUT.tmp-PID@HOST`` beside ``OUT`` (``@HOST`` absent in
 # folders of older versions); a folder of this pattern whose writer is dead is an orphan.
 _TMP_NAME = re.compile(r"^\.(?P<name>.+)\.tmp-(?P<pid>\d+)(?:@(?P<host>[A-Za-z0-9_.-]+))?$")
 _PART_DIR = re.compile(r"^part\d+$")
+# the store writer's temporary folder inside a partition being written
+_STORE_TMP = re.compile(r"^\.store\.tmp-")
 
 
 class PartitionError(TwopgraphError):
@@ -140,20 +184,28 @@ class PartitionError(TwopgraphError):
 class Part:
     """One part as a rank trains on it.
 
-    ``data`` is the local graph with its node data (``data.node_ids`` = global ids, splits =
-    local ids of owned vertices); local ids ``< num_owned`` are owned. ``degree`` holds
-    full-graph degrees, ``complete[v]`` says whether local row ``v`` is the whole source row,
-    ``cluster`` the fine cluster of each local vertex. Arrays are memory-mapped by default.
+    ``data`` is the graph the rank samples on, with its node data: for a ``local`` part the
+    local CSR (``data.node_ids`` = global ids, owned first; splits = local ids of owned
+    vertices), for a ``global`` part the store's own CSR (local ids = global ids; splits =
+    owned global ids). ``data.feat`` is always the store's whole feature table (memory-mapped,
+    N rows): local id ``v`` reads row ``rows[v]`` (``rows`` = ``node_ids`` of a local part,
+    None = the identity). ``owned`` holds the global ids of the owned vertices (a local part's
+    in local order, so local id ``i < num_owned`` is ``owned[i]``; a global part's sorted).
+    ``degree`` holds full-graph degrees (None: the graph's own, complete rows), ``cluster``
+    the fine cluster of each of the rank's vertex ids, ``store`` the dataset's store.
+    Arrays are memory-mapped by default.
     """
 
     index: int
     data: GraphData
     num_owned: int
-    degree: np.ndarray
+    degree: np.ndarray | None
     cluster: np.ndarray
-    owned_indptr: np.ndarray
-    owned_indices: np.ndarray
+    owned: np.ndarray
     meta: dict
+    representation: str
+    store: GraphData
+    rows: np.ndarray | None
 
     @property
     def num_global_nodes(self) -> int:
@@ -161,7 +213,25 @@ class Part:
 
     @property
     def complete(self) -> np.ndarray:
+        """Whether each of the rank's vertices has its whole source row (bool)."""
+        if self.degree is None:
+            return np.ones(self.data.num_nodes, dtype=bool)
         return self.data.graph.degrees() == self.degree
+
+    def is_owned(self, ids: np.ndarray) -> np.ndarray:
+        """Whether each of the rank's vertex ids ``ids`` is owned (bool, O(len(ids)) memory)."""
+        ids = np.asarray(ids)
+        if self.representation == "local":
+            return ids < self.num_owned
+        pos = np.searchsorted(self.owned, ids)
+        hit = pos < self.owned.shape[0]
+        hit[hit] = self.owned[pos[hit]] == ids[hit]
+        return hit
+
+    def owned_positions(self, ids: np.ndarray) -> np.ndarray:
+        """Positions in ``owned`` of the rank's owned vertex ids ``ids`` (e.g. its splits)."""
+        ids = np.asarray(ids, dtype=np.int64)
+        return ids if self.representation == "local" else np.searchsorted(self.owned, ids)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -171,7 +241,7 @@ class Part:
 
 def partition_selfdep(data: GraphData, num_parts: int, hops: int, out, *, seed: int = 0,
                       num_clusters: int = 0, cache_dir=None, source_path=None,
-                      reuse: bool = False) -> dict:
+                      reuse: bool = False, representation: str = "auto") -> dict:
     """Write the ``num_parts``-way self-dependence partition of ``data`` with ``hops``-hop halos
     to ``out`` (layout in the module docstring); returns the ``meta.json`` contents.
 
@@ -182,13 +252,21 @@ def partition_selfdep(data: GraphData, num_parts: int, hops: int, out, *, seed: 
     ``reuse``, an ``out`` that already holds this very partition (same
     :func:`partition_fingerprint`) is kept: only its record of ``source_path`` is refreshed.
     An existing ``out`` is replaced only if it is a twopgraph partition (or empty).
+    ``representation`` is ``auto`` (per part, the cheaper: see :data:`GLOBAL_SHARE`) or forces
+    ``local`` or ``global`` for every part. ``data`` should be store-backed (``data.store``,
+    what :func:`~twopgraph.datasets.load_dataset` returns); other data is first written as a
+    store inside ``out`` (``OUT/store``), which the ranks then read.
     """
     n = data.num_nodes
     num_parts, hops, k = _check_args(data, num_parts, hops, num_clusters)
+    if representation not in REPRESENTATIONS:
+        raise ConfigError(f"representation must be one of {', '.join(REPRESENTATIONS)}, got "
+                          f"{representation!r}")
     out = Path(out)
     _check_replaceable(out)
     t0 = time.perf_counter()
-    pid = partition_fingerprint(data, num_parts, hops, seed=seed, num_clusters=k)
+    pid = partition_fingerprint(data, num_parts, hops, seed=seed, num_clusters=k,
+                                representation=representation)
     if reuse and _holds(out, pid):
         log.info("%s already holds this partition (id %s); reusing it", out, pid)
         return _refresh_source(out, data, source_path)
@@ -210,14 +288,24 @@ def partition_selfdep(data: GraphData, num_parts: int, hops: int, out, *, seed: 
         if tmp.exists():
             shutil.rmtree(tmp)
         tmp.mkdir()
+        if data.store is None:  # the ranks read features and rows from a store: write one
+            log.info("%s has no store: writing one into %s", data.name or "the dataset",
+                     out / STORE_DIR)
+            write_store(data, tmp / STORE_DIR, validate=False)
         part_meta = [_write_part(tmp / f"part{p}", p, pid, data, owner == p, reached[:, p],
-                                 rank, fine.parts) for p in range(num_parts)]
-        total = sum(m["num_nodes"] for m in part_meta)
+                                 rank, fine.parts, representation) for p in range(num_parts)]
+        total = sum(m["num_owned"] + m["num_halo"] for m in part_meta)
+        root = {"cluster": None}
+        if any(m["representation"] == "global" for m in part_meta):
+            clusters = np.ascontiguousarray(fine.parts, dtype=np.int32)
+            root["cluster"] = _record(clusters)
+            np.save(tmp / ROOT_CLUSTER, clusters)
+            del clusters
         meta = {
             "format": FORMAT_VERSION, "partition_id": pid, "cluster_key": fine.key,
-            "source": _source_info(data, source_path),
+            "source": _source_info(data, source_path, out),
             "num_parts": num_parts, "hops": hops, "seed": int(seed), "num_clusters": k,
-            "replication_factor": total / max(n, 1),
+            "replication_factor": total / max(n, 1), "arrays": root,
             "edge_cut": int(cut), "edge_cut_fraction": cut / max(g.num_edges // 2, 1),
             "metis_s": round(metis_s, 3), "seconds": round(time.perf_counter() - t0, 3),
             "parts": part_meta,
@@ -233,19 +321,22 @@ def partition_selfdep(data: GraphData, num_parts: int, hops: int, out, *, seed: 
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    log.info("partition: %d parts, %d hops, replication factor %.3f, edge cut %d (%.1f%%), "
-             "%.1f s -> %s", num_parts, hops, meta["replication_factor"], cut,
-             100 * meta["edge_cut_fraction"], meta["seconds"], out)
+    log.info("partition: %d parts (%s), %d hops, replication factor %.3f, edge cut %d "
+             "(%.1f%%), %.1f s -> %s", num_parts,
+             ", ".join(m["representation"] for m in part_meta), hops,
+             meta["replication_factor"], cut, 100 * meta["edge_cut_fraction"], meta["seconds"],
+             out)
     return meta
 
 
 def partition_fingerprint(data: GraphData, num_parts: int, hops: int, *, seed: int = 0,
-                          num_clusters: int = 0) -> str:
+                          num_clusters: int = 0, representation: str = "auto") -> str:
     """The ``partition_id`` that :func:`partition_selfdep` gives this partition: the
     fingerprint of ``data``'s content (:meth:`GraphData.fingerprint`: graph, features, labels,
     splits), ``num_parts``, ``hops``, ``seed``, the resolved ``num_clusters`` (0 = the
     default count), the fine clustering's cache key (its METIS settings), the part split's
-    METIS tolerance and :data:`FORMAT_VERSION`. Raises :class:`ConfigError` for bad values."""
+    METIS tolerance, the ``representation`` asked for and :data:`FORMAT_VERSION`. Raises
+    :class:`ConfigError` for bad values."""
     num_parts, hops, k = _check_args(data, num_parts, hops, num_clusters)
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
         raise ConfigError(f"seed must be an integer, got {seed!r}")
@@ -253,7 +344,8 @@ def partition_fingerprint(data: GraphData, num_parts: int, hops: int, *, seed: i
         "source": data.fingerprint(),
         "clusters": cluster_key(data.graph, k, train_idx=data.train_idx),
         "num_parts": num_parts, "hops": hops, "seed": int(seed), "num_clusters": k,
-        "split_ufactor": DEFAULT_UFACTOR, "format": FORMAT_VERSION})
+        "split_ufactor": DEFAULT_UFACTOR, "representation": str(representation),
+        "format": FORMAT_VERSION})
 
 
 def _check_args(data: GraphData, num_parts, hops, num_clusters) -> tuple[int, int, int]:
@@ -338,18 +430,27 @@ def _pid_alive(pid: int) -> bool:
 
 
 def _is_partition_tmp(folder: Path) -> bool:
-    """Whether ``folder`` holds only what a partition writer puts there (``meta.json`` and
-    ``partN/`` folders of ``.npy`` files and ``part.json``)."""
+    """Whether ``folder`` holds only what a partition writer puts there (``meta.json``,
+    ``cluster.npy``, ``partN/`` folders of ``.npy`` files and ``part.json``, and a ``store/``
+    folder -- or the store writer's temporary one -- of ``.npy`` and ``.json`` files)."""
+
+    def only_files(d: Path, ok) -> bool:
+        return all(not f.is_symlink() and f.is_file() and ok(f.name) for f in d.iterdir())
+
     try:
         for e in folder.iterdir():
-            if e.name == META and e.is_file() and not e.is_symlink():
+            if e.name in (META, ROOT_CLUSTER) and e.is_file() and not e.is_symlink():
                 continue
-            if not (_PART_DIR.match(e.name) and e.is_dir() and not e.is_symlink()):
+            if e.is_symlink() or not e.is_dir():
                 return False
-            for f in e.iterdir():
-                if f.is_symlink() or not f.is_file() or not (
-                        f.name == PART_JSON or f.name.endswith(".npy")):
+            if _PART_DIR.match(e.name):
+                if not only_files(e, lambda f: f == PART_JSON or f.endswith(".npy")):
                     return False
+            elif e.name == STORE_DIR or _STORE_TMP.match(e.name):
+                if not only_files(e, lambda f: f.endswith((".npy", ".json"))):
+                    return False
+            else:
+                return False
     except OSError:
         return False
     return True
@@ -402,7 +503,9 @@ def _refresh_source(folder: Path, data: GraphData, source_path) -> dict:
     """Record ``source_path``'s current size and mtime in ``folder``'s meta.json (the content
     was just found equal through the fingerprint); returns the updated meta."""
     meta = read_meta(folder, check_source=False)
-    src = _source_info(data, source_path)
+    src = _source_info(data, source_path, folder)
+    if meta["source"].get("store_embedded"):  # the store written inside the partition
+        src.update(store=str((folder / STORE_DIR).resolve()), store_embedded=True)
     if src != meta["source"]:
         meta["source"] = src
         try:
@@ -507,44 +610,75 @@ def _gather_rows(indptr: np.ndarray, indices: np.ndarray, rows: np.ndarray, g2l=
     return out_ptr, ent
 
 
+def _local_edges(g: CSRGraph, member: np.ndarray) -> int:
+    """Edges of the subgraph induced by the vertices where ``member`` is True (entries of its
+    CSR), counted in chunks of rows."""
+    deg = g.degrees()
+    total, step = 0, max(1, _CHUNK // max(1, int(deg.mean()) if deg.size else 1))
+    for a in range(0, g.num_nodes, step):
+        b = min(a + step, g.num_nodes)
+        src = np.repeat(member[a:b], deg[a:b])
+        total += int(np.count_nonzero(src & member[g.indices[g.indptr[a]:g.indptr[b]]]))
+    return total
+
+
+def _csr_bytes(num_nodes: int, num_edges: int, index_itemsize: int) -> int:
+    return 8 * (num_nodes + 1) + index_itemsize * num_edges
+
+
 def _write_part(folder: Path, p: int, pid: str, data: GraphData, owned: np.ndarray,
-                reached: np.ndarray, rank: np.ndarray, fine_parts: np.ndarray) -> dict:
+                reached: np.ndarray, rank: np.ndarray, fine_parts: np.ndarray,
+                representation: str = "auto") -> dict:
     g = data.graph
+    member = reached | owned
+    nloc = int(np.count_nonzero(member))
+    num_owned = int(np.count_nonzero(owned))
+    local_bytes = _csr_bytes(nloc, _local_edges(g, member), 4 if nloc < 2**31 else 8)
+    global_bytes = int(g.indptr.nbytes + g.indices.nbytes)
+    if representation == "auto":
+        representation = "global" if local_bytes > GLOBAL_SHARE * global_bytes else "local"
     own = np.flatnonzero(owned)
-    halo = np.flatnonzero(reached & ~owned)
-    own = own[np.argsort(rank[own], kind="stable")]
-    halo = halo[np.argsort(rank[halo], kind="stable")]
-    l2g = np.concatenate([own, halo]).astype(np.int64)
-    nloc = l2g.shape[0]
-    g2l = np.full(g.num_nodes, -1, dtype=np.int32 if nloc < 2**31 else np.int64)
-    g2l[l2g] = np.arange(nloc, dtype=g2l.dtype)
-    indptr, indices = _gather_rows(g.indptr, g.indices, l2g, g2l)
-    o_indptr, o_indices = _gather_rows(g.indptr, g.indices, own)
-    degree = (g.indptr[l2g + 1] - g.indptr[l2g]).astype(np.int64)
-    arrays = {"indptr": indptr, "indices": indices, "feat": data.feat[l2g],
-              "label": data.label[l2g].astype(np.int64), "node_ids": l2g, "degree": degree,
-              "cluster": fine_parts[l2g].astype(np.int32), "owned_indptr": o_indptr,
-              "owned_indices": o_indices}
-    for s in SPLITS:
-        idx = getattr(data, s)
-        loc = g2l[idx[owned[idx]]].astype(np.int64)
-        arrays[s] = np.sort(loc)
+    if representation == "global":
+        arrays = {"owned": own.astype(np.int64)}
+        for s in SPLITS:
+            idx = getattr(data, s)
+            arrays[s] = np.sort(np.asarray(idx[owned[idx]], dtype=np.int64))
+        nodes, edges, degree_ok = g.num_nodes, g.num_edges, 0
+    else:
+        halo = np.flatnonzero(member & ~owned)
+        own = own[np.argsort(rank[own], kind="stable")]
+        halo = halo[np.argsort(rank[halo], kind="stable")]
+        l2g = np.concatenate([own, halo]).astype(np.int64)
+        del halo
+        g2l = np.full(g.num_nodes, -1, dtype=np.int32 if nloc < 2**31 else np.int64)
+        g2l[l2g] = np.arange(nloc, dtype=g2l.dtype)
+        indptr, indices = _gather_rows(g.indptr, g.indices, l2g, g2l)
+        degree = (g.indptr[l2g + 1] - g.indptr[l2g]).astype(np.int64)
+        arrays = {"indptr": indptr, "indices": indices,
+                  "label": np.asarray(data.label[l2g], dtype=np.int64), "node_ids": l2g,
+                  "degree": degree, "cluster": fine_parts[l2g].astype(np.int32)}
+        for s in SPLITS:
+            idx = getattr(data, s)
+            arrays[s] = np.sort(g2l[idx[owned[idx]]].astype(np.int64))
+        del g2l
+        nodes, edges = nloc, int(indices.shape[0])
+        degree_ok = int(np.count_nonzero(np.diff(indptr) != degree))
     folder.mkdir(parents=True)
     records = {}
-    for name in _ARRAYS:
+    for name in _ARRAYS[representation]:
         arr = np.ascontiguousarray(arrays[name])
         records[name] = _record(arr)
-        if name == "feat" and arr.size and records[name]["min"] is None:
-            raise GraphFormatError(f"{data.name}: features have NaN or infinite values")
         np.save(folder / f"{name}.npy", arr)
-    info = {"part": p, "partition_id": pid, "num_nodes": int(nloc), "num_owned": int(own.shape[0]),
-            "num_halo": int(halo.shape[0]), "num_edges": int(indices.shape[0]),
+    info = {"part": p, "partition_id": pid, "representation": representation,
+            "num_nodes": int(nodes), "num_owned": num_owned,
+            "num_halo": nloc - num_owned, "num_edges": int(edges),
             "num_train": int(arrays["train_idx"].shape[0]),
             "num_val": int(arrays["val_idx"].shape[0]),
             "num_test": int(arrays["test_idx"].shape[0]),
-            "num_incomplete": int(np.count_nonzero(np.diff(indptr) != degree))}
+            "num_incomplete": degree_ok}
     (folder / PART_JSON).write_text(json.dumps(info, indent=2) + "\n")
-    return dict(info, arrays=records)
+    return dict(info, local_csr_bytes=local_bytes, global_csr_bytes=global_bytes,
+                arrays=records)
 
 
 def _value_range(arr: np.ndarray) -> tuple:
@@ -567,10 +701,16 @@ def _record(arr: np.ndarray) -> dict:
             "fingerprint": fingerprint("partition-array", None, arr)}
 
 
-def _source_info(data: GraphData, source_path) -> dict:
+def _source_info(data: GraphData, source_path, out: Path) -> dict:
+    """``meta.json``'s ``source``: the content's fingerprint and counts, the store the ranks
+    read (``data.store``, or ``out/store`` written for data without one) and the source
+    file's size and mtime (staleness check)."""
+    embedded = data.store is None
+    store = (Path(out) / STORE_DIR) if embedded else Path(data.store)
     info = {"name": data.name, "fingerprint": data.fingerprint(), "num_nodes": data.num_nodes,
             "num_edges": data.graph.num_edges, "num_features": data.num_features,
-            "num_classes": int(data.num_classes), "path": None, "size": None, "mtime_ns": None}
+            "num_classes": int(data.num_classes), "store": str(store.resolve()),
+            "store_embedded": embedded, "path": None, "size": None, "mtime_ns": None}
     if source_path is not None and Path(source_path).is_file():
         st = Path(source_path).stat()
         info.update(path=str(Path(source_path).resolve()), size=st.st_size,
@@ -604,16 +744,24 @@ def read_meta(folder, check_source: bool = True) -> dict:
     try:
         src, num_parts = meta["source"], int(meta["num_parts"])
         int(src["num_nodes"]), int(src["num_features"]), int(src["num_classes"])
+        if not isinstance(src["store"], str) or not isinstance(src["fingerprint"], str):
+            raise TypeError("store")
         int(meta["num_clusters"]), str(meta["partition_id"])
         if len(meta["parts"]) != num_parts or num_parts < 1:
             raise KeyError("parts")
+        root = meta["arrays"]["cluster"]
         for info in meta["parts"]:
             int(info["num_nodes"]), int(info["num_owned"]), int(info["num_edges"])
             for s in SPLITS:
                 int(info[f"num_{s[:-4]}"])
-            for name in _ARRAYS:
+            rep = info["representation"]
+            if rep == "global" and root is None:
+                raise KeyError("cluster")
+            for name in _ARRAYS[rep]:
                 rec = info["arrays"][name]
                 np.dtype(rec["dtype"]), [int(x) for x in rec["shape"]], str(rec["fingerprint"])
+        if root is not None:
+            np.dtype(root["dtype"]), [int(x) for x in root["shape"]], str(root["fingerprint"])
     except (KeyError, TypeError, ValueError, IndexError):
         raise PartitionError(f"{path}: incomplete meta.json; re-run `twopgraph partition`") \
             from None
@@ -625,13 +773,61 @@ def read_meta(folder, check_source: bool = True) -> dict:
     return meta
 
 
+def open_source_store(folder, meta: dict) -> GraphData:
+    """The store the partition in ``folder`` was made from (``meta["source"]["store"]``; the
+    partition's own ``store/`` when it was written there), memory-mapped read-only, after
+    checking that its fingerprint is the one partitioned (a store rebuilt from a changed
+    source is refused). Raises :class:`PartitionError` (one line)."""
+    src = meta["source"]
+    path = Path(folder) / STORE_DIR if src.get("store_embedded") else Path(src["store"])
+    try:
+        store = open_store(path, check_symmetric=False)
+    except TwopgraphError as e:
+        raise PartitionError(f"{folder}: the dataset store it reads ({path}) cannot be "
+                             f"opened: {e}") from None
+    if store.fingerprint() != src["fingerprint"]:
+        raise PartitionError(f"{folder}: the store {path} holds other content than was "
+                             f"partitioned (fingerprint {store.fingerprint()[:12]}, expected "
+                             f"{src['fingerprint'][:12]}: rebuilt from a changed source?); "
+                             "re-run `twopgraph partition`")
+    return store
+
+
+def _root_cluster(folder: Path, meta: dict, mmap: bool, verify: bool) -> np.ndarray:
+    """``OUT/cluster.npy`` (fine cluster of every vertex), checked against its record."""
+    rec, path = meta["arrays"]["cluster"], folder / ROOT_CLUSTER
+    try:
+        arr = np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as e:
+        raise PartitionError(f"{path}: missing or unreadable ({type(e).__name__}); re-run "
+                             "`twopgraph partition`") from None
+    n = int(meta["source"]["num_nodes"])
+    what = None
+    if arr.dtype != np.int32 or arr.shape != (n,) or arr.dtype.str != rec["dtype"]:
+        what = f"{arr.dtype} of shape {arr.shape}, expected int32 ({n},)"
+    elif verify:
+        lo, hi = _value_range(arr)
+        if (lo, hi) != (rec["min"], rec["max"]) or (
+                lo is not None and (lo < 0 or hi >= int(meta["num_clusters"]))):
+            what = f"values in [{lo}, {hi}]"
+        elif fingerprint("partition-array", None, arr) != rec["fingerprint"]:
+            what = "content differs from its fingerprint in meta.json"
+    if what is not None:
+        raise PartitionError(f"{path}: {what} (damaged partition); re-run "
+                             "`twopgraph partition`")
+    return arr
+
+
 def load_part(folder, index: int, meta: dict | None = None, mmap: bool = True,
-              verify: bool = True) -> Part:
+              verify: bool = True, store: GraphData | None = None) -> Part:
     """Part ``index`` of the partition in ``folder`` (arrays memory-mapped unless ``mmap`` is
-    False); refuses parts of another run and, with ``verify`` (the default), any array that
-    disagrees with ``meta.json``: dtype, shape, value range, the invariants of the layout
-    (see :func:`check_part`) and its content fingerprint. Cost of ``verify``: one read of the
-    part's arrays (hashing about 1-2 s/GB per thread; see the module docstring)."""
+    False; features, labels of a global part and the graph of a global part are always the
+    store's read-only maps); refuses parts of another run, a store that is missing or holds
+    other content (:func:`open_source_store`; ``store`` skips opening it again) and, with
+    ``verify`` (the default), any array that disagrees with ``meta.json``: dtype, shape,
+    value range, the invariants of the layout (see :func:`check_part`) and its content
+    fingerprint. Cost of ``verify``: one read of the part's arrays (hashing about 1-2 s/GB
+    per thread; see the module docstring)."""
     folder = Path(folder)
     meta = read_meta(folder) if meta is None else meta
     p = int(index)
@@ -647,11 +843,12 @@ def load_part(folder, index: int, meta: dict | None = None, mmap: bool = True,
         raise PartitionError(f"{pdir} belongs to another partitioning run than {folder / META} "
                              "(stale folder); re-run `twopgraph partition`")
     want = meta["parts"][p]
-    if any(info.get(k) != want[k] for k in ("num_nodes", "num_owned")):
+    rep = want["representation"]
+    if any(info.get(k) != want[k] for k in ("num_nodes", "num_owned", "representation")):
         raise PartitionError(f"{pdir}/{PART_JSON} disagrees with {folder / META} (stale or "
                              "damaged partition); re-run `twopgraph partition`")
     arr = {}
-    for name in _ARRAYS:
+    for name in _ARRAYS[rep]:
         try:
             arr[name] = np.load(pdir / f"{name}.npy", mmap_mode="r" if mmap else None,
                                 allow_pickle=False)
@@ -663,36 +860,55 @@ def load_part(folder, index: int, meta: dict | None = None, mmap: bool = True,
         check_part(pdir, arr, meta, p)
     else:  # sizes only (what every consumer indexes by)
         _check_shapes(pdir, arr, meta, p)
-    data = GraphData(CSRGraph(arr["indptr"], arr["indices"]), arr["feat"], arr["label"],
-                     *(np.asarray(arr[s]) for s in SPLITS), name=f"{src['name']}/part{p}",
-                     node_ids=arr["node_ids"], num_classes=int(src["num_classes"]))
-    return Part(p, data, int(want["num_owned"]), arr["degree"], arr["cluster"],
-                arr["owned_indptr"], arr["owned_indices"], meta)
+    store = open_source_store(folder, meta) if store is None else store
+    splits = [np.asarray(arr[s]) for s in SPLITS]
+    name = f"{src['name']}/part{p}"
+    if rep == "global":
+        data = GraphData(store.graph, store.feat, store.label, *splits, name=name,
+                         node_ids=store.node_ids, num_classes=int(src["num_classes"]),
+                         store=store.store)
+        return Part(p, data, int(want["num_owned"]), None,
+                    _root_cluster(folder, meta, mmap, verify), arr["owned"], meta, rep, store,
+                    None)
+    data = GraphData(CSRGraph(arr["indptr"], arr["indices"]), store.feat, arr["label"],
+                     *splits, name=name, node_ids=arr["node_ids"],
+                     num_classes=int(src["num_classes"]))
+    own = int(want["num_owned"])
+    return Part(p, data, own, arr["degree"], arr["cluster"], arr["node_ids"][:own], meta, rep,
+                store, arr["node_ids"])
 
 
 def verify_partition(folder, meta: dict | None = None) -> dict:
     """Check every part of the partition in ``folder`` against its ``meta.json``
     (:func:`check_part`: dtypes, shapes, value ranges, layout invariants, content
-    fingerprints) and that the owned vertices of the parts are each of the source's vertices
-    exactly once. Returns ``meta``; raises :class:`PartitionError` (one line naming the file)
-    for the first problem found. ``twopgraph train --partitions DIR --nproc P`` calls it before
-    it starts any rank; it reads every byte of the partition once (see the module docstring
-    for the cost)."""
+    fingerprints), its store (:func:`open_source_store`) and that the owned vertices of the
+    parts are each of the source's vertices exactly once. Returns ``meta``; raises
+    :class:`PartitionError` (one line naming the file) for the first problem found.
+    ``twopgraph train --partitions DIR --nproc P`` calls it before it starts any rank; it
+    reads every byte of the partition once (see the module docstring for the cost)."""
     folder = Path(folder)
     meta = read_meta(folder) if meta is None else meta
     t = time.perf_counter()
+    store = open_source_store(folder, meta)
     n = int(meta["source"]["num_nodes"])
     owned = np.zeros(n, dtype=bool)
     total = 0
     for p in range(meta["num_parts"]):
-        part = load_part(folder, p, meta, mmap=True, verify=True)
-        own = part.data.node_ids[:part.num_owned]
+        part = load_part(folder, p, meta, mmap=True, verify=True, store=store)
+        own = part.owned
         if own.shape[0] and owned[own].any():
-            raise PartitionError(f"{folder}/part{p}/node_ids.npy: owned vertices also owned by "
+            what = "node_ids" if part.representation == "local" else "owned"
+            raise PartitionError(f"{folder}/part{p}/{what}.npy: owned vertices also owned by "
                                  "an earlier part (damaged partition); re-run "
                                  "`twopgraph partition`")
         owned[own] = True
         total += int(own.shape[0])
+        if part.representation == "global":
+            for s in SPLITS:  # the store's labels (a local part's are checked in check_part)
+                idx = getattr(part.data, s)
+                if idx.shape[0] and int(store.label[idx].min()) < 0:
+                    raise PartitionError(f"{folder}/part{p}/{s}.npy: unlabelled (-1) vertices "
+                                         f"(damaged partition); re-run `twopgraph partition`")
     if total != n:
         raise PartitionError(f"{folder}: the parts own {total} of the {n} vertices of the "
                              "source (damaged partition); re-run `twopgraph partition`")
@@ -708,12 +924,13 @@ def _damaged(pdir: Path, name: str, what: str) -> PartitionError:
 
 
 def _expected_shapes(arr: dict, meta: dict, p: int) -> dict:
-    info, src = meta["parts"][p], meta["source"]
+    info = meta["parts"][p]
     n, own = int(info["num_nodes"]), int(info["num_owned"])
-    shapes = {"indptr": (n + 1,), "indices": (int(info["num_edges"]),),
-              "feat": (n, int(src["num_features"])), "label": (n,), "node_ids": (n,),
-              "degree": (n,), "cluster": (n,), "owned_indptr": (own + 1,),
-              "owned_indices": tuple(int(x) for x in info["arrays"]["owned_indices"]["shape"])}
+    if info["representation"] == "global":
+        shapes = {"owned": (own,)}
+    else:
+        shapes = {"indptr": (n + 1,), "indices": (int(info["num_edges"]),), "label": (n,),
+                  "node_ids": (n,), "degree": (n,), "cluster": (n,)}
     for s in SPLITS:
         shapes[s] = (int(info[f"num_{s[:-4]}"]),)
     return shapes
@@ -725,12 +942,12 @@ def _check_shapes(pdir: Path, arr: dict, meta: dict, p: int) -> None:
             raise _damaged(pdir, name, f"has shape {arr[name].shape}, expected {shape}")
 
 
-# dtypes a part array may have ("feat": the source's, recorded in meta.json)
+# dtypes a part array may have
 _INT64 = (np.dtype(np.int64),)
 _IDS = (np.dtype(np.int32), np.dtype(np.int64))
 _DTYPES = {"indptr": _INT64, "indices": _IDS, "label": _INT64, "node_ids": _INT64,
-           "degree": _INT64, "cluster": (np.dtype(np.int32),), "owned_indptr": _INT64,
-           "owned_indices": _IDS, **{s: _INT64 for s in SPLITS}}
+           "degree": _INT64, "cluster": (np.dtype(np.int32),), "owned": _INT64,
+           **{s: _INT64 for s in SPLITS}}
 
 
 def check_part(pdir, arr: dict, meta: dict, p: int) -> None:
@@ -738,37 +955,34 @@ def check_part(pdir, arr: dict, meta: dict, p: int) -> None:
     ``meta.json``; raise :class:`PartitionError` naming the first bad file.
 
     In order: dtype and shape (against the counts and the record of each array), the value
-    range against the record, the invariants of the layout -- CSRs start at 0, are monotone
-    and end at their number of entries; local neighbour ids ``< num_nodes`` of the part;
-    ``node_ids`` distinct and ``<`` the source's vertices; labels in ``[-1, num_classes)``,
-    and ``>= 0`` on the splits; splits sorted, distinct, disjoint and owned; clusters
-    ``< num_clusters``; full-graph degrees ``>=`` the local ones and equal to the stored full
-    rows of the owned vertices; global neighbour ids ``<`` the source's vertices -- and last
-    the content fingerprint of every array (what catches a same-shape, in-range change such
-    as zeroed features or permuted ids)."""
+    range against the record, the invariants of the layout -- of a local part: the CSR starts
+    at 0, is monotone and ends at its number of entries; local neighbour ids ``< num_nodes``
+    of the part; ``node_ids`` distinct and ``<`` the source's vertices; labels in
+    ``[-1, num_classes)``, and ``>= 0`` on the splits; splits sorted, distinct, disjoint and
+    owned (local ids ``< num_owned``); clusters ``< num_clusters``; full-graph degrees ``>=``
+    the local ones; of a global part: ``owned`` sorted, distinct and ``<`` the source's
+    vertices, splits sorted, distinct, disjoint and in ``owned`` -- and last the content
+    fingerprint of every array (what catches a same-shape, in-range change such as zeroed
+    labels or permuted ids)."""
     pdir = Path(pdir)
     info, src = meta["parts"][p], meta["source"]
     recs = info["arrays"]
-    for name in _ARRAYS:
+    names = _ARRAYS[info["representation"]]
+    for name in names:
         a, rec = arr[name], recs[name]
-        allowed = _DTYPES.get(name)
-        if a.dtype.str != rec["dtype"] or (allowed is not None and a.dtype not in allowed):
+        if a.dtype.str != rec["dtype"] or a.dtype not in _DTYPES[name]:
             raise _damaged(pdir, name, f"dtype {a.dtype}, meta.json records {rec['dtype']}")
-        if name == "feat" and (a.dtype.kind not in "fiub" or a.ndim != 2):
-            raise _damaged(pdir, name, f"features must be a numeric matrix, got {a.dtype} "
-                                       f"of shape {a.shape}")
         if list(a.shape) != [int(x) for x in rec["shape"]]:
             raise _damaged(pdir, name, f"has shape {a.shape}, expected "
                                        f"{tuple(int(x) for x in rec['shape'])} (meta.json)")
     _check_shapes(pdir, arr, meta, p)
     rng = {}
-    for name in _ARRAYS:
+    for name in names:
         lo, hi = rng[name] = _value_range(arr[name])
         rec = recs[name]
         if (lo, hi) != (rec["min"], rec["max"]):
-            got = "non-finite values" if arr[name].size and None in (lo, hi) else \
-                f"values in [{lo}, {hi}]"
-            raise _damaged(pdir, name, f"{got}, meta.json records [{rec['min']}, {rec['max']}]")
+            raise _damaged(pdir, name, f"values in [{lo}, {hi}], meta.json records "
+                                       f"[{rec['min']}, {rec['max']}]")
     n, own = int(info["num_nodes"]), int(info["num_owned"])
     big_n, classes = int(src["num_nodes"]), int(src["num_classes"])
 
@@ -777,42 +991,60 @@ def check_part(pdir, arr: dict, meta: dict, p: int) -> None:
         if lo is not None and (lo < low or hi >= high):
             raise _damaged(pdir, name, f"values in [{lo}, {hi}], must lie in [{low}, {high})")
 
-    for ptr, ind in (("indptr", "indices"), ("owned_indptr", "owned_indices")):
-        ip = arr[ptr]
-        if int(ip[0]) != 0 or int(ip[-1]) != arr[ind].shape[0]:
-            raise _damaged(pdir, ptr, f"starts at {int(ip[0])} and ends at {int(ip[-1])}, "
-                                      f"must run from 0 to {arr[ind].shape[0]} ({ind})")
+    def increasing(name):
+        a = arr[name]
+        if a.shape[0] > 1 and np.any(a[1:] <= a[:-1]):
+            raise _damaged(pdir, name, "not sorted or repeated ids")
+
+    if info["representation"] == "global":
+        bounded("owned", 0, big_n)
+        increasing("owned")
+        owned = arr["owned"]
+        taken = np.zeros(own, dtype=bool)
+        for s in SPLITS:
+            idx = arr[s]
+            if not idx.shape[0]:
+                continue
+            bounded(s, 0, big_n)
+            increasing(s)
+            pos = np.minimum(np.searchsorted(owned, idx), max(own - 1, 0))
+            if not own or not np.array_equal(owned[pos], idx):
+                raise _damaged(pdir, s, "ids of vertices the part does not own")
+            if taken[pos].any():
+                raise _damaged(pdir, s, "ids also in another split")
+            taken[pos] = True
+    else:
+        ip = arr["indptr"]
+        if int(ip[0]) != 0 or int(ip[-1]) != arr["indices"].shape[0]:
+            raise _damaged(pdir, "indptr", f"starts at {int(ip[0])} and ends at {int(ip[-1])}, "
+                                           f"must run from 0 to {arr['indices'].shape[0]} "
+                                           "(indices)")
         if ip.shape[0] > 1 and np.any(ip[1:] < ip[:-1]):
-            raise _damaged(pdir, ptr, "not monotone non-decreasing")
-    bounded("indices", 0, n)
-    bounded("owned_indices", 0, big_n)
-    bounded("node_ids", 0, big_n)
-    if n:
-        seen = np.zeros(big_n, dtype=bool)
-        seen[arr["node_ids"]] = True
-        if int(np.count_nonzero(seen)) != n:
-            raise _damaged(pdir, "node_ids", "repeated vertex ids")
-        del seen
-    bounded("label", -1, classes)
-    bounded("cluster", 0, int(meta["num_clusters"]))
-    deg = arr["degree"]
-    if n and np.any(np.diff(arr["indptr"]) > deg):
-        raise _damaged(pdir, "degree", "full-graph degrees below the local ones")
-    if own and not np.array_equal(np.diff(arr["owned_indptr"]), deg[:own]):
-        raise _damaged(pdir, "owned_indptr", "full rows disagree with the full-graph degrees")
-    taken = np.zeros(own, dtype=bool)
-    for s in SPLITS:
-        idx = arr[s]
-        if not idx.shape[0]:
-            continue
-        bounded(s, 0, own)
-        if idx.shape[0] > 1 and np.any(idx[1:] <= idx[:-1]):
-            raise _damaged(pdir, s, "not sorted or repeated ids")
-        if taken[idx].any():
-            raise _damaged(pdir, s, "ids also in another split")
-        taken[idx] = True
-        if int(arr["label"][idx].min()) < 0:
-            raise _damaged(pdir, "label", f"unlabelled (-1) vertices in {s}")
-    for name in _ARRAYS:  # last: the content itself
+            raise _damaged(pdir, "indptr", "not monotone non-decreasing")
+        bounded("indices", 0, n)
+        bounded("node_ids", 0, big_n)
+        if n:
+            seen = np.zeros(big_n, dtype=bool)
+            seen[arr["node_ids"]] = True
+            if int(np.count_nonzero(seen)) != n:
+                raise _damaged(pdir, "node_ids", "repeated vertex ids")
+            del seen
+        bounded("label", -1, classes)
+        bounded("cluster", 0, int(meta["num_clusters"]))
+        if n and np.any(np.diff(arr["indptr"]) > arr["degree"]):
+            raise _damaged(pdir, "degree", "full-graph degrees below the local ones")
+        taken = np.zeros(own, dtype=bool)
+        for s in SPLITS:
+            idx = arr[s]
+            if not idx.shape[0]:
+                continue
+            bounded(s, 0, own)
+            increasing(s)
+            if taken[idx].any():
+                raise _damaged(pdir, s, "ids also in another split")
+            taken[idx] = True
+            if int(arr["label"][idx].min()) < 0:
+                raise _damaged(pdir, "label", f"unlabelled (-1) vertices in {s}")
+    for name in names:  # last: the content itself
         if fingerprint("partition-array", None, arr[name]) != recs[name]["fingerprint"]:
             raise _damaged(pdir, name, "content differs from its fingerprint in meta.json")
