@@ -133,7 +133,7 @@ LAYERS = [
     {"twopgraph.sampler", "twopgraph.cache", "twopgraph.partition", "twopgraph.models",
      "twopgraph.dropout"},
     {"twopgraph.config", "twopgraph.loader"},
-    {"twopgraph.train"},
+    {"twopgraph.train", "twopgraph.inference"},
     {"twopgraph.dist", "twopgraph.bench"},
     {"twopgraph.cli"},
 ]

@@ -18,7 +18,7 @@ rows name. Where the rows come from:
 - the last layer is not exchanged: each rank counts the correct val/test predictions of its
   own vertices and the counts are summed.
 
-The result equals single-process :func:`~twopgraph.train.layerwise_inference` on the whole
+The result equals single-process :func:`~twopgraph.inference.layerwise_inference` on the whole
 graph (up to float rounding). Working memory of a rank: one range of rows and the rows of
 their neighbours (about ``batch_edges`` rows of the layer's width), ids and degrees of the
 owned vertices; nothing of size N besides the shared maps. Training never uses it.
@@ -41,7 +41,7 @@ import torch.distributed as dist
 from ..models import BlockGNN
 from ..partition.selfdep import Part, _gather_rows
 from ..sampler.minibatch import Block
-from ..train import edge_balanced_ranges
+from ..inference import edge_balanced_ranges
 
 log = logging.getLogger("twopgraph")
 
