@@ -133,8 +133,8 @@ LAYERS = [
     {"twopgraph.sampler", "twopgraph.cache", "twopgraph.partition", "twopgraph.models",
      "twopgraph.dropout"},
     {"twopgraph.config", "twopgraph.loader"},
-    {"twopgraph.train", "twopgraph.inference"},
-    {"twopgraph.dist", "twopgraph.bench"},
+    {"twopgraph.train", "twopgraph.inference", "twopgraph.nodeloader"},
+    {"twopgraph.dist", "twopgraph.bench", "twopgraph.predict"},
     {"twopgraph.cli"},
 ]
 

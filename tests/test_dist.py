@@ -234,6 +234,14 @@ def _eval_worker(rank, world, port, parts, jobs, result_dir):
                 seen.append(out)
                 during.append(sorted(str(p.relative_to(scratch)) for p in scratch.rglob("*")))
             model.convs[-1].register_forward_hook(hook)
+            # a last layer that shrinks the width is computed from projections, not forward
+            orig = model.convs[-1].from_projection
+
+            def recorded(*a, orig=orig, hook=hook, **k):
+                out = orig(*a, **k)
+                hook(None, None, out)
+                return out
+            model.convs[-1].from_projection = recorded
             # small edge ranges: several blocks per layer
             val, test = evaluate_distributed(model, part, cpu, batch_edges=300,
                                              scratch_dir=scratch, shared=job["shared"])

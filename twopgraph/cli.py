@@ -1,5 +1,5 @@
-"""The ``twopgraph`` command: ``train | partition | bench sampler | bench cache | datasets |
-info``.
+"""The ``twopgraph`` command: ``train | predict | partition | bench sampler | bench cache |
+datasets | info``.
 
 Every verb's flags are generated from its config in :mod:`twopgraph.config` (help texts and
 defaults live there). Bad input (unknown dataset, unreadable file, malformed flag,
@@ -18,7 +18,7 @@ import logging
 import sys
 
 from .config import (BenchCacheConfig, BenchSamplerConfig, DataConfig, PartitionConfig,
-                     TrainConfig, add_section_arguments)
+                     PredictConfig, TrainConfig, add_section_arguments)
 from .errors import TwopgraphError
 
 log = logging.getLogger("twopgraph")
@@ -40,6 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     TrainConfig.add_arguments(
         sub.add_parser("train", help="train GraphSAGE/GCN with sampled mini-batches"))
+    PredictConfig.add_arguments(sub.add_parser(
+        "predict", help="predictions of a trained model (checkpoint.pt) for every vertex, "
+                        "by exact inference"))
     PartitionConfig.add_arguments(sub.add_parser(
         "partition", help="write self-dependence partitions for data-parallel training "
                           "(`train --partitions`)"))
@@ -80,6 +83,12 @@ def cmd_train(a) -> int:
     res = train(cfg)
     print(json.dumps({"val_acc": res.val_acc, "test_acc": res.test_acc,
                       "metrics": str(res.out / "metrics.json")}))
+    return 0
+
+
+def cmd_predict(a) -> int:
+    from .predict import run_predict
+    print(json.dumps(run_predict(PredictConfig.from_args(a))))
     return 0
 
 
@@ -147,7 +156,8 @@ def _memory_plan(data) -> dict:
     return out
 
 
-COMMANDS = {"train": cmd_train, "datasets": cmd_datasets, "info": cmd_info,
+COMMANDS = {"train": cmd_train, "predict": cmd_predict, "datasets": cmd_datasets,
+            "info": cmd_info,
             ("bench", "sampler"): cmd_bench_sampler, ("bench", "cache"): cmd_bench_cache,
             "partition": cmd_partition}
 

@@ -3,7 +3,9 @@
 Outputs in ``out`` (written by :func:`train`):
 
 - ``checkpoint.pt`` -- after every epoch, atomically (temp file + rename): model, optimizer,
-  torch RNG state, the epochs done and the config that matters for resuming;
+  torch RNG state, the epochs done and the config that matters for resuming, and what
+  :func:`twopgraph.predict.load_model` rebuilds the model from (``model_spec``:
+  :func:`model_record`; ``dataset``: :func:`dataset_record`);
 - ``metrics.json`` -- ``status`` (``running`` after an epoch, ``ok`` at the end,
   ``diverged``), top-level ``val_acc``, ``test_acc`` (final model; null for a diverged one),
   ``epochs`` (one object per epoch with the DESIGN.md metrics), the config, the dataset
@@ -134,6 +136,27 @@ def save_checkpoint(out: Path, model, opt, signature: dict, epochs_log: list, **
     torch.save(state, buf)
     with writing(out / CHECKPOINT):
         atomic_write_bytes(out / CHECKPOINT, lambda f: f.write(buf.getbuffer()))
+
+
+def model_record(cfg: TrainConfig, num_features: int, num_classes: int) -> dict:
+    """What rebuilding the trained model needs (checkpoint key ``model_spec``; read by
+    :func:`twopgraph.predict.load_model`): the model kind, its sizes and dropout."""
+    m = cfg.model
+    return {"model": m.model, "num_features": int(num_features),
+            "num_classes": int(num_classes), "hidden": int(m.hidden),
+            "num_layers": len(cfg.sampling.fanouts), "dropout": float(m.dropout)}
+
+
+def dataset_record(dataset: str | None, data_root, symmetrize: bool, name: str,
+                   fingerprint: str, num_nodes: int) -> dict:
+    """Which data a model was trained on (checkpoint key ``dataset``; what ``twopgraph
+    predict`` loads by default and compares with): ``dataset`` (the name or path to load,
+    None for a caller's :class:`GraphData`), the data root resolved to an absolute path,
+    ``symmetrize``, the data's ``name``, content ``fingerprint`` and ``num_nodes``."""
+    from .datasets import resolve_data_root
+    return {"dataset": dataset, "data_root": str(resolve_data_root(data_root).absolute()),
+            "symmetrize": bool(symmetrize), "name": name, "fingerprint": fingerprint,
+            "num_nodes": int(num_nodes)}
 
 
 def write_metrics(out: Path, cfg: TrainConfig, device, plan: ThreadPlan, epochs_log: list,
@@ -325,12 +348,18 @@ def train(cfg: TrainConfig, data: GraphData | None = None) -> TrainResult:
 
 def _train(cfg: TrainConfig, data: GraphData | None, device) -> TrainResult:
     run = cfg.run
+    named = data is None  # the dataset of cfg, which `twopgraph predict` can load again
     if data is None:
         data = cfg.data.load(progress=run.progress)  # validated, --symmetrize applied
     else:  # a caller's GraphData: checked like a file (dtypes, labels, undirected graph)
         data.validate()
     out = Path(run.out)
     signature = run_signature(cfg.result_params(), data.fingerprint())
+    # what load_model / predict rebuild the model and find its data from (original ids)
+    rebuild = {"model_spec": model_record(cfg, data.num_features, data.num_classes),
+               "dataset": dataset_record(cfg.data.dataset if named else None,
+                                         cfg.data.data_root, cfg.data.symmetrize, data.name,
+                                         data.fingerprint(), data.num_nodes)}
     ckpt = read_checkpoint(out / CHECKPOINT, signature, run.epochs) if run.resume else None
     if cfg.sampling.batch_size > data.train_idx.shape[0]:
         log.warning("batch size %d exceeds the %d training vertices: one batch per epoch",
@@ -367,7 +396,7 @@ def _train(cfg: TrainConfig, data: GraphData | None, device) -> TrainResult:
             epochs_log.append(rec)
             log_epoch(rec)
             save_checkpoint(out, model, opt, signature, epochs_log,
-                            torch_rng=torch.get_rng_state(), config=cfg.flat())
+                            torch_rng=torch.get_rng_state(), config=cfg.flat(), **rebuild)
             write_metrics(out, cfg, device, loader.plan, epochs_log, dataset=data.summary())
 
         if logits is None:  # resumed a finished run: evaluate the final model again

@@ -19,9 +19,12 @@ rows name. Where the rows come from:
   own vertices and the counts are summed.
 
 The result equals single-process :func:`~twopgraph.inference.layerwise_inference` on the whole
-graph (up to float rounding). Working memory of a rank: one range of rows and the rows of
-their neighbours (about ``batch_edges`` rows of the layer's width), ids and degrees of the
-owned vertices; nothing of size N besides the shared maps. Training never uses it.
+graph (up to float rounding). Like it, a last layer that shrinks the width (hidden -> classes)
+is computed from per-vertex projections that the layer before writes (an N x 2C table for
+SAGE instead of N x hidden). Working memory of a rank: one range of rows and the rows of
+their neighbours (at most ``batch_edges`` edges and about ``EVAL_CHUNK_BYTES`` of rows), ids
+and degrees of the owned vertices; nothing of size N besides the shared maps. Training never
+uses it.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ import torch.distributed as dist
 from ..models import BlockGNN
 from ..partition.selfdep import Part, _gather_rows
 from ..sampler.minibatch import Block
-from ..inference import edge_balanced_ranges
+from ..inference import EVAL_CHUNK_BYTES, edge_balanced_ranges
 
 log = logging.getLogger("twopgraph")
 
@@ -138,6 +141,25 @@ def _rows(table: np.ndarray, ids: np.ndarray, device, dtype: torch.dtype | None)
 
 
 @torch.no_grad()
+def _projection_widths(conv) -> list[int]:
+    """Columns of each output of ``conv.project`` (stored side by side in one table)."""
+    probe = torch.zeros((1, conv.in_dim), device=next(conv.parameters()).device)
+    return [int(t.shape[1]) for t in conv.project(probe)]
+
+
+def _from_projection(conv, block: Block, table: np.ndarray, src: np.ndarray, rows: np.ndarray,
+                     device) -> torch.Tensor:
+    """``conv``'s output for the dst ``rows`` of ``block`` (src ids ``src``) from the
+    projection table (the outputs of ``conv.project`` side by side, one row per vertex): the
+    local rows are the src rows, then the dst rows, so ``from_projection`` takes the dst
+    range ``[len(src), len(src) + len(rows))``."""
+    local = _rows(table, np.concatenate([src, rows]), device, None)
+    parts = torch.split(local, _projection_widths(conv), dim=1)
+    s = int(src.shape[0])
+    return conv.from_projection(block, tuple(parts), s, s + int(rows.shape[0]))
+
+
+@torch.no_grad()
 def evaluate_distributed(model: BlockGNN, part: Part, device, batch_edges: int = 4_000_000,
                          feat_dtype: torch.dtype | None = None, scratch_dir=None,
                          shared: bool | None = None) -> tuple[float | None, float | None]:
@@ -156,7 +178,20 @@ def evaluate_distributed(model: BlockGNN, part: Part, device, batch_edges: int =
     cum = np.zeros(owned.shape[0] + 1, dtype=np.int64)
     np.cumsum(deg_own, out=cum[1:])
     del deg_own
-    bounds = edge_balanced_ranges(cum, batch_edges) if owned.shape[0] else [0]
+    convs = model.convs
+    # A last layer that shrinks the width (hidden -> classes) is computed from per-vertex
+    # projections (SAGEConv/GCNConv.project), written by the layer before it: the table it
+    # reads is N x (2 C) for SAGE (C for GCN) instead of N x hidden.
+    fuse_last = model.num_layers > 1 and convs[-1].in_dim > convs[-1].out_dim and \
+        hasattr(convs[-1], "project")
+    widths = [c.in_dim for c in convs]
+    if fuse_last:
+        widths[-1] = sum(_projection_widths(convs[-1]))
+    # Rows a range reads are at most its edges + its own rows: bound both by the widest table
+    # it reads, so a range's working memory stays about EVAL_CHUNK_BYTES.
+    row_bytes = 4 * max(widths)
+    edges = max(1, min(batch_edges, EVAL_CHUNK_BYTES // row_bytes))
+    bounds = edge_balanced_ranges(cum, edges) if owned.shape[0] else [0]
     if shared is None:
         shared = same_host()
     if shared:
@@ -170,7 +205,8 @@ def evaluate_distributed(model: BlockGNN, part: Part, device, batch_edges: int =
     try:
         for i in range(model.num_layers):
             last = i == model.num_layers - 1
-            out = None if last else tables.new(i, model.convs[i].out_dim)
+            project = fuse_last and i == model.num_layers - 2
+            out = None if last else tables.new(i, widths[i + 1])
             for a, b in zip(bounds[:-1], bounds[1:]):
                 rows = owned[a:b]
                 ptr, ind = _gather_rows(indptr, indices, rows)
@@ -178,10 +214,15 @@ def evaluate_distributed(model: BlockGNN, part: Part, device, batch_edges: int =
                 block = Block(int(src.shape[0]), b - a, torch.from_numpy(ptr),
                               torch.from_numpy(inv.reshape(-1).astype(np.int64, copy=False)),
                               _degrees(indptr, src), _degrees(indptr, rows)).to(device)
-                y = model.layer(i, block, _rows(table, src, device, dtype),
-                                _rows(table, rows, device, dtype))
+                if last and fuse_last:
+                    y = _from_projection(convs[i], block, table, src, rows, device)
+                else:
+                    y = model.layer(i, block, _rows(table, src, device, dtype),
+                                    _rows(table, rows, device, dtype))
                 if last:
                     preds.append(y.argmax(1).cpu())
+                elif project:
+                    out[rows] = torch.cat(convs[i + 1].project(y), dim=1).cpu().numpy()
                 else:
                     out[rows] = y.cpu().numpy()
             if not last:

@@ -64,9 +64,9 @@ from ..metrics import PssMonitor, peak_rss_mib, transfer_metrics
 from ..partition.selfdep import Part, load_part, read_meta
 from ..rundir import RunDir
 from ..sampler import make_sampler
-from ..train import (CHECKPOINT, METRICS, build_training, diverged, evaluates_after, log_epoch,
-                     make_loader, read_checkpoint, run_signature, save_checkpoint, train_epoch,
-                     write_diverged, write_metrics)
+from ..train import (CHECKPOINT, METRICS, build_training, dataset_record, diverged,
+                     evaluates_after, log_epoch, make_loader, model_record, read_checkpoint,
+                     run_signature, save_checkpoint, train_epoch, write_diverged, write_metrics)
 from .env import DistEnv, detect, process_group, rank_device
 from .evaluate import evaluate_distributed
 
@@ -352,6 +352,13 @@ def _run(cfg: TrainConfig, folder: Path, meta: dict, env: DistEnv, device, backe
                  | {"source": meta["source"]["name"], "store": meta["source"]["store"],
                     "representation": [p["representation"] for p in meta["parts"]]})
 
+    # what load_model / predict rebuild the model and find its data from: the source store
+    # (original ids) the partition was made from
+    src = meta["source"]
+    rebuild = {"model_spec": model_record(cfg, src["num_features"], src["num_classes"]),
+               "dataset": dataset_record(src["store"], cfg.data.data_root, False, src["name"],
+                                         src["fingerprint"], src["num_nodes"])}
+
     def metrics(final=None, memory=None):
         write_metrics(out, cfg, device, loader.plan, epochs_log, final, **extra,
                       **(memory or {}))
@@ -389,7 +396,7 @@ def _run(cfg: TrainConfig, folder: Path, meta: dict, env: DistEnv, device, backe
                 log.info("epoch %d  remote_graph_requests %d  halo_input_rows %d", epoch,
                          total["remote_graph_requests"], total["halo_input_rows"])
                 save_checkpoint(out, model, opt, sig, epochs_log, kind="distributed",
-                                config=cfg.flat())
+                                config=cfg.flat(), **rebuild)
                 metrics()
 
         if not evaluated:  # resumed a finished run: evaluate the final model again

@@ -1,0 +1,287 @@
+"""Predictions of a trained model: rebuild it from ``OUT/checkpoint.pt`` and run exact inference.
+
+:func:`load_model` rebuilds the model of a checkpoint written by ``twopgraph train`` (single
+process) or ``twopgraph train --partitions`` (distributed): the checkpoint records the model
+kind and sizes (``model_spec``) and the data it was trained on (``dataset``: name or store,
+data root, content fingerprint). A checkpoint of an older twopgraph, without them, is refused
+in one line (retrain), as is a missing, unreadable or foreign file. The checkpoint holds the
+weights of its last epoch.
+
+:func:`predict` runs exact layer-wise inference
+(:func:`~twopgraph.inference.layerwise_inference`) the way the training's evaluation did --
+on the same renumbering (``--renumber``: :func:`~twopgraph.train.locality_for`), reading the
+features in the training's ``--feat-dtype``, in ranges of its ``--eval-batch-edges`` -- and
+returns one row per vertex in the dataset's original order: class ids (int64, N) or logits
+(float32, N x C). So the accuracy of the predictions on the test split is the ``test_acc``
+the run reported for those weights, to the last digit (on the same machine and device).
+
+The data defaults to the checkpoint's (loaded from its data root; a distributed run's is the
+dataset store its partition was made from). Data whose content fingerprint differs from the
+checkpoint's is refused (:class:`~twopgraph.errors.ConfigError`, one line), unless the caller
+names it explicitly (``dataset=`` or ``data=``) and it has the model's numbers of features and
+classes: then a warning is logged and the model predicts on it.
+
+Example::
+
+    >>> model, cfg = load_model("runs/train/checkpoint.pt")          # doctest: +SKIP
+    >>> pred = predict("runs/train/checkpoint.pt")                    # doctest: +SKIP
+    >>> pred.shape, pred.dtype                                        # doctest: +SKIP
+    ((2000,), dtype('int64'))
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import zipfile
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .cache.feature_cache import feat_dtype
+from .cache.host import HostFeatures
+from .config import PredictConfig, TrainConfig, resolve_device
+from .errors import ConfigError
+from .graph import GraphData, atomic_write_bytes
+from .inference import accuracy, layerwise_inference
+from .loader import ThreadPlan
+from .models import BlockGNN, build_model
+from .partition import to_original_order
+from .sampler import make_sampler
+from .train import CHECKPOINT_FORMAT, locality_for, resolve_sampler_device
+
+log = logging.getLogger("twopgraph")
+
+#: Checkpoint keys :func:`load_model` needs besides the weights (written since issue 13).
+SPEC_KEYS = ("model", "num_features", "num_classes", "hidden", "num_layers", "dropout")
+DATASET_KEYS = ("dataset", "data_root", "symmetrize", "name", "fingerprint", "num_nodes")
+
+
+@dataclass
+class ModelCheckpoint:
+    """A checkpoint read by :func:`read_model_checkpoint`: the rebuilt ``model`` (on the
+    host, in eval mode), the run's ``config``, its ``kind`` ("single" | "distributed"), the
+    ``spec`` the model was built from, the ``dataset`` record, the file and its epochs."""
+
+    model: BlockGNN
+    config: TrainConfig
+    kind: str
+    spec: dict
+    dataset: dict
+    path: Path
+    epochs_done: int
+
+
+def _first_line(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [""])[0][:200]
+
+
+def read_model_checkpoint(checkpoint) -> ModelCheckpoint:
+    """Read ``checkpoint`` (a path) and rebuild its model; one-line
+    :class:`~twopgraph.errors.ConfigError` for a missing, unreadable or foreign file, and for
+    a checkpoint of an older twopgraph that lacks what rebuilding needs. Loaded with
+    ``weights_only=True``: a checkpoint holds tensors and plain values only, so a foreign
+    pickle cannot run code."""
+    path = Path(checkpoint)
+    if not path.is_file():
+        raise ConfigError(f"no checkpoint at {path}" + (" (a folder: give its checkpoint.pt)"
+                                                        if path.is_dir() else ""))
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except (OSError, EOFError, RuntimeError, ValueError, pickle.UnpicklingError,
+            zipfile.BadZipFile) as e:  # a corrupt, truncated or foreign file
+        raise ConfigError(f"cannot read checkpoint {path} ({type(e).__name__}: "
+                          f"{_first_line(e)})") from None
+    if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT:
+        raise ConfigError(f"{path} is not a twopgraph checkpoint of format {CHECKPOINT_FORMAT} "
+                          f"(written by another program or version?)")
+    spec, ds = ckpt.get("model_spec"), ckpt.get("dataset")
+    if not (isinstance(spec, dict) and isinstance(ds, dict) and all(k in spec for k in SPEC_KEYS)
+            and all(k in ds for k in DATASET_KEYS)):
+        raise ConfigError(f"{path} was written by an older twopgraph: it does not record the "
+                          f"model's sizes and its dataset, so the model cannot be rebuilt; "
+                          f"retrain with this version")
+    kind = ckpt.get("kind", "single")
+    try:
+        model = build_model(spec["model"], int(spec["num_features"]), int(spec["hidden"]),
+                            int(spec["num_classes"]), int(spec["num_layers"]),
+                            float(spec["dropout"]))
+        model.load_state_dict(ckpt["model"])
+        cfg = TrainConfig.from_dict(dict(ckpt["config"]))
+    except (KeyError, TypeError, ValueError, RuntimeError) as e:  # ConfigError included
+        raise ConfigError(f"{path}: the model cannot be rebuilt from it ({type(e).__name__}: "
+                          f"{_first_line(e)}); retrain with this version") from None
+    if kind == "distributed":  # the run took its data from the partition: its source store
+        cfg.data = replace(cfg.data, dataset=ds["dataset"], symmetrize=False)
+    model.eval()
+    return ModelCheckpoint(model, cfg, kind, dict(spec), dict(ds), path,
+                           int(ckpt.get("epochs_done", 0)))
+
+
+def load_model(checkpoint) -> tuple[BlockGNN, TrainConfig]:
+    """``(model, config)`` of a checkpoint of ``twopgraph train`` (single-process or
+    ``--partitions``): the model rebuilt on the host with the checkpoint's weights (its last
+    epoch), in eval mode, and the run's :class:`~twopgraph.config.TrainConfig` (a distributed
+    run's ``dataset`` is the store its partition was made from). Bad files: see
+    :func:`read_model_checkpoint`.
+
+    Example::
+
+        >>> model, cfg = load_model("runs/train/checkpoint.pt")  # doctest: +SKIP
+        >>> cfg.model.model, model.num_layers                    # doctest: +SKIP
+        ('sage', 3)
+    """
+    mc = read_model_checkpoint(checkpoint)
+    return mc.model, mc.config
+
+
+@dataclass
+class Prediction:
+    """What :func:`prediction` computed: ``values`` (class ids int64 (N,) or logits float32
+    (N, C), original vertex order), ``val_acc`` / ``test_acc`` of the predictions (None for
+    an empty split; computed as the run computed its own), the dataset's name and whether
+    it is the one the checkpoint was trained on (``same_data``)."""
+
+    values: np.ndarray
+    val_acc: float | None
+    test_acc: float | None
+    dataset: str
+    same_data: bool
+
+
+def _load_data(mc: ModelCheckpoint, data: GraphData | None, dataset: str | None, data_root,
+               symmetrize: bool | None) -> tuple[GraphData, str, bool]:
+    """The data to predict on, checked against the checkpoint's record (see module doc):
+    ``(data, data root, same data)``."""
+    rec, spec = mc.dataset, mc.spec
+    explicit = data is not None or dataset is not None
+    root = data_root if data_root is not None else rec["data_root"]
+    if data is None:
+        name = dataset if dataset is not None else rec["dataset"]
+        if name is None:
+            raise ConfigError(f"{mc.path} was trained on data passed from Python "
+                              f"({rec['name']!r}); give it: predict(..., data=...), or "
+                              f"--dataset")
+        sym = (rec["symmetrize"] if dataset is None else False) if symmetrize is None \
+            else symmetrize
+        from .datasets import load_dataset
+        data = load_dataset(name, root, progress=False, symmetrize=sym)
+    else:
+        if not isinstance(data, GraphData):
+            raise ConfigError(f"data must be a GraphData, got {type(data).__name__}")
+        data.validate()
+    if data.fingerprint() == rec["fingerprint"]:
+        return data, root, True
+    what = f"dataset {data.name!r}"
+    trained = f"{mc.path} was trained on {rec['name']!r} (fingerprint {rec['fingerprint'][:12]})"
+    if not explicit:
+        raise ConfigError(f"{what} has changed since {trained}; its fingerprint is now "
+                          f"{data.fingerprint()[:12]}: retrain, or name the data explicitly "
+                          f"(--dataset) to predict on it anyway")
+    if (data.num_features, int(data.num_classes)) != (spec["num_features"], spec["num_classes"]):
+        raise ConfigError(f"{what} has {data.num_features} features and {data.num_classes} "
+                          f"classes; the model of {mc.path} takes {spec['num_features']} "
+                          f"features and predicts {spec['num_classes']} classes")
+    log.warning("%s is not the data %s; predicting on it (same numbers of features and "
+                "classes)", what, trained)
+    return data, root, False
+
+
+def _eval_sampler(cfg: TrainConfig, graph, device: torch.device, kind: str):
+    """The sampler whose full blocks the training's evaluation read: the device sampler
+    where ``--sampler-device`` put it on this CUDA device, else the host one."""
+    s = cfg.sampling
+    choice = s.sampler_device if device.type == "cuda" and kind == "single" else "cpu"
+    where, _ = resolve_sampler_device(choice, device, graph, s.sampler_memory_share)
+    if where.type == "cpu":
+        return make_sampler("neighbor", graph, s.fanouts, seed=cfg.run.seed)
+    return make_sampler("device", graph, s.fanouts, seed=cfg.run.seed, device=where)
+
+
+def _count_accuracy(logits: torch.Tensor, labels: torch.Tensor, idx: np.ndarray):
+    """Accuracy as a distributed run computes it: correct / total in float64."""
+    if idx.shape[0] == 0:
+        return None
+    i = torch.from_numpy(np.asarray(idx, dtype=np.int64))
+    return float((logits[i].argmax(1) == labels[i]).sum()) / float(idx.shape[0])
+
+
+def prediction(checkpoint, data: GraphData | None = None, dataset: str | None = None,
+               data_root=None, device="cpu", logits: bool = False, *,
+               symmetrize: bool | None = None, scratch_dir=None) -> Prediction:
+    """:func:`predict` with the accuracies of the predictions (:class:`Prediction`)."""
+    mc = read_model_checkpoint(checkpoint)
+    device = resolve_device(str(device))
+    data, root, same = _load_data(mc, data, dataset, data_root, symmetrize)
+    cfg = mc.config
+    perm = None
+    if mc.kind == "single":  # the training's numbering (clusters cached under the data root)
+        cfg = replace(cfg, data=replace(cfg.data, data_root=str(root)))
+        prep = locality_for(data, [], cfg)
+        data, perm = prep.data, prep.perm
+    # a distributed run evaluates on its source store, in original ids: no renumbering
+    sampler = _eval_sampler(cfg, data.graph, device, mc.kind)
+    feat = HostFeatures(data.feat, device, dtype=feat_dtype(cfg.cache.feat_dtype),
+                        readahead=False)
+    model = mc.model.to(device)
+    with ThreadPlan.for_threads(cfg.run.threads, cfg.run.prefetch).applied():
+        out = layerwise_inference(model, sampler, feat, device, cfg.run.eval_batch_edges,
+                                  scratch_dir=scratch_dir)
+    labels = torch.from_numpy(np.asarray(data.label, dtype=np.int64))
+    score = accuracy if mc.kind == "single" else _count_accuracy
+    val_acc, test_acc = (score(out, labels, data.val_idx), score(out, labels, data.test_idx))
+    if perm is not None:
+        out = to_original_order(out, perm)
+    values = out.numpy().astype(np.float32, copy=True) if logits else \
+        out.argmax(1).numpy().astype(np.int64, copy=False)
+    return Prediction(values, val_acc, test_acc, data.name, same)
+
+
+def predict(checkpoint, data: GraphData | None = None, dataset: str | None = None,
+            data_root=None, device="cpu", logits: bool = False, *,
+            symmetrize: bool | None = None, scratch_dir=None) -> np.ndarray:
+    """Predictions of the model in ``checkpoint`` for every vertex, in the data's original
+    vertex order: class ids (int64, shape (N,)) or, with ``logits``, the logits (float32,
+    N x C).
+
+    The data: ``data`` (a :class:`~twopgraph.graph.GraphData`), else ``dataset`` (a name or
+    path, as ``--dataset``), else the checkpoint's own; ``data_root`` defaults to the
+    checkpoint's data root (where its data and METIS clusters are cached). ``symmetrize``:
+    ``--symmetrize`` (default: the training's for its own dataset, off for another).
+    Inference runs on ``device`` ("cpu", "cuda", "cuda:N", "auto"); its intermediate tables go
+    to ``scratch_dir`` when memory is short (default: the system's temporary folder). See
+    the module doc for what is refused.
+
+    Example::
+
+        >>> pred = predict("runs/train/checkpoint.pt")                 # doctest: +SKIP
+        >>> lg = predict("runs/train/checkpoint.pt", logits=True)      # doctest: +SKIP
+        >>> bool((lg.argmax(1) == pred).all())                         # doctest: +SKIP
+        True
+    """
+    return prediction(checkpoint, data, dataset, data_root, device, logits,
+                      symmetrize=symmetrize, scratch_dir=scratch_dir).values
+
+
+def run_predict(cfg: PredictConfig) -> dict:
+    """``twopgraph predict``: predict per ``cfg`` and write ``--out`` (a ``.npy`` file,
+    atomically: no file when anything fails); returns the record the CLI prints (``out``,
+    ``rows``, ``columns`` (logits only), ``kind``, ``dataset``, ``same_data``, ``val_acc``,
+    ``test_acc``)."""
+    cfg.validate()
+    p, d = cfg.predict, cfg.data
+    out = Path(p.out)
+    res = prediction(p.checkpoint, dataset=d.dataset, data_root=d.data_root, device=p.device,
+                     logits=p.logits, symmetrize=d.symmetrize or None,
+                     scratch_dir=out.absolute().parent if out.absolute().parent.is_dir()
+                     else None)
+    arr = np.ascontiguousarray(res.values)
+    atomic_write_bytes(out, lambda f: np.lib.format.write_array(f, arr, allow_pickle=False))
+    rec = {"out": str(out), "rows": int(arr.shape[0])}
+    if arr.ndim == 2:
+        rec["columns"] = int(arr.shape[1])
+    rec.update(kind="logits" if p.logits else "class_ids", dataset=res.dataset,
+               same_data=res.same_data, val_acc=res.val_acc, test_acc=res.test_acc)
+    return rec
