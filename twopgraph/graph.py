@@ -486,6 +486,11 @@ class GraphData:
         if not np.issubdtype(lab.dtype, np.integer):
             raise GraphFormatError(f"label must hold integer class ids (-1: unlabelled), got "
                                    f"{lab.dtype}; convert with label.astype(np.int64)")
+        if lab.dtype != np.int64:  # construction converts: this array was assigned later
+            raise GraphFormatError(f"label must be int64 (torch's class-index type), got "
+                                   f"{lab.dtype}, assigned after construction; assign "
+                                   f"label.astype(np.int64), or build the GraphData anew "
+                                   f"(construction converts)")
         limit = max(n, MIN_CLASS_LIMIT)
         rule = (f"class ids must be 0..C-1 with C <= max(N, {MIN_CLASS_LIMIT}) = {limit}, "
                 f"and -1 marks an unlabelled vertex")
@@ -595,6 +600,181 @@ class GraphData:
             except GraphFormatError as e:
                 raise GraphFormatError(f"{path}: {e}") from None
         return data
+
+    # -- from other libraries -------------------------------------------------------------------
+    @classmethod
+    def from_scipy(cls, adj, feat, label, train_idx=None, val_idx=None, test_idx=None, *,
+                   num_classes: int | None = None, name: str = "",
+                   split_seed: int = 0) -> "GraphData":
+        """A validated :class:`GraphData` from an adjacency matrix and node arrays.
+
+        ``adj``: any N x N scipy sparse matrix or array (``csr_matrix``, ``coo_array``, ...)
+        or a dense 2-D array; every stored nonzero entry ``(u, v)`` is an edge (explicit zeros
+        are not). The graph is made undirected as :meth:`CSRGraph.from_edges` does:
+        symmetrised, duplicates merged, self loops dropped; edge weights are not kept.
+        ``feat`` (N x F; NumPy, torch or scipy sparse) becomes float32, ``label`` (N, or
+        N x 1; -1 = unlabelled) int64. Splits are vertex ids or boolean masks of length N
+        (NumPy or torch). With no split given, the labelled vertices (label >= 0) are split
+        60/20/20 into train/val/test by a permutation drawn from ``split_seed`` (default 0:
+        the same split every call); with some given, the missing ones are empty (and a
+        missing ``train_idx`` is refused). Anything that cannot be used -- float labels, a
+        non-square matrix, NaN features, splits that overlap -- raises a one-line
+        :class:`GraphFormatError` here, never later inside torch.
+
+        Example::
+
+            >>> import scipy.sparse as sp
+            >>> adj = sp.coo_matrix(([1, 1, 1], ([0, 1, 2], [1, 2, 2])), shape=(3, 3))
+            >>> d = GraphData.from_scipy(adj, np.eye(3), [0, 1, 0], train_idx=[0, 1],
+            ...                          test_idx=[2])
+            >>> d.graph.num_edges, d.feat.dtype, d.label.dtype, d.val_idx.tolist()
+            (4, dtype('float32'), dtype('int64'), [])
+        """
+        import scipy.sparse as sp
+        if sp.issparse(adj):
+            if len(adj.shape) != 2 or adj.shape[0] != adj.shape[1]:
+                raise GraphFormatError(f"adj must be a square N x N matrix, got shape "
+                                       f"{adj.shape}")
+            coo = sp.coo_matrix(adj)
+            nz = coo.data != 0
+            src, dst = coo.row[nz], coo.col[nz]
+            n = int(adj.shape[0])
+        else:
+            dense = _host_array(adj, "adj")
+            if dense.ndim != 2 or dense.shape[0] != dense.shape[1]:
+                raise GraphFormatError(f"adj must be a square N x N matrix (scipy sparse or "
+                                       f"dense), got shape {dense.shape}")
+            src, dst = np.nonzero(dense)
+            n = int(dense.shape[0])
+        return cls._from_parts(src, dst, n, feat, label, (train_idx, val_idx, test_idx),
+                               num_classes=num_classes, name=name, split_seed=split_seed)
+
+    @classmethod
+    def from_dgl(cls, g, feat_key: str = "feat", label_key: str = "label",
+                 train_idx=None, val_idx=None, test_idx=None, *, num_classes: int | None = None,
+                 name: str = "", split_seed: int = 0) -> "GraphData":
+        """A validated :class:`GraphData` from a homogeneous DGL graph (``dgl`` is not
+        imported: any object with ``num_nodes()``, ``edges()`` and ``ndata`` will do).
+
+        Features and labels are ``g.ndata[feat_key]`` and ``g.ndata[label_key]``; splits not
+        given are read from the boolean masks ``g.ndata["train_mask"]``, ``"val_mask"``,
+        ``"test_mask"`` (DGL's built-in datasets) when present, else split as in
+        :meth:`from_scipy`, which also describes the conversions (undirected graph,
+        float32 features, int64 labels).
+        """
+        ntypes = getattr(g, "ntypes", None)
+        if ntypes is not None and len(ntypes) > 1:
+            raise GraphFormatError(f"from_dgl takes a homogeneous graph, this one has node "
+                                   f"types {list(ntypes)} (dgl.to_homogeneous converts it)")
+        ndata = g.ndata
+        for key in (feat_key, label_key):
+            if key not in ndata:
+                raise GraphFormatError(f"the DGL graph has no ndata[{key!r}]; its node data: "
+                                       f"{', '.join(map(repr, ndata.keys())) or 'none'}")
+        src, dst = g.edges()
+        splits = [s if s is not None else ndata.get(f"{k}_mask")
+                  for s, k in zip((train_idx, val_idx, test_idx), ("train", "val", "test"))]
+        return cls._from_parts(src, dst, int(g.num_nodes()), ndata[feat_key], ndata[label_key],
+                               splits, num_classes=num_classes, name=name,
+                               split_seed=split_seed)
+
+    @classmethod
+    def from_pyg(cls, data, train_idx=None, val_idx=None, test_idx=None, *,
+                 num_classes: int | None = None, name: str = "",
+                 split_seed: int = 0) -> "GraphData":
+        """A validated :class:`GraphData` from a PyG ``Data`` object (``torch_geometric`` is
+        not imported: any object with ``edge_index``, ``x`` and ``y`` will do).
+
+        ``data.edge_index`` (2 x E) gives the edges, ``data.x`` the features, ``data.y`` the
+        labels; splits not given are read from the boolean masks ``data.train_mask``,
+        ``data.val_mask``, ``data.test_mask`` when present (a 2-D mask holds several splits:
+        pass one column, e.g. ``train_idx=data.train_mask[:, 0]``), else split as in
+        :meth:`from_scipy`, which also describes the conversions.
+        """
+        for key in ("edge_index", "x", "y"):
+            if getattr(data, key, None) is None:
+                raise GraphFormatError(f"the PyG data has no {key}; from_pyg needs edge_index "
+                                       f"(2 x E), x (N x F features) and y (N labels)")
+        ei = _host_array(data.edge_index, "edge_index")
+        if ei.ndim != 2 or ei.shape[0] != 2:
+            raise GraphFormatError(f"edge_index must be 2 x E, got shape {ei.shape}")
+        n = getattr(data, "num_nodes", None)
+        n = int(n) if n is not None else int(_host_array(data.x, "x").shape[0])
+        splits = [s if s is not None else getattr(data, f"{k}_mask", None)
+                  for s, k in zip((train_idx, val_idx, test_idx), ("train", "val", "test"))]
+        return cls._from_parts(ei[0], ei[1], n, data.x, data.y, splits,
+                               num_classes=num_classes, name=name, split_seed=split_seed)
+
+    @classmethod
+    def _from_parts(cls, src, dst, n: int, feat, label, splits, *, num_classes, name: str,
+                    split_seed: int) -> "GraphData":
+        """The graph of edges ``src -> dst`` over ``n`` vertices, made undirected, with the
+        node arrays converted (see :meth:`from_scipy`) and validated."""
+        src, dst = _host_array(src, "src").ravel(), _host_array(dst, "dst").ravel()
+        if not (np.issubdtype(src.dtype, np.integer) and np.issubdtype(dst.dtype, np.integer)):
+            raise GraphFormatError(f"edge endpoints must be integers, got {src.dtype}/{dst.dtype}")
+        graph = CSRGraph.from_edges(src, dst, n)
+        feat = _host_array(feat, "feat")
+        if feat.ndim == 1:
+            feat = feat.reshape(-1, 1)
+        label = _as_ints(_host_array(label, "label"), column=True)
+        ids = [_split_ids(s, n, k) for s, k in zip(splits, SPLITS)]
+        if all(s is None for s in ids):
+            if label.ndim != 1 or label.shape[0] != n or not np.issubdtype(label.dtype,
+                                                                           np.integer):
+                raise GraphFormatError(f"label must be {n} integer class ids (-1: "
+                                       f"unlabelled), got {label.dtype} of shape {label.shape}")
+            ids = list(random_split(label, seed=split_seed))
+        elif ids[0] is None:
+            raise GraphFormatError("train_idx is missing (val_idx/test_idx are given); give "
+                                   "all three splits, or none for a random 60/20/20 split")
+        ids = [np.empty(0, dtype=np.int64) if s is None else s for s in ids]
+        data = cls(graph, feat, label, *ids, name=name,
+                   num_classes=-1 if num_classes is None else num_classes)
+        return data.validate()
+
+
+def random_split(label: np.ndarray, fractions=(0.6, 0.2, 0.2),
+                 seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Sorted int64 ``(train, val, test)`` ids: the labelled vertices (``label >= 0``) in a
+    permutation drawn from ``seed``, cut by ``fractions`` (train gets the rounding rest)."""
+    labelled = np.flatnonzero(np.asarray(label) >= 0)
+    perm = np.random.default_rng(seed).permutation(labelled)
+    m = perm.shape[0]
+    n_val, n_test = int(m * fractions[1]), int(m * fractions[2])
+    n_train = m - n_val - n_test
+    return (np.sort(perm[:n_train]), np.sort(perm[n_train:n_train + n_val]),
+            np.sort(perm[n_train + n_val:]))
+
+
+def _host_array(x, what: str) -> np.ndarray:
+    """``x`` (NumPy, torch tensor on any device, scipy sparse, list) as a NumPy array."""
+    if hasattr(x, "detach") and hasattr(x, "cpu"):  # a torch tensor, without importing torch
+        return x.detach().cpu().numpy()
+    if hasattr(x, "toarray"):  # scipy sparse (bag-of-words features)
+        return np.asarray(x.toarray())
+    try:
+        return np.asarray(x)
+    except (TypeError, ValueError) as e:
+        raise GraphFormatError(f"{what} is not an array ({type(x).__name__}: {e})") from None
+
+
+def _split_ids(x, n: int, what: str) -> np.ndarray | None:
+    """A split as sorted int64 ids: ids pass through, a boolean mask of length ``n`` becomes
+    the ids where it is True; None stays None."""
+    if x is None:
+        return None
+    a = _host_array(x, what)
+    if a.dtype == np.bool_:
+        if a.ndim != 1 or a.shape[0] != n:
+            raise GraphFormatError(f"{what}: a boolean mask must have length N = {n}, got shape "
+                                   f"{a.shape}" + (" (one column per split: pass one, e.g. "
+                                                   "mask[:, 0])" if a.ndim == 2 else ""))
+        return np.flatnonzero(a).astype(np.int64)
+    if not np.issubdtype(a.dtype, np.integer) or a.ndim != 1:
+        raise GraphFormatError(f"{what} must be vertex ids (1-D integers) or a boolean mask, "
+                               f"got {a.dtype} of shape {a.shape}")
+    return np.sort(a.astype(np.int64))
 
 
 def atomic_write_bytes(path: str | os.PathLike, write) -> None:
