@@ -220,7 +220,7 @@ def _row_source(feat, device):
         return feat
     if isinstance(feat, torch.Tensor) and feat.device.type != "cpu":
         return EvalTable.of(feat)
-    return HostFeatures(feat, device, readahead=False)
+    return HostFeatures(feat, device)
 
 
 @torch.no_grad()

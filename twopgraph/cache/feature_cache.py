@@ -241,7 +241,7 @@ class FeatureCache:
         d = self.directory
         slot = d.slot_of[ids] if d.budget else np.full(ids.shape[0], -1, dtype=np.int64)
         hit_pos, miss_pos = np.flatnonzero(slot >= 0), np.flatnonzero(slot < 0)
-        rows = self._host_rows(ids[miss_pos]) if miss_pos.shape[0] else None
+        rows = self._host_rows(ids[miss_pos], advise=True) if miss_pos.shape[0] else None
         if self.cuda:  # the copies (and the buffer's pending admissions) before reading them
             current = torch.cuda.current_stream(self.device)
             current.wait_stream(self.stream)
@@ -307,14 +307,14 @@ class FeatureCache:
             out.record_stream(self._consumer)
         return out
 
-    def _host_rows(self, ids: np.ndarray) -> torch.Tensor:
+    def _host_rows(self, ids: np.ndarray, advise: bool = False) -> torch.Tensor:
         """Rows of ``ids`` from the host table on the device, as ``dtype``: gathered into
         reusable pinned staging, one ``non_blocking`` copy on the cache's stream (CUDA); on
-        CPU a plain gather."""
+        CPU a plain gather. ``advise``: read their pages ahead first (exact evaluation)."""
         if not self.cuda:
-            return self.host.take(ids)
+            return self.host.take(ids, advise=advise)
         staged = self.host.take(ids, self.staging.take(ids.shape[0], self.num_features,
-                                                        self.dtype))
+                                                        self.dtype), advise=advise)
         with torch.cuda.stream(self.stream):
             out = staged.to(self.device, non_blocking=True)
             self.staging.record(self.stream)

@@ -130,10 +130,15 @@ class HostTable:
         """The host rows of ids ``ids`` (int64)."""
         return ids if self.rows is None else self.rows[ids]
 
-    def take(self, ids: np.ndarray, out: torch.Tensor | None = None) -> torch.Tensor:
+    def take(self, ids: np.ndarray, out: torch.Tensor | None = None,
+             advise: bool = False) -> torch.Tensor:
         """Rows of ``ids`` (int64, this table's ids) as a host tensor of ``dtype``, written
-        into ``out`` (``len(ids) x F``) when given."""
-        index = torch.from_numpy(np.ascontiguousarray(self.host_rows(ids), dtype=np.int64))
+        into ``out`` (``len(ids) x F``) when given; ``advise`` reads their pages ahead first
+        (uncounted: for reads no sampling worker announced, e.g. exact evaluation)."""
+        host = np.ascontiguousarray(self.host_rows(ids), dtype=np.int64)
+        if advise and self.readahead is not None:
+            self.readahead.advise(host, count=False)
+        index = torch.from_numpy(host)
         if out is None:
             t = torch.index_select(self.tensor, 0, index)
             return t if t.dtype == self.dtype else t.to(self.dtype)
@@ -147,7 +152,9 @@ class HostTable:
         """Rows ``[a, b)`` (this table's ids) as a host tensor of ``dtype``: a contiguous
         read without a row map."""
         if self.rows is not None:
-            return self.take(np.arange(a, b, dtype=np.int64))
+            return self.take(np.arange(a, b, dtype=np.int64), advise=True)
+        if self.readahead is not None:
+            self.readahead.advise_range(a, b)
         t = self.tensor[a:b]  # a view: callers only read it
         return t.to(self.dtype) if t.dtype != self.dtype else t
 
@@ -216,9 +223,9 @@ class HostFeatures:
         """Rows of ``ids`` as float32 on the device, not counted (exact evaluation)."""
         ids = _as_ids(ids)
         if not self.cuda:
-            return _float32(self.host.take(ids))
+            return _float32(self.host.take(ids, advise=True))
         out, ev = self._to_device(self.host.take(ids, self.staging.take(
-            ids.shape[0], self.num_features, self.dtype)))
+            ids.shape[0], self.num_features, self.dtype), advise=True))
         torch.cuda.current_stream(self.device).wait_event(ev)
         return out
 

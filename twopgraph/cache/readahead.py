@@ -10,6 +10,14 @@ batches train. Sorting the rows first and merging the pages of neighbouring rows
 calls few and the reads near-sequential (the cluster-contiguous renumbering makes a batch's
 rows neighbours on disk).
 
+An active :class:`Readahead` also marks the whole mapping ``MADV_RANDOM``: a page fault then
+reads just its page, not the kernel's read-around window (tens of KiB around it). Reading
+ahead is this module's job, and it reads the pages batches will use; the read-around of
+faults on rows scattered over a table larger than memory reads mostly pages no batch needs
+and evicts the ones advised (measured: a 5 GiB table under a 2.5 GiB cap read the disk at
+~0.7 GB/s for minutes inside one epoch). Exact evaluation advises the rows it is about to
+read the same way (``count=False``: not in the epoch's counters).
+
 On systems without ``mmap.madvise`` (not Linux), and for tables that are not memory maps
 (in-memory arrays, torch tensors), :class:`Readahead` is inactive and ``advise`` does
 nothing. A wrong hint costs a read, never a wrong value: the table is only ever read.
@@ -112,6 +120,8 @@ class Readahead:
         self._mm, self._offset = found
         self._table = table  # keeps the mapping alive as long as we may advise it
         self._stride, self._row_len = int(stride), int(row_len)
+        if hasattr(mmap, "MADV_RANDOM"):  # faults read their own page only (module doc)
+            self._mm.madvise(mmap.MADV_RANDOM)
 
     @property
     def active(self) -> bool:
@@ -122,15 +132,26 @@ class Readahead:
         with self._lock:
             return self.ranges, self.bytes
 
-    def advise(self, rows) -> tuple[int, int]:
+    def advise(self, rows, count: bool = True) -> tuple[int, int]:
         """Ask the kernel to read the pages of table rows ``rows`` (int, any order,
         duplicates allowed) ahead; returns ``(ranges, bytes)`` of this call ((0, 0) when
-        inactive)."""
+        inactive), added to :attr:`ranges` / :attr:`bytes` when ``count``."""
         if self._mm is None:
             return 0, 0
         rows = np.sort(np.asarray(rows, dtype=np.int64))  # duplicates merge in the ranges
         starts, ends = page_ranges(rows, self._offset, self._stride, self._row_len,
                                    self.page, self.gap_pages)
+        return self._advise_pages(starts, ends, count)
+
+    def advise_range(self, a: int, b: int, count: bool = False) -> tuple[int, int]:
+        """:meth:`advise` of the contiguous rows ``[a, b)``."""
+        if self._mm is None or b <= a:
+            return 0, 0
+        first = (self._offset + a * self._stride) // self.page
+        last = -(-(self._offset + (b - 1) * self._stride + self._row_len) // self.page)
+        return self._advise_pages(np.array([first]), np.array([last]), count)
+
+    def _advise_pages(self, starts: np.ndarray, ends: np.ndarray, count: bool):
         size, mm, page = len(self._mm), self._mm, self.page
         total = 0
         for s, e in zip(starts.tolist(), ends.tolist()):
@@ -141,7 +162,8 @@ class Readahead:
             mm.madvise(mmap.MADV_WILLNEED, start, length)
             total += length
         n = int(starts.shape[0])
-        with self._lock:
-            self.ranges += n
-            self.bytes += total
+        if count:
+            with self._lock:
+                self.ranges += n
+                self.bytes += total
         return n, total
