@@ -89,9 +89,11 @@ class SharedTables:
         """Wait until every rank wrote its rows of ``table`` (layer ``layer``); the previous
         layer's table, which nobody reads any more, is removed. Returns ``table``."""
         dist.barrier()  # rows written to a shared map are visible to the other ranks now
-        if self.main and layer > 0:
-            with contextlib.suppress(OSError):
-                os.unlink(self.folder / f"layer{layer - 1}.f32")
+        if layer > 0:
+            if self.main:
+                with contextlib.suppress(OSError):
+                    os.unlink(self.folder / f"layer{layer - 1}.f32")
+            dist.barrier()  # from here on the folder holds this layer's table only
         return table
 
     def finish(self) -> None:
