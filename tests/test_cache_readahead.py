@@ -288,3 +288,14 @@ def test_reads_of_no_rows(cdata):
                                                        50)):
         out = src.read(np.empty(0, dtype=np.int64))
         assert out.shape == (0, cdata.feat.shape[1]) and out.dtype == torch.float32
+
+
+def test_read_ahead_only_a_table_larger_than_memory(monkeypatch):
+    """Training reads ahead (and marks the map MADV_RANDOM) only for a table larger than half
+    the memory the process can fill: one that stays in the page cache gains nothing."""
+    import twopgraph.metrics as metrics
+    from twopgraph.cache.readahead import worth_reading_ahead
+    monkeypatch.setattr(metrics, "available_host_bytes", lambda: 1000)
+    assert worth_reading_ahead(501) and not worth_reading_ahead(500)
+    monkeypatch.setattr(metrics, "available_host_bytes", lambda: None)
+    assert not worth_reading_ahead(10**12)

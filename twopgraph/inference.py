@@ -20,13 +20,13 @@ from __future__ import annotations
 import itertools
 import logging
 import tempfile
-from pathlib import Path
 
 import numpy as np
 import torch
 
 from .cache.host import HostFeatures
 from .loader import as_long_tensor
+from .metrics import available_host_bytes  # noqa: F401 (table_place reads it here)
 from .models import BlockGNN
 from .sampler import NeighborSampler
 from .sampler.minibatch import Block
@@ -40,54 +40,6 @@ EVAL_CHUNK_BYTES = 128 << 20
 #: Share of the memory available where an intermediate N x d table of exact inference may
 #: go (:func:`table_place`): the rest is left to the chunks, the caches and other processes.
 TABLE_SHARE = 0.5
-
-
-def available_host_bytes(proc: str = "/proc", cgroup: str = "/sys/fs/cgroup") -> int | None:
-    """Bytes of host memory this process can still fill: ``MemAvailable`` of
-    ``/proc/meminfo`` (the kernel's estimate, reclaimable page cache included), capped by the
-    limit of this process's memory cgroup when it has one -- v1 (``memory:`` line of
-    ``/proc/self/cgroup``): ``memory.limit_in_bytes - memory.usage_in_bytes +
-    total_inactive_file`` (usage counts the page cache, whose inactive file pages are
-    reclaimed first); v2: ``memory.max - memory.current + inactive_file``. ``None`` when none
-    of them can be read (not Linux)."""
-    found: list[int] = []
-    try:
-        with open(f"{proc}/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    found.append(int(line.split()[1]) * 1024)  # kB
-                    break
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        with open(f"{proc}/self/cgroup") as f:
-            lines = [ln.strip().split(":", 2) for ln in f if ln.count(":") >= 2]
-    except OSError:
-        lines = []
-    for _, ctrls, path in lines:
-        if "memory" in ctrls.split(","):
-            d = Path(f"{cgroup}/memory{path}")
-            names = ("memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file")
-        elif ctrls == "":
-            d = Path(f"{cgroup}{path}")
-            names = ("memory.max", "memory.current", "inactive_file")
-        else:
-            continue
-        try:
-            limit_s = (d / names[0]).read_text().strip()
-            if limit_s == "max":
-                continue
-            limit, usage = int(limit_s), int((d / names[1]).read_text())
-            inactive = 0
-            for line in (d / "memory.stat").read_text().splitlines():
-                key, _, val = line.partition(" ")
-                if key == names[2]:
-                    inactive = int(val)
-        except (OSError, ValueError):
-            continue
-        if limit < 1 << 60:  # v1 writes "no limit" as ~2**63
-            found.append(max(0, limit - usage + inactive))
-    return min(found) if found else None
 
 
 def table_place(nbytes: int, device, *, host_bytes: int | None = None,

@@ -47,6 +47,7 @@ import torch.nn.functional as F
 from .cache import PolicyContext, build_feature_source
 from .cache.feature_cache import activation_reserve_bytes, feat_dtype, resolve_budget
 from .cache.host import HostFeatures, host_tensor
+from .cache.readahead import worth_reading_ahead
 from .config import TrainConfig, resolve_device
 from .errors import ConfigError, TrainingDiverged, TwopgraphError
 from .fingerprint import run_fingerprint
@@ -298,6 +299,9 @@ def make_loader(cfg: TrainConfig, data: GraphData, device, *, parts=None,
                      "an activation reserve of %s", budget, human_bytes(budget * row_bytes),
                      human_bytes(reserve))
     source_kw = {} if rows is None else {"rows": rows}
+    table = data.feat if feat is None else feat
+    # Read-ahead (and MADV_RANDOM) only for a table that does not stay in the page cache.
+    source_kw["readahead"] = worth_reading_ahead(int(table.nbytes))
     with thread_count(plan.total):  # pre-sampling (presample policy) may use every thread
         features = build_feature_source(c.cache_policy, data.feat if feat is None else feat,
                                         ctx, device, ratio=ratio, gb=gb, dtype=c.feat_dtype,

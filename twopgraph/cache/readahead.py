@@ -39,9 +39,23 @@ import threading
 
 import numpy as np
 
+#: Read ahead only when the table exceeds this share of the memory available to the process
+#: (:func:`worth_reading_ahead`): a table that stays in the page cache gains nothing, and the
+#: calls cost (tens of thousands of ranges per batch of small rows).
+READAHEAD_SHARE = 0.5
 #: Bytes of a memory page (what ``madvise`` works in).
 PAGE = mmap.PAGESIZE
 _CAN_ADVISE = hasattr(mmap, "MADV_WILLNEED") and hasattr(mmap.mmap, "madvise")
+
+
+def worth_reading_ahead(nbytes: int) -> bool:
+    """Whether a memory-mapped table of ``nbytes`` should be read ahead: larger than
+    :data:`READAHEAD_SHARE` of the memory this process can still fill
+    (:func:`~twopgraph.metrics.available_host_bytes`: ``MemAvailable``, its cgroup's limit).
+    False where that is unknown."""
+    from ..metrics import available_host_bytes
+    avail = available_host_bytes()
+    return avail is not None and nbytes > READAHEAD_SHARE * avail
 
 
 def find_mmap(table: np.ndarray) -> tuple[mmap.mmap, int] | None:
