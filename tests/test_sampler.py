@@ -188,22 +188,33 @@ def test_sample_without_key_draws_fresh_randomness():
 
 
 def test_relabel_table_follows_the_batch_not_the_graph(monkeypatch):
-    """The per-thread relabelling state grows with the batch (doubling from a small table) and
-    gives the same blocks whatever the table's starting size; on a graph of a million vertices
-    a small batch keeps it far below an N-sized map (8 N bytes)."""
-    from twopgraph.sampler.neighbor import RelabelTable
+    """The per-thread relabelling state grows with the batch (a hash table doubling from a
+    small one), gives the same blocks whatever its size or kind (the N-sized map a thread
+    switches to once the table would be larger), and on a graph of a million vertices a small
+    batch keeps it far below an N-sized map (8 N bytes)."""
+    from twopgraph.sampler.neighbor import NodeMap, RelabelTable
     g = random_graph(n=3000, m=30000, seed=5)
     seeds = np.arange(0, 3000, 7)
     ref = NeighborSampler(g, [5, 4, 3], seed=2).sample(seeds, key=9)
     monkeypatch.setattr(RelabelTable, "MIN_BITS", 1)  # grows many times inside one batch
     small = NeighborSampler(g, [5, 4, 3], seed=2)
     got = small.sample(seeds, key=9)
-    assert small._table().bits > 4
+    assert isinstance(small._table(), NodeMap)  # 8 N = 24 KB < the table it grew to
     assert torch.equal(got.input_nodes, ref.input_nodes)
     for a, b in zip(got.blocks, ref.blocks):
         assert torch.equal(a.indptr, b.indptr) and torch.equal(a.indices, b.indices)
-    other = np.arange(1, 3000, 5)  # the table was emptied after the batch
-    again = small.sample(other, key=3)
+    table = RelabelTable()
+    nbrs = np.random.default_rng(0).integers(0, 3000, 20000)
+    local, count, frontier = table.relabel(nbrs, 0, 0)
+    assert table.bits > 4
+    m = NodeMap(3000)
+    local2, count2, frontier2 = m.relabel(nbrs, 0, 0)
+    assert count == count2 and np.array_equal(local, local2)
+    assert np.array_equal(frontier[:count], frontier2[:count2])
+    table.clear(count)
+    assert (table.keys == -1).all()  # emptied for the next batch
+    other = np.arange(1, 3000, 5)
+    again = small.sample(other, key=3)  # the state was emptied after the batch
     assert torch.equal(again.input_nodes, NeighborSampler(g, [5, 4, 3], seed=2).sample(
         other, key=3).input_nodes)
     monkeypatch.undo()
@@ -211,4 +222,4 @@ def test_relabel_table_follows_the_batch_not_the_graph(monkeypatch):
     big = CSRGraph.from_edges(np.arange(0, 2000), np.arange(1, 2001), num_nodes=n)
     s = NeighborSampler(big, [10, 10])
     s.sample(np.arange(100))
-    assert s._table().nbytes < 8 * n / 20
+    assert isinstance(s._table(), RelabelTable) and s._table().nbytes < 8 * n / 20

@@ -106,9 +106,34 @@ class RelabelTable:
         kernels.relabel_hashed(ids, 0, loc, self.keys, self.vals, self.slot_of, 64 - self.bits,
                                0, self.limit, 0, scratch)
 
-    def clear(self, count: int) -> None:
-        """Forget the first ``count`` local ids (the whole batch)."""
+    def clear(self, count: int, nodes=None) -> None:
+        """Forget the first ``count`` local ids (the whole batch; ``nodes`` unused)."""
         kernels.clear_table(self.keys, self.slot_of, count)
+
+
+class NodeMap:
+    """:class:`RelabelTable`'s interface over an N-sized int64 map (global id -> local id, -1
+    unseen): what a sampling thread uses once its table would be larger than the map."""
+
+    def __init__(self, num_nodes: int):
+        self.map = np.full(num_nodes, -1, dtype=np.int64)
+
+    @property
+    def nbytes(self) -> int:
+        return self.map.nbytes
+
+    def relabel(self, nbrs: np.ndarray, num_known: int, count: int):
+        """See :meth:`RelabelTable.relabel`."""
+        frontier = np.empty(nbrs.shape[0], dtype=np.int64)
+        local, num_new = kernels.relabel(nbrs, self.map, count, frontier)
+        return local, int(count + num_new), frontier
+
+    def clear(self, count: int, nodes=None) -> None:
+        """Forget the batch: the map entries of ``nodes`` (all of them when unknown)."""
+        if nodes is None or nodes.shape[0] != count:
+            self.map.fill(-1)
+        else:
+            kernels.reset_map_serial(self.map, nodes)
 
 
 @SAMPLERS.register("neighbor")
@@ -118,8 +143,9 @@ class NeighborSampler:
     For each hop, every current vertex gets up to ``fanout`` distinct uniformly chosen
     neighbours (all of them for ``-1``), sampled in parallel by numba. The result depends only
     on ``(seed, key, layer, vertex)``, not on the number of threads. One instance may be used
-    from several threads (each thread has its own relabelling table, :class:`RelabelTable`:
-    about 40 bytes per vertex of the largest batch, independent of the graph's size).
+    from several threads (each thread has its own relabelling state: a :class:`RelabelTable`,
+    about 40 bytes per vertex of the largest batch, or, once that would exceed 8 N bytes, an
+    N-sized :class:`NodeMap`; the same batches either way).
 
     Example::
 
@@ -148,11 +174,18 @@ class NeighborSampler:
     def num_layers(self) -> int:
         return len(self.fanouts)
 
-    def _table(self) -> "RelabelTable":
+    def _table(self) -> "RelabelTable | NodeMap":
         t = getattr(self._tls, "table", None)
         if t is None:
             t = self._tls.table = RelabelTable()
         return t
+
+    def _settle(self, table) -> None:
+        """After a batch: a thread whose hash table outgrew an N-sized map switches to the map
+        (direct indexing is faster, and 8 N bytes is then no more than the table's), so the
+        state is min(8 N, about 40 bytes per batch vertex) -- never O(N) beyond O(batch)."""
+        if isinstance(table, RelabelTable) and 8 * self.graph.num_nodes <= table.nbytes:
+            self._tls.table = NodeMap(self.graph.num_nodes)
 
     def sample(self, seeds, key: int | None = None, parallel: bool = True) -> MiniBatch:
         """Sample the blocks of ``seeds`` (unique global ids); ``key`` picks the random stream
@@ -174,6 +207,7 @@ class NeighborSampler:
         nodes = seeds
         raw_blocks = []
         count = 0
+        done = False
         try:
             _, count, _ = table.relabel(seeds, 0, 0)  # unique seeds: local ids 0..k-1
             for hop, fanout in enumerate(reversed(self.fanouts)):
@@ -184,8 +218,10 @@ class NeighborSampler:
                 if count > num_dst:
                     nodes = np.concatenate([nodes, frontier[:count - num_dst]])
                 raw_blocks.append((nodes.shape[0], num_dst, offsets, local))
+            done = True
         finally:
-            table.clear(count)
+            table.clear(count, nodes if done else None)
+        self._settle(table)
         deg = torch.from_numpy(self._deg[nodes])
         blocks = [Block(num_src, num_dst, torch.from_numpy(offsets), torch.from_numpy(local),
                         deg[:num_src], deg[:num_dst])
