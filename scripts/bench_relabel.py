@@ -4,7 +4,9 @@
     .venv/bin/python scripts/bench_relabel.py --datasets synthetic-small,../shared/datasets/cora.npz
 
 ``NeighborSampler`` relabels each batch's vertices through :class:`RelabelTable` (a hash table
-sized to the batch, O(batch) memory per sampling thread). The baseline, ``MapSampler`` below,
+sized to the batch, O(batch) memory per sampling thread), switching to an N-sized map once
+the table would be larger than 8 N bytes (so on graphs whose batches reach a large part of
+the graph both columns end up using the map). The baseline, ``MapSampler`` below,
 is the same sampler with the former N-sized int64 map (``kernels.relabel`` /
 ``kernels.reset_map``: 8 N bytes per sampling thread). Both sample the same batches (checked:
 identical ``input_nodes`` and blocks); each timed pass is one epoch of the random schedule on
