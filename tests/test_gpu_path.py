@@ -410,7 +410,7 @@ def test_default_cuda_budget_leaves_the_reserve(cdata, tmp_path, monkeypatch):
     free, total = 10 << 20, 12 << 20
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (free, total))
 
-    def source(policy, feat, ctx, device, *, ratio=None, gb=None, dtype="float32"):
+    def source(policy, feat, ctx, device, *, ratio=None, gb=None, dtype="float32", **kw):
         got.update(ratio=ratio, gb=gb, device=device)
         return HostFeatures(feat)
 
