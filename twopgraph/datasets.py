@@ -48,7 +48,8 @@ import numpy as np
 
 from .errors import ConfigError, GraphFormatError, OutputError, TwopgraphError
 from .graph import CSRGraph, GraphData, atomic_write_bytes
-from .store import convert_npz, is_store, open_store, read_store_meta, write_store
+from .store import (NotUndirected, convert_npz, is_store, open_store, read_store_meta,
+                    write_store)
 
 log = logging.getLogger("twopgraph")
 
@@ -163,9 +164,9 @@ def _stored(npz: Path, root: Path, name: str | None, symmetrize: bool = False,
             if fresh:
                 return open_store(folder, name=name, check_symmetric=not symmetrize)
             log.info("%s changed since it was converted: converting it again", npz)
+        except NotUndirected as e:  # the file's graph: the user's to fix (or --symmetrize)
+            raise GraphFormatError(f"{npz}: {e.problem}") from None
         except GraphFormatError as e:
-            if "not undirected" in str(e) or "undirected" in str(e):
-                raise GraphFormatError(f"{npz}: {str(e).split(': ', 1)[-1]}") from None
             log.warning("dataset store %s is damaged, rebuilding it (%s)", folder, e)
     try:
         convert_npz(npz, folder, progress=progress, name=name,
@@ -177,8 +178,8 @@ def _stored(npz: Path, root: Path, name: str | None, symmetrize: bool = False,
         return _in_memory(npz, name, symmetrize)
     try:
         return open_store(folder, name=name, check_symmetric=not symmetrize)
-    except GraphFormatError as e:
-        raise GraphFormatError(f"{npz}: {str(e).split(': ', 1)[-1]}") from None
+    except NotUndirected as e:
+        raise GraphFormatError(f"{npz}: {e.problem}") from None
 
 
 def dataset_path(name: str, data_root=None) -> Path | None:

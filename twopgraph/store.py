@@ -74,6 +74,15 @@ _READ_ERRORS = (OSError, ValueError, zipfile.BadZipFile, EOFError, zlib.error)
 # ----------------------------------------------------------------------------------------------
 # reading
 # ----------------------------------------------------------------------------------------------
+class NotUndirected(GraphFormatError):
+    """A store whose graph is not undirected (``problem`` says why), opened for a run that
+    needs the dataset format (no ``--symmetrize``)."""
+
+    def __init__(self, folder, problem: str):
+        super().__init__(f"{folder}: {problem}")
+        self.problem = problem
+
+
 def is_store(path) -> bool:
     """Whether ``path`` is a folder holding a ``store.json`` (complete or not: see
     :func:`open_store` for the checks)."""
@@ -155,7 +164,7 @@ def open_store(path, name: str | None = None, check_symmetric: bool = True) -> G
         raise GraphFormatError(f"{folder}: array sizes disagree with the vertex and edge counts "
                                f"of {STORE_META}; delete the folder to rebuild it")
     if check_symmetric and meta.get("undirected_problem"):
-        raise GraphFormatError(f"{folder}: {meta['undirected_problem']}")
+        raise NotUndirected(folder, meta["undirected_problem"])
     graph = CSRGraph(arrays["indptr"], arrays["indices"])
     data = GraphData(graph, arrays["feat"], arrays["label"], arrays["train_idx"],
                      arrays["val_idx"], arrays["test_idx"],
@@ -390,7 +399,7 @@ def permuted_store(data: GraphData, perm: np.ndarray, folder, *,
         w.put_array("indptr", indptr)
         w.put_array("indices", indices)
         del indptr, indices
-        with _progress(data.feat.nbytes, f"renumber features", progress) as bar:
+        with _progress(data.feat.nbytes, "renumber features", progress) as bar:
             def feats():
                 for c in _row_chunks(data.feat, perm):
                     bar.update(c.nbytes)
@@ -468,7 +477,7 @@ def convert_npz(npz, folder, *, progress: bool = False, name: str | None = None,
     store is validated once. Any problem is a one-line :class:`GraphFormatError` naming the
     file; nothing is left at ``folder`` then. ``source_key`` is recorded with the file's
     path, size and mtime (the data root's key for it). Returns the folder."""
-    from .graph import REQUIRED_KEYS, _read_npz_arrays  # noqa: F401 (errors of the same kind)
+    from .graph import REQUIRED_KEYS
     npz = Path(npz)
     st = _check_npz(npz)
     source = {"path": str(npz.resolve()), "key": source_key, "size": st.st_size,

@@ -22,7 +22,7 @@ from ..errors import ConfigError
 from ..metrics import CacheCounters
 from .base import CachePolicy
 from .directory import CacheDirectory
-from .host import HostTable, Staging
+from .host import HostTable, Staging, _as_ids as _as_numpy
 from .readahead import Readahead
 
 FEAT_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -334,11 +334,3 @@ class FeatureCache:
             for s in range(0, rows.shape[0], chunk):
                 r, sl = rows[s:s + chunk], slots[s:s + chunk]
                 self.buffer.index_copy_(0, self._to_device(sl), self._host_rows(r))
-
-
-def _as_numpy(ids) -> np.ndarray:
-    if isinstance(ids, torch.Tensor):
-        if ids.device.type != "cpu":
-            raise ConfigError("ids must be a host tensor (the directory lives on the host)")
-        ids = ids.numpy()
-    return np.ascontiguousarray(ids, dtype=np.int64)
