@@ -65,6 +65,7 @@ def main(argv=None) -> int:
                           batch_size=a.batch_size, schedule=a.schedule, epochs=a.epochs,
                           threads=a.threads, device=a.device, progress=False).validate()
     data = base.data.load(progress=False)
+    base, _ = base.resolved(data.num_nodes)  # --lr by graph size, as `twopgraph train`
     prep = locality_for(data, [a.schedule], base)
     parts = None if prep.clustering is None else prep.clustering.parts
     print(f"{data.name}: {data.num_nodes} vertices, fanouts {a.fanouts}, batch {a.batch_size}, "

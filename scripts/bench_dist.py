@@ -61,7 +61,8 @@ def main(argv=None) -> int:
     rows = []
     if a.baseline and not a.skip_train:
         run = out / "single"
-        wall, rss, rc = run_measured(tw + ["train", *data_args, *train_args, "--out", str(run)])
+        wall, rss, rc = run_measured(tw + ["train", *data_args, *train_args, "--out", str(run),
+                                           "--overwrite"])  # a rerun replaces the last one
         m = json.loads((run / "metrics.json").read_text()) if rc == 0 else {}
         ep = m.get("epochs", [{}])[-1]
         rows.append({"P": "single", "test_acc": m.get("test_acc"), "train_wall_s": wall,
@@ -86,7 +87,8 @@ def main(argv=None) -> int:
         if not a.skip_train:
             run = out / f"train-{p}"
             wall, rss, rc = run_measured(tw + ["train", "--partitions", str(pdir), "--nproc",
-                                               str(p), *train_args, "--out", str(run)])
+                                               str(p), *train_args, "--out", str(run),
+                                               "--overwrite"])
             row.update(train_wall_s=wall, train_rc=rc)
             if rc == 0:
                 m = json.loads((run / "metrics.json").read_text())

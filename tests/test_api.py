@@ -233,13 +233,15 @@ def test_nodeloader_refuses_bad_arguments(cdata, kw, match):
         NodeLoader(cdata, **args)
 
 
-def test_nodeloader_locality_needs_a_data_root(cdata, tmp_path, monkeypatch):
+def test_nodeloader_locality_clusters_go_to_a_data_root_or_stay_in_memory(cdata, tmp_path,
+                                                                          monkeypatch):
     """Locality clusters go under data_root or $TWOPGRAPH_DATA, never into the working
-    directory; batches still come in the caller's ids."""
+    directory (without either they are computed in memory, the same clusters); batches come
+    in the caller's ids."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("TWOPGRAPH_DATA", raising=False)
-    with pytest.raises(ConfigError, match="data_root=.*TWOPGRAPH_DATA"):
-        NodeLoader(cdata, fanouts=[5, 5], batch_size=64, schedule="locality")
+    in_memory = NodeLoader(cdata, fanouts=[5, 5], batch_size=64, schedule="locality",
+                           num_clusters=16)
     assert list(tmp_path.iterdir()) == []
     root = tmp_path / "root"
     loader = NodeLoader(cdata, fanouts=[5, 5], batch_size=64, schedule="locality",
@@ -252,6 +254,8 @@ def test_nodeloader_locality_needs_a_data_root(cdata, tmp_path, monkeypatch):
         assert torch.equal(mb.features, torch.from_numpy(cdata.feat[mb.input_nodes.numpy()]))
     assert any((root / "clusters").iterdir())
     assert sorted(p.name for p in tmp_path.iterdir()) == ["root"]
+    kept = [mb.seeds.numpy() for mb in batches]
+    assert all(np.array_equal(a.seeds.numpy(), b) for a, b in zip(in_memory, kept, strict=True))
     monkeypatch.setenv("TWOPGRAPH_DATA", str(root))  # the environment variable does too
     assert len(NodeLoader(cdata, [5, 5], batch_size=64, schedule="locality")) == len(loader)
 

@@ -334,10 +334,19 @@ def test_help_shows_the_defaults_the_code_uses(capsys):
     text = " ".join(out[out.index("options:"):].split())  # the options' help, not the usage
     assert "CPU = 0" in text and "CPU all" not in text  # the cache budget default on CPU
     defaults = TrainConfig().flat()
-    for flag, key in (("--batch-size", "batch_size"), ("--epochs", "epochs"),
-                      ("--eval-batch-edges", "eval_batch_edges"), ("--lr", "lr")):
+    for flag, key in (("--batch-size", "batch_size"), ("--eval-batch-edges", "eval_batch_edges")):
         i = text.index(flag + " ")
         assert f"(default: {defaults[key]})" in text[i:i + 400], flag
+    # the size-based defaults show their rule (twopgraph.config.SIZE_DEFAULTS)
+    from twopgraph.config import SIZE_DEFAULTS
+    small, large = SIZE_DEFAULTS["small"], SIZE_DEFAULTS["large"]
+    for key in ("epochs", "lr", "fanouts"):
+        assert defaults[key] is None
+        shown = [",".join(map(str, v)) if isinstance(v, list) else f"{v:g}"
+                 for v in (small[key], large[key])]
+        i = text.index(f"--{key} ")
+        assert (f"(default: by graph size: {shown[0]} on graphs of < 50,000 vertices, else "
+                f"{shown[1]};") in text[i:i + 400], key
 
 
 def test_negative_fanouts_parse_and_version(root, capsys):

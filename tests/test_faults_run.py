@@ -118,7 +118,7 @@ def test_lock_released_and_removed_at_the_end(root, tmp_path, capsys):
     assert rc == 0, err
     assert sorted(p.name for p in out.iterdir()) == ["checkpoint.pt", "metrics.json"]
     assert strict_json(out / "metrics.json")["status"] == "ok"
-    with RunDir(out):  # free again
+    with RunDir(out, resume=True):  # free again (resume: the folder holds a run)
         pass
 
 

@@ -87,6 +87,27 @@ def test_predict_reproduces_the_runs_accuracy(trained, root, tmp_path, capsys):
     assert _float32_acc(pred, label, data.val_idx) == metrics["val_acc"]
 
 
+def test_predict_uses_the_selected_model_of_a_best_val_run(root, tmp_path, capsys):
+    """--select best-val (the default) whose best epoch is not the last (a high learning
+    rate): the predictions are the selected model's and reproduce the reported figures."""
+    out = tmp_path / "run"
+    metrics = _train_cli(root, out, "--epochs", "5", "--lr", "0.3", "--schedule", "random")
+    last = len(metrics["epochs"]) - 1
+    assert metrics["select"] == "best-val" and metrics["selected_epoch"] < last  # the setup
+    assert metrics["test_acc"] != metrics["epochs"][last]["test_acc"]
+    preds = tmp_path / "preds.npy"
+    rc, o, err = run_cli(["predict", "--checkpoint", out / "checkpoint.pt", "--out", preds],
+                         capsys)
+    assert rc == 0, err
+    rec = _json(o)
+    assert rec["test_acc"] == metrics["test_acc"] and rec["val_acc"] == metrics["val_acc"]
+    assert rec["selected_epoch"] == metrics["selected_epoch"]
+    data = load_dataset("synthetic-tiny", root, progress=False)
+    pred, label = np.load(preds), np.asarray(data.label)
+    assert _float32_acc(pred, label, data.test_idx) == metrics["test_acc"]
+    assert _float32_acc(pred, label, data.val_idx) == metrics["val_acc"]
+
+
 def test_logits_are_float32_n_by_c_and_argmax_the_class_ids(trained, tmp_path, capsys):
     out, _ = trained
     ids, lg = tmp_path / "ids.npy", tmp_path / "logits.npy"

@@ -183,7 +183,7 @@ def test_train_locality_is_reproducible_and_learns(tmp_path):
     assert [e["loss"] for e in c.epochs] != [e["loss"] for e in a.epochs]
     for cfg in (dict(schedule="random", renumber=False), dict(renumber=False),
                 dict(schedule="random"), dict(num_clusters=5, balance=1)):
-        r = train(small_cfg(tmp_path / "x", **cfg), data)
+        r = train(small_cfg(tmp_path / "x", overwrite=True, **cfg), data)  # one folder, reused
         assert r.logits.shape == (600, 4) and r.test_acc > 0.5, cfg
 
 
@@ -207,7 +207,10 @@ def test_bench_sampler_schedules_same_keys(extra, tmp_path, capsys):
               "num_batches", "num_seeds"):
         assert k in res
     assert res["num_seeds"] == 1000 and res["num_batches"] == 4
-    assert res["schedule"] == (extra[1] if extra[:1] == ["--schedule"] else "locality")
+    if extra[:1] == ["--schedule"]:
+        assert res["schedule"] == extra[1] and res["schedule_choice"] is None
+    else:  # --schedule auto (the default): the scheduler its measurement chose
+        assert res["schedule"] == res["schedule_choice"]["schedule"] in ("locality", "random")
 
 
 def test_bench_sampler_bad_num_clusters(tmp_path, capsys):

@@ -27,7 +27,7 @@ def cdata():
 def cfg(out, **kw) -> TrainConfig:
     base = dict(dataset="community", epochs=2, hidden=16, fanouts=[5, 5], batch_size=64,
                 lr=0.01, dropout=0.1, seed=0, device="cpu", out=str(out), progress=False,
-                prefetch=2)
+                prefetch=2, schedule="locality")
     base.update(kw)
     return TrainConfig.of(**base)
 

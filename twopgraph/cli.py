@@ -2,8 +2,10 @@
 datasets | info``.
 
 Every verb's flags are generated from its config in :mod:`twopgraph.config` (help texts and
-defaults live there). Bad input (unknown dataset, unreadable file, malformed flag,
-incompatible checkpoint, an ``--out`` in use by another run or not writable, a full disk)
+defaults live there). Bad input (unknown dataset -- with the closest known names --,
+unreadable file, malformed flag, incompatible checkpoint, an ``--out`` in use by another run,
+holding a run without ``--resume``/``--overwrite`` or not writable, a ``--dataset`` that is
+not the one of ``--partitions``, a full disk)
 prints one line ``twopgraph: error: ...`` on stderr and exits with code 2; no traceback, no
 output files. Exit codes: 0 ok, 2 user error, 3 training diverged (non-finite loss:
 ``metrics.json`` says ``"status": "diverged"``), 130 interrupted. Anything else is a bug and
@@ -31,15 +33,22 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"twopgraph: error: {message} (see `{self.prog} --help`)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+# A default no flag can produce: the parsed value says whether the flag was given.
+_UNSET = object()
+
+
+def build_parser(unset: tuple[str, ...] = ()) -> argparse.ArgumentParser:
+    """The parser of every verb; ``unset``: ``train`` options whose default becomes
+    :data:`_UNSET` (see :func:`given`)."""
     from . import __version__
     p = _Parser(prog="twopgraph", description="Locality-aware mini-batch GNN training (2PGraph).")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     p.add_argument("--version", action="version", version=f"twopgraph {__version__}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    TrainConfig.add_arguments(
-        sub.add_parser("train", help="train GraphSAGE/GCN with sampled mini-batches"))
+    t = sub.add_parser("train", help="train GraphSAGE/GCN with sampled mini-batches")
+    TrainConfig.add_arguments(t)
+    t.set_defaults(**{dest: _UNSET for dest in unset})
     PredictConfig.add_arguments(sub.add_parser(
         "predict", help="predictions of a trained model (checkpoint.pt) for every vertex, "
                         "by exact inference"))
@@ -73,11 +82,20 @@ def _print_record(rec: dict, as_json: bool) -> None:
             print(f"{k:>22}  {v}")
 
 
+def given(argv: list[str], dest: str) -> bool:
+    """Whether the ``train`` command line ``argv`` gives the option ``dest`` (in any spelling
+    argparse accepts: ``--flag v``, ``--flag=v``, an abbreviation)."""
+    ns = build_parser(unset=(dest,)).parse_args(_join_values(argv))
+    return getattr(ns, dest, _UNSET) is not _UNSET
+
+
 def cmd_train(a) -> int:
     from .train import train
     cfg = TrainConfig.from_args(a)
     from .dist.commands import run_partitioned
-    code = run_partitioned(cfg, a.argv)  # --partitions: data-parallel over self-dependence parts
+    # --partitions: data-parallel over self-dependence parts; the dataset is the partition's
+    code = run_partitioned(cfg, a.argv, dataset_given=given(a.argv, "dataset")
+                           if cfg.dist.partitions is not None else None)
     if code is not None:
         return code
     res = train(cfg)

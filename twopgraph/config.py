@@ -27,6 +27,7 @@ Example::
 from __future__ import annotations
 
 import argparse
+import copy
 import math
 import types
 import typing
@@ -44,6 +45,8 @@ from .sampler.neighbor import parse_fanouts
 
 SAMPLER_DEVICES = ("auto", "cpu", "cuda")
 AMP_MODES = ("off", "bf16")
+SELECT_MODES = ("best-val", "last")
+METRICS = ("auto", "acc", "rocauc")
 
 if TYPE_CHECKING:
     from .graph import GraphData
@@ -96,6 +99,53 @@ def _num_clusters(help_extra: str = "") -> Field:
 
 
 # ----------------------------------------------------------------------------------------------
+# defaults chosen by graph size
+# ----------------------------------------------------------------------------------------------
+
+#: graphs with fewer vertices than this get the ``small`` defaults, the others the ``large``
+SMALL_GRAPH_NODES = 50_000
+#: what ``--fanouts``, ``--lr`` and ``--epochs`` left at their default (None) become, per
+#: graph size. Small graphs (cora, amazon_photo, tolokers: a few batches per epoch) reach their
+#: accuracy with 2 layers, a larger learning rate and many epochs (the 3-layer products
+#: settings left cora and amazon_photo 3 to 20 points lower); ``large`` is tuned at
+#: ogbn-products scale.
+SIZE_DEFAULTS = {
+    "small": {"fanouts": [10, 10], "lr": 0.01, "epochs": 50},
+    "large": {"fanouts": [15, 10, 5], "lr": 0.003, "epochs": 5},
+}
+# the section of a config that holds each size-based option
+_SIZE_SECTIONS = {"fanouts": "sampling", "lr": "model", "epochs": "run"}
+
+
+def size_profile(num_nodes: int) -> str:
+    """``"small"`` for a graph of fewer than :data:`SMALL_GRAPH_NODES` vertices, else
+    ``"large"``: the key of :data:`SIZE_DEFAULTS`."""
+    return "small" if int(num_nodes) < SMALL_GRAPH_NODES else "large"
+
+
+def _shown(v) -> str:
+    return ",".join(map(str, v)) if isinstance(v, list) else f"{v:g}"
+
+
+def _auto_shown(name: str) -> str:
+    """``--help``'s default of a size-based option: the rule."""
+    small, large = SIZE_DEFAULTS["small"][name], SIZE_DEFAULTS["large"][name]
+    return (f"by graph size: {_shown(small)} on graphs of < {SMALL_GRAPH_NODES:,} vertices, "
+            f"else {_shown(large)}; logged and recorded in metrics.json")
+
+
+def describe_defaults(record: dict) -> str | None:
+    """The log line of a :meth:`Config.resolved` record; None when every size-based option
+    was given."""
+    if not record["chosen"]:
+        return None
+    side = "<" if record["profile"] == "small" else ">="
+    flags = " ".join(f"--{k} {_shown(v)}" for k, v in record["chosen"].items())
+    return (f"defaults for {record['num_nodes']:,} vertices ({record['profile']} graph, "
+            f"{side} {record['small_below']:,}): {flags}")
+
+
+# ----------------------------------------------------------------------------------------------
 # sections
 # ----------------------------------------------------------------------------------------------
 
@@ -137,14 +187,17 @@ class DataConfig(Section):
 
 @dataclass
 class SamplingConfig(Section):
-    fanouts: list[int] = option(
-        help="neighbours sampled per GNN layer, input layer first (DGL's order); -1 = all; the "
-             "number of entries is the number of layers", factory=lambda: [15, 10, 5],
-        result=True)
+    fanouts: list[int] | None = option(
+        None, "neighbours sampled per GNN layer, input layer first (DGL's order); -1 = all; "
+              "the number of entries is the number of layers", result=True,
+        show_default=_auto_shown("fanouts"))
     batch_size: int = option(1024, "seed vertices per mini-batch", result=True)
-    schedule: str = option("locality", "seed scheduler: locality (each batch = seeds of a few "
+    schedule: str = option("auto", "seed scheduler: locality (each batch = seeds of a few "
                            "whole METIS clusters, label-balanced) | random (uniform shuffle per "
-                           "epoch, what DGL/PyG do)", result=True)
+                           "epoch, what DGL/PyG do) | auto (locality where it cuts the input "
+                           "vertices of sampled batches by a meaningful share, measured on a few "
+                           "batches at start-up, else random; the decision and its figures are "
+                           "logged and recorded in metrics.json)", result=True)
     num_clusters: int = _num_clusters()
     renumber: bool = option(True, "renumber the graph so that each cluster is one contiguous id "
                             "range (results stay in original ids)", negatable=True, result=True)
@@ -162,9 +215,11 @@ class SamplingConfig(Section):
                                          "take, in (0, 1]")
 
     def validate(self):
-        self.fanouts = parse_fanouts(self.fanouts)
+        if self.fanouts is not None:  # None: by graph size (TrainConfig.resolved)
+            self.fanouts = parse_fanouts(self.fanouts)
         _positive_int(self, "batch_size")
-        SCHEDULERS.check(self.schedule)
+        if self.schedule != "auto":
+            SCHEDULERS.check(self.schedule)
         _int_at_least(self, "num_clusters", 0, "(0 = automatic)")
         _int_at_least(self, "balance", 1)
         if not isinstance(self.renumber, bool):
@@ -211,7 +266,8 @@ class ModelConfig(Section):
     model: str = option("sage", "sage (GraphSAGE, mean aggregator) | gcn", result=True)
     hidden: int = option(256, "hidden width", result=True)
     dropout: float = option(0.5, "dropout between layers", result=True)
-    lr: float = option(0.003, "Adam learning rate", result=True)
+    lr: float | None = option(None, "Adam learning rate", result=True,
+                              show_default=_auto_shown("lr"))
     weight_decay: float = option(0.0, "Adam weight decay", result=True)
     amp: str = option("off", "mixed precision of the training forward pass and loss: off "
                       "(float32) | bf16 (torch.autocast to bfloat16, on CUDA and on CPU); exact "
@@ -221,7 +277,8 @@ class ModelConfig(Section):
         _choice(self, "model", MODELS)
         _choice(self, "amp", AMP_MODES)
         _positive_int(self, "hidden")
-        if not (_is_number(self.lr) and math.isfinite(self.lr) and self.lr > 0):
+        if self.lr is not None and not (_is_number(self.lr) and math.isfinite(self.lr)
+                                        and self.lr > 0):
             raise ConfigError(f"lr must be a positive finite number, got {self.lr!r}")
         if not (_is_number(self.dropout) and 0.0 <= self.dropout < 1.0):
             raise ConfigError(f"dropout must be in [0, 1), got {self.dropout!r}")
@@ -234,13 +291,25 @@ class ModelConfig(Section):
 
 @dataclass
 class RunConfig(Section):
-    epochs: int = option(5, "training epochs")
+    epochs: int | None = option(None, "training epochs", show_default=_auto_shown("epochs"))
     seed: int = _seed()
     device: str = option("auto", "cpu | cuda | cuda:N | auto (= cuda if available)")
     out: str = option("runs/train", "output folder: metrics.json, checkpoint.pt; one run at a "
                       "time (a second run into a folder in use is refused)")
     resume: bool = option(False, "continue from OUT/checkpoint.pt (the same configuration; "
                           "--epochs may grow)")
+    overwrite: bool = option(False, "write into an --out that already holds a run (its "
+                             "metrics.json and checkpoint.pt are replaced); without it or "
+                             "--resume such a folder is refused")
+    select: str = option("best-val", "which model the run reports and keeps: best-val (the "
+                         "evaluated epoch with the best validation score: val/test scores and "
+                         "the checkpoint's model weights come from it, recorded as "
+                         "selected_epoch) | last (the final epoch's model)")
+    metric: str = option("auto", "the validation/test score that --select compares and "
+                         "metrics.json reports as val_score/test_score: acc | rocauc (area "
+                         "under the ROC curve of class 1's probability; two classes only) | "
+                         "auto (rocauc for two classes, else acc); val_acc/test_acc are always "
+                         "accuracies")
     eval_every: int = option(1, "exact evaluation every N epochs; 0 = after the last only")
     eval_batch_edges: int = option(4_000_000, "edges per chunk of layer-wise inference")
     prefetch: int = option(2, "batches prepared ahead (sampled, gathered) in a background "
@@ -249,12 +318,18 @@ class RunConfig(Section):
     progress: bool = option(True, "no progress bars", flag="--no-progress")
 
     def validate(self):
-        _positive_int(self, "epochs")
+        if self.epochs is not None:  # None: by graph size (TrainConfig.resolved)
+            _positive_int(self, "epochs")
         _seed_ok(self.seed)
         resolve_device(self.device)
         for name in ("eval_every", "prefetch", "threads"):
             _int_at_least(self, name, 0)
         _positive_int(self, "eval_batch_edges")
+        _choice(self, "select", SELECT_MODES)
+        _choice(self, "metric", METRICS)
+        for name in ("resume", "overwrite"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if not isinstance(self.out, str) or not self.out.strip():
             raise ConfigError("--out must name a folder")
         out = Path(self.out)
@@ -345,6 +420,40 @@ class Config:
         for sec in cls.sections().values():
             add_section_arguments(parser, sec, exclude=exclude, required=required)
 
+    def resolved(self, num_nodes: int):
+        """This config with the size-based options left at None (``fanouts``, ``lr``,
+        ``epochs``, those of them it has) set from :data:`SIZE_DEFAULTS` for a graph of
+        ``num_nodes`` vertices (:func:`size_profile`), and the record of what was chosen
+        (``metrics.json``: ``defaults``): ``{"profile", "num_nodes", "small_below"
+        (:data:`SMALL_GRAPH_NODES`), "chosen": {name: value} (the options that were None),
+        "explicit": {name: value} (the ones given)}``. Given values always win; ``self`` is
+        not changed.
+
+        Example::
+
+            >>> cfg, rec = TrainConfig.of(lr=0.05).resolved(num_nodes=2_708)
+            >>> cfg.sampling.fanouts, cfg.model.lr, cfg.run.epochs
+            ([10, 10], 0.05, 50)
+            >>> rec["profile"], rec["chosen"], rec["explicit"]
+            ('small', {'fanouts': [10, 10], 'epochs': 50}, {'lr': 0.05})
+        """
+        out = copy.deepcopy(self)
+        profile = size_profile(num_nodes)
+        rec = {"profile": profile, "num_nodes": int(num_nodes),
+               "small_below": SMALL_GRAPH_NODES, "chosen": {}, "explicit": {}}
+        have = self.sections()
+        for name, section in _SIZE_SECTIONS.items():
+            if section not in have:
+                continue
+            sec = getattr(out, section)
+            if getattr(sec, name) is None:
+                value = copy.copy(SIZE_DEFAULTS[profile][name])
+                setattr(sec, name, value)
+                rec["chosen"][name] = copy.copy(value)
+            else:
+                rec["explicit"][name] = copy.copy(getattr(sec, name))
+        return out, rec
+
     def flat(self) -> dict:
         """Every field as ``{name: value}`` (what ``metrics.json`` records as ``config``)."""
         return {k: v for sec in asdict(self).values() for k, v in sec.items()}
@@ -405,7 +514,8 @@ class SamplerBenchOptions(Section):
     json: bool = option(False, "print one JSON line")
 
     def validate(self):
-        _positive_int(self, "epochs")
+        if self.epochs is not None:  # None: by graph size (TrainConfig.resolved)
+            _positive_int(self, "epochs")
         _int_at_least(self, "warmup", 0)
         _seed_ok(self.seed)
         _int_at_least(self, "threads", 0)

@@ -15,7 +15,8 @@ Names resolve in this order (:func:`load_dataset`):
 
 The data root is ``--data-root``, else ``$TWOPGRAPH_DATA``, else ``./datasets``
 (:func:`resolve_data_root`). Every failure a user can fix raises a one-line
-:class:`~twopgraph.errors.TwopgraphError`; malformed files raise
+:class:`~twopgraph.errors.TwopgraphError` (an unknown name, or a ``.npz`` not found, names the
+closest known datasets: "did you mean"); malformed files raise
 :class:`~twopgraph.errors.GraphFormatError`. Only exceptions of the kinds a download or a
 damaged file produces, raised inside ogb, are turned into such a line; any other exception
 (a bug, in twopgraph or in ogb) keeps its traceback.
@@ -117,7 +118,8 @@ def load_dataset(name: str, data_root=None, progress: bool = True,
     elif name.endswith(".npz"):
         path = _npz_file(name, root)
         if path is None:
-            raise TwopgraphError(f"dataset file not found: {name} (also looked in {root})")
+            raise TwopgraphError(f"dataset file not found: {name} (also looked in {root})"
+                                 f"{_did_you_mean(name, root)}")
         return _read_npz(path, None, symmetrize, root, progress)
     elif name in OGB_DATASETS:
         data = _load_ogb(name, root, progress)
@@ -125,8 +127,10 @@ def load_dataset(name: str, data_root=None, progress: bool = True,
         path = root / f"{name}.npz"
         if path.is_file():
             return _read_npz(path, name, symmetrize, root, progress)
-        raise ConfigError(f"unknown dataset {name!r}; known: {', '.join(_known_names(root))}, "
-                          f"a path to a .npz file or a store folder (data root: {root})")
+        hint = _did_you_mean(name, root)
+        raise ConfigError(f"unknown dataset {name!r}{hint}{' K' if hint else '; k'}nown: "
+                          f"{', '.join(_known_names(root))}, a path to a .npz file or a store "
+                          f"folder (data root: {root})")
     return _symmetrized(data, name) if symmetrize else data
 
 
@@ -198,6 +202,83 @@ def dataset_path(name: str, data_root=None) -> Path | None:
     return path if path.is_file() else None
 
 
+def dataset_identity(name: str, data_root=None) -> dict:
+    """What identifies dataset ``name`` without loading it (nothing is generated, converted or
+    downloaded): ``name`` (the name it loads under: a ``.npz`` path's stem), ``path`` (the
+    ``.npz`` it is read from, resolved; None if there is none yet), ``store`` (its store folder,
+    resolved: the folder given, or the one converted from ``path``; None if none) and
+    ``fingerprint`` (of its content, from a store up to date with its file; None if unknown).
+    The keys are those of a partition's ``meta.json`` ``source`` (:func:`same_dataset`)."""
+    root = resolve_data_root(data_root)
+    ident = {"name": name, "path": None, "store": None, "fingerprint": None}
+    folder = Path(name).expanduser()
+    if name not in _synthetic_presets() and is_store(folder):
+        ident["store"] = str(folder.resolve())
+        with contextlib.suppress(TwopgraphError):
+            ident["fingerprint"] = str(read_store_meta(folder)["fingerprint"])
+        return ident
+    if name.endswith(".npz"):
+        ident["name"] = Path(name).stem
+    path = dataset_path(name, data_root)
+    if path is None or not path.is_file():
+        return ident
+    ident["path"] = str(path.resolve())
+    store = store_folder(path, root)
+    if is_store(store):
+        with contextlib.suppress(TwopgraphError, OSError):
+            meta = read_store_meta(store)
+            src, st = meta.get("source") or {}, path.stat()
+            if (src.get("key") == _source_key(path, root) and src.get("size") == st.st_size
+                    and src.get("mtime_ns") == st.st_mtime_ns):
+                ident.update(store=str(store.resolve()), fingerprint=str(meta["fingerprint"]))
+    return ident
+
+
+def same_dataset(ident: dict, source: dict) -> bool:
+    """Whether :func:`dataset_identity` ``ident`` names the dataset described by ``source``
+    (same keys, e.g. a partition's ``meta.json`` ``source``): by content fingerprint where both
+    are known, else by file (the ``.npz`` or the store folder) where both are known, else by
+    name."""
+    if ident.get("fingerprint") and source.get("fingerprint"):
+        return ident["fingerprint"] == source["fingerprint"]
+    known = False
+    for key in ("path", "store"):
+        mine, theirs = ident.get(key), source.get(key)
+        if mine and theirs:
+            known = True
+            with contextlib.suppress(OSError):
+                if Path(mine).resolve() == Path(theirs).resolve() or \
+                        os.path.samefile(mine, theirs):
+                    return True
+    return not known and ident.get("name") == source.get("name")
+
+
+def source_dataset(source: dict) -> str:
+    """The ``--dataset`` value that names the dataset ``source`` describes (a partition's
+    ``meta.json`` ``source``): a preset or OGB name as such, else its ``.npz`` file, else its
+    store folder, else its name."""
+    name = str(source.get("name") or "")
+    if name in _synthetic_presets() or name in OGB_DATASETS:
+        return name
+    return str(source.get("path") or source.get("store") or name)
+
+
+def partition_dataset(name: str, data_root, partitions, source: dict, given: bool) -> str:
+    """The ``--dataset`` of a run on the partition folder ``partitions`` made from the dataset
+    ``source`` describes (its ``meta.json`` ``source``): the partition's own
+    (:func:`source_dataset`), or ``name`` as spelled when ``given`` (given explicitly) and the
+    same dataset (:func:`same_dataset`); another dataset given is refused in one line
+    (:class:`ConfigError`) naming both."""
+    if not given:
+        return source_dataset(source)
+    if not same_dataset(dataset_identity(name, data_root), source):
+        where = source.get("path") or source.get("store")
+        raise ConfigError(f"--dataset {name} is not the dataset the partition {partitions} was "
+                          f"made from ({source.get('name')}: {where}); leave --dataset out "
+                          f"(the partition's is used) or partition {name} first")
+    return name
+
+
 def list_datasets(data_root=None) -> list[dict]:
     """Every known dataset: presets, OGB names, then each ``*.npz`` in the data root.
 
@@ -249,6 +330,35 @@ def _known_names(root: Path) -> list[str]:
     if root.is_dir():
         names += sorted(p.stem for p in root.glob("*.npz") if p.stem not in names)
     return names
+
+
+def _did_you_mean(name: str, root: Path) -> str:
+    """``"; did you mean cora (datasets/cora.npz)?"`` for the known names closest to
+    ``name`` (presets, OGB names, ``*.npz`` in the data root, stores under it; letter case
+    ignored), or ``""`` when none is close."""
+    import difflib
+    import re
+    shown: dict[str, str] = {}  # name -> what to show
+    for n in list(_synthetic_presets()) + list(OGB_DATASETS):
+        shown.setdefault(n, n)
+    with contextlib.suppress(OSError):  # an unreadable data root: no names from it
+        for p in sorted(root.glob("*.npz")):
+            shown.setdefault(p.stem, f"{p.stem} ({p})")
+        stores = root / STORES_DIR
+        # converted stores, <stem>-<8 hex digits of the source path>: loaded by their folder
+        for p in sorted(stores.iterdir()) if stores.is_dir() else []:
+            stem = re.sub(r"-[0-9a-f]{8}$", "", p.name)
+            if stem not in shown and is_store(p):
+                shown[stem] = str(p)
+    typed = Path(name).name.removesuffix(".npz").lower()
+    keys = {k.lower(): k for k in shown}
+    score = {k: difflib.SequenceMatcher(None, typed, k).ratio() for k in keys}
+    best = max(score.values(), default=0.0)
+    if best < 0.6:
+        return ""
+    # the best and any about as close (at most three), best first
+    close = sorted((k for k in keys if score[k] >= best - 0.05), key=lambda k: -score[k])[:3]
+    return f"; did you mean {' or '.join(shown[keys[c]] for c in close)}?"
 
 
 def _read_npz(path: Path, name: str | None, symmetrize: bool, root: Path,

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+import logging
 from dataclasses import replace
 from pathlib import Path
 
@@ -38,7 +39,9 @@ from .protocols import SCHEDULERS
 from .rundir import check_data_root
 from .sampler.minibatch import MiniBatch
 from .sampler.schedule import RandomScheduler
-from .train import make_loader
+from .train import make_loader, needs_clusters
+
+log = logging.getLogger("twopgraph")
 
 SPLIT_NAMES = ("train", "val", "test")
 
@@ -63,11 +66,16 @@ class NodeLoader:
     - ``batch_size`` [1024]: seeds per batch (the last batch may be smaller);
     - ``split`` ["train"]: ``"train"``, ``"val"``, ``"test"``, or the seed vertex ids
       themselves (a 1-D integer array, or a boolean mask of length N);
-    - ``schedule`` ["random"]: ``"random"`` (a uniform shuffle per epoch, as DGL and PyG) or
+    - ``schedule`` ["auto"]: ``"random"`` (a uniform shuffle per epoch, as DGL and PyG),
       ``"locality"`` (batches of whole METIS clusters, label-balanced; the clusters are cached
       under ``DATA_ROOT/clusters``, where ``DATA_ROOT`` is ``data_root`` or
-      ``$TWOPGRAPH_DATA``; with neither, a locality loader is refused -- it never writes into
-      the working directory);
+      ``$TWOPGRAPH_DATA``; with neither they are computed in memory and not kept -- nothing
+      is written into the working directory) or ``"auto"`` (as ``twopgraph train``'s
+      default: locality where it cuts the input vertices per batch by a meaningful share,
+      measured on a few batches here, else random; clusters as for locality; with
+      ``shuffle=False``, random).
+      ``loader.schedule`` is the scheduler used, ``loader.schedule_choice`` the figures of
+      an ``auto`` decision (None otherwise);
     - ``shuffle`` [None = True for ``split="train"``, else False]: False keeps the seeds in
       the order given (sorted ids for a named split), the same batches' seeds every epoch
       (the neighbours sampled still differ per epoch); random schedule only;
@@ -112,7 +120,7 @@ class NodeLoader:
     """
 
     def __init__(self, data: GraphData, fanouts, batch_size: int = 1024, split="train",
-                 schedule: str = "random", shuffle: bool | None = None, seed: int = 0,
+                 schedule: str = "auto", shuffle: bool | None = None, seed: int = 0,
                  device="cpu", cache_policy: str = "none", cache_ratio: float | None = None,
                  prefetch: int = 2, threads: int = 0, data_root=None, *,
                  num_clusters: int = 0, balance: int = 16, sampler_device: str = "auto",
@@ -121,21 +129,27 @@ class NodeLoader:
             raise TypeError(f"NodeLoader takes a GraphData (GraphData.from_scipy, from_pyg, "
                             f"from_dgl, load_dataset), got {type(data).__name__}")
         _check_arrays(data)
+        if fanouts is None:
+            raise ConfigError("NodeLoader needs fanouts (neighbours per layer, input layer "
+                              "first, e.g. [10, 5]; -1 = all)")
         seeds = _seed_ids(split, data)
         named = isinstance(split, str)
         if shuffle is None:
             shuffle = named and split == "train"
         if not isinstance(shuffle, bool):
             raise ConfigError(f"shuffle must be True, False or None, got {shuffle!r}")
-        SCHEDULERS.check(schedule)
-        needs_clusters = getattr(SCHEDULERS.get(schedule), "needs_clusters", False)
-        if needs_clusters and not shuffle:
+        if schedule == "auto" and not shuffle:  # in-order batches: nothing to choose
+            schedule = "random"
+        if schedule != "auto":
+            SCHEDULERS.check(schedule)
+        clustered = needs_clusters(schedule)
+        if clustered and not shuffle:
             raise ConfigError(f"shuffle=False keeps the seeds in order, schedule {schedule!r} "
                               f"orders them by cluster; use schedule='random' with it")
         if isinstance(device, torch.device):
             device = str(device)
         # Labels of unlabelled seeds (-1) cannot be balanced over: plain cluster order then.
-        if needs_clusters and np.any(data.label[seeds] < 0):
+        if clustered and np.any(data.label[seeds] < 0):
             balance = 1
         self.config = TrainConfig.of(
             fanouts=fanouts, batch_size=batch_size, schedule=schedule,
@@ -151,12 +165,12 @@ class NodeLoader:
         self.epoch = 0
         view = data if seeds is data.train_idx else replace(data, train_idx=seeds, store=None)
         parts = None
-        if needs_clusters:
-            root = _cluster_root(data_root, schedule)
+        if clustered:
+            root = _cluster_root(data_root)
             s = self.config.sampling
             prep = prepare_locality(view, batch_size=s.batch_size, num_clusters=s.num_clusters,
                                     need_clusters=True, renumber_graph=False,
-                                    cache_dir=root / "clusters")
+                                    cache_dir=None if root is None else root / "clusters")
             parts = prep.clustering.parts
         self._loader = make_loader(
             self.config, view, self.device, parts=parts,
@@ -184,13 +198,25 @@ class NodeLoader:
         return self._loader.sampler
 
     @property
+    def schedule(self) -> str:
+        """The scheduler the batches come from (``"random"`` | ``"locality"``: ``"auto"``
+        resolved)."""
+        return self._loader.schedule
+
+    @property
+    def schedule_choice(self) -> dict | None:
+        """The figures of a ``schedule="auto"`` decision
+        (:class:`~twopgraph.sampler.autoschedule.ScheduleChoice`), None otherwise."""
+        return self._loader.schedule_choice
+
+    @property
     def stats(self) -> EpochStats:
         return self._loader.stats
 
     def __repr__(self) -> str:
         s = self.config.sampling
         return (f"NodeLoader({self.data.name or 'data'}, {self.seeds.shape[0]} seeds, "
-                f"fanouts={s.fanouts}, batch_size={s.batch_size}, schedule={s.schedule!r}, "
+                f"fanouts={s.fanouts}, batch_size={s.batch_size}, schedule={self.schedule!r}, "
                 f"shuffle={self.shuffle}, device={str(self.device)!r}, "
                 f"{len(self)} batches/epoch)")
 
@@ -240,14 +266,15 @@ def _seed_ids(split, data: GraphData) -> np.ndarray:
     return ids
 
 
-def _cluster_root(data_root, schedule: str) -> Path:
+def _cluster_root(data_root) -> Path | None:
     """Where a locality loader caches its clusters: ``data_root``, else ``$TWOPGRAPH_DATA``;
-    neither is a ConfigError (never the working directory)."""
+    with neither, None: the clusters are computed in memory and not kept (never the working
+    directory), said in one log line."""
     if data_root is None or str(data_root) == "":
         data_root = os.environ.get(DATA_ROOT_ENV, "")
     if not data_root:
-        raise ConfigError(f"NodeLoader(schedule={schedule!r}) caches METIS clusters under a "
-                          f"data root: pass data_root=... or set ${DATA_ROOT_ENV} (nothing is "
-                          f"written into the working directory)")
+        log.info("NodeLoader: METIS clusters computed in memory, not cached (pass data_root= "
+                 "or set $%s to keep them)", DATA_ROOT_ENV)
+        return None
     check_data_root(data_root)
     return Path(data_root).expanduser()

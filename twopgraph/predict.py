@@ -4,8 +4,10 @@
 process) or ``twopgraph train --partitions`` (distributed): the checkpoint records the model
 kind and sizes (``model_spec``) and the data it was trained on (``dataset``: name or store,
 data root, content fingerprint). A checkpoint of an older twopgraph, without them, is refused
-in one line (retrain), as is a missing, unreadable or foreign file. The checkpoint holds the
-weights of its last epoch.
+in one line (retrain), as is a missing, unreadable or foreign file. The model is the one the
+run reports (``--select``): the checkpoint's ``selected`` weights (e.g. the best validation
+epoch's), or, in a checkpoint without them (an older twopgraph), the weights of its last
+epoch.
 
 :func:`predict` runs exact layer-wise inference
 (:func:`~twopgraph.inference.layerwise_inference`) the way the training's evaluation did --
@@ -63,7 +65,10 @@ DATASET_KEYS = ("dataset", "data_root", "symmetrize", "name", "fingerprint", "nu
 class ModelCheckpoint:
     """A checkpoint read by :func:`read_model_checkpoint`: the rebuilt ``model`` (on the
     host, in eval mode), the run's ``config``, its ``kind`` ("single" | "distributed"), the
-    ``spec`` the model was built from, the ``dataset`` record, the file and its epochs."""
+    ``spec`` the model was built from, the ``dataset`` record, the file and its epochs, and
+    the epoch (0-based) whose weights the model holds (``selected_epoch``: the run's
+    selected model; None for a checkpoint without a selection, which holds its last
+    epoch's)."""
 
     model: BlockGNN
     config: TrainConfig
@@ -72,6 +77,7 @@ class ModelCheckpoint:
     dataset: dict
     path: Path
     epochs_done: int
+    selected_epoch: int | None = None
 
 
 def _first_line(e: BaseException) -> str:
@@ -104,11 +110,14 @@ def read_model_checkpoint(checkpoint) -> ModelCheckpoint:
                           f"model's sizes and its dataset, so the model cannot be rebuilt; "
                           f"retrain with this version")
     kind = ckpt.get("kind", "single")
+    selected = ckpt.get("selected")
     try:
         model = build_model(spec["model"], int(spec["num_features"]), int(spec["hidden"]),
                             int(spec["num_classes"]), int(spec["num_layers"]),
                             float(spec["dropout"]))
-        model.load_state_dict(ckpt["model"])
+        # the model the run reports (--select); the last epoch's in an older checkpoint
+        model.load_state_dict(ckpt["model"] if selected is None else selected["model"])
+        selected_epoch = None if selected is None else int(selected["epoch"])
         cfg = TrainConfig.from_dict(dict(ckpt["config"]))
     except (KeyError, TypeError, ValueError, RuntimeError) as e:  # ConfigError included
         raise ConfigError(f"{path}: the model cannot be rebuilt from it ({type(e).__name__}: "
@@ -117,14 +126,15 @@ def read_model_checkpoint(checkpoint) -> ModelCheckpoint:
         cfg.data = replace(cfg.data, dataset=ds["dataset"], symmetrize=False)
     model.eval()
     return ModelCheckpoint(model, cfg, kind, dict(spec), dict(ds), path,
-                           int(ckpt.get("epochs_done", 0)))
+                           int(ckpt.get("epochs_done", 0)), selected_epoch)
 
 
 def load_model(checkpoint) -> tuple[BlockGNN, TrainConfig]:
     """``(model, config)`` of a checkpoint of ``twopgraph train`` (single-process or
-    ``--partitions``): the model rebuilt on the host with the checkpoint's weights (its last
-    epoch), in eval mode, and the run's :class:`~twopgraph.config.TrainConfig` (a distributed
-    run's ``dataset`` is the store its partition was made from). Bad files: see
+    ``--partitions``): the model rebuilt on the host with the weights of the model the run
+    reports (``--select``: e.g. its best validation epoch's; see the module doc), in eval
+    mode, and the run's :class:`~twopgraph.config.TrainConfig` (a distributed run's
+    ``dataset`` is the store its partition was made from). Bad files: see
     :func:`read_model_checkpoint`.
 
     Example::
@@ -141,14 +151,16 @@ def load_model(checkpoint) -> tuple[BlockGNN, TrainConfig]:
 class Prediction:
     """What :func:`prediction` computed: ``values`` (class ids int64 (N,) or logits float32
     (N, C), original vertex order), ``val_acc`` / ``test_acc`` of the predictions (None for
-    an empty split; computed as the run computed its own), the dataset's name and whether
-    it is the one the checkpoint was trained on (``same_data``)."""
+    an empty split; computed as the run computed its own), the dataset's name, whether
+    it is the one the checkpoint was trained on (``same_data``), and the epoch whose model
+    predicted (``selected_epoch``; None for a checkpoint without a selection)."""
 
     values: np.ndarray
     val_acc: float | None
     test_acc: float | None
     dataset: str
     same_data: bool
+    selected_epoch: int | None = None
 
 
 def _load_data(mc: ModelCheckpoint, data: GraphData | None, dataset: str | None, data_root,
@@ -236,7 +248,7 @@ def prediction(checkpoint, data: GraphData | None = None, dataset: str | None = 
         out = to_original_order(out, perm)
     values = out.numpy().astype(np.float32, copy=True) if logits else \
         out.argmax(1).numpy().astype(np.int64, copy=False)
-    return Prediction(values, val_acc, test_acc, data.name, same)
+    return Prediction(values, val_acc, test_acc, data.name, same, mc.selected_epoch)
 
 
 def predict(checkpoint, data: GraphData | None = None, dataset: str | None = None,
@@ -269,7 +281,7 @@ def run_predict(cfg: PredictConfig) -> dict:
     """``twopgraph predict``: predict per ``cfg`` and write ``--out`` (a ``.npy`` file,
     atomically: no file when anything fails); returns the record the CLI prints (``out``,
     ``rows``, ``columns`` (logits only), ``kind``, ``dataset``, ``same_data``, ``val_acc``,
-    ``test_acc``)."""
+    ``test_acc``, ``selected_epoch``: the epoch whose model predicted)."""
     cfg.validate()
     p, d = cfg.predict, cfg.data
     out = Path(p.out)
@@ -283,5 +295,6 @@ def run_predict(cfg: PredictConfig) -> dict:
     if arr.ndim == 2:
         rec["columns"] = int(arr.shape[1])
     rec.update(kind="logits" if p.logits else "class_ids", dataset=res.dataset,
-               same_data=res.same_data, val_acc=res.val_acc, test_acc=res.test_acc)
+               same_data=res.same_data, val_acc=res.val_acc, test_acc=res.test_acc,
+               selected_epoch=res.selected_epoch)
     return rec

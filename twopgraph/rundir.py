@@ -12,6 +12,11 @@ written with one-line errors, and not left behind empty by a run that failed.
   NFS, of several. Where Python has no ``fcntl`` (Windows) the folder is **not** locked: two
   runs into one ``--out`` then overwrite each other's files, as before; a file system that
   refuses locks (``ENOLCK``) gets one warning and no lock.
+- **One run per folder**: a folder that already holds a run (:data:`RUN_FILES`: a
+  ``metrics.json`` or ``checkpoint.pt``) is refused (:func:`check_out`, one line) unless the
+  new run continues it (``--resume``) or replaces it (``--overwrite``: the old files are
+  removed as soon as the run holds the lock, so a new run that then fails never leaves the old
+  run's files looking like its own). An empty folder or one with other files is fine.
 - **Writability up front**: creating and writing the lock file is the probe: an ``--out`` that
   cannot be written (read-only, ``/proc/...``, a full disk) is refused before loading data.
   :func:`check_data_root` does the same for the data root, where a dataset must be generated
@@ -52,16 +57,44 @@ except ImportError:  # Windows: no flock, the folder is not locked (see the modu
 log = logging.getLogger("twopgraph")
 
 LOCK_NAME = ".twopgraph.lock"
+#: The files that mark a folder as holding a run (``metrics.json``, ``checkpoint.pt``: what
+#: :mod:`twopgraph.train` writes); a second run into it needs ``--resume`` or ``--overwrite``.
+RUN_FILES = ("metrics.json", "checkpoint.pt")
+
+
+def run_files(path: str | os.PathLike) -> list[str]:
+    """The :data:`RUN_FILES` present in the folder ``path`` (none if it does not exist)."""
+    return [name for name in RUN_FILES if (Path(path) / name).exists()]
+
+
+def check_out(path: str | os.PathLike, resume: bool = False, overwrite: bool = False,
+              flag: str = "--out") -> list[str]:
+    """Refuse (:class:`ConfigError`, one line) ``resume`` with ``overwrite``, and a folder
+    ``path`` that already holds a run (:func:`run_files`) unless ``resume`` or ``overwrite``;
+    returns the run files found. Reads only: :meth:`RunDir.claim` checks again under the
+    lock, and removes the files with ``overwrite``."""
+    if resume and overwrite:
+        raise ConfigError("--resume and --overwrite exclude each other: --resume continues the "
+                          f"run in {flag} {path}, --overwrite replaces it; give one of them")
+    held = run_files(path)
+    if held and not (resume or overwrite):
+        raise ConfigError(f"{flag} {path} already holds a run ({', '.join(held)}); give "
+                          f"--overwrite to replace it, --resume to continue it, or another "
+                          f"{flag}")
+    return held
 
 
 class RunDir:
     """The output folder ``path`` of one run, claimed by :meth:`claim` (or ``with``) and
     given back by :meth:`release` (see the module doc). ``flag`` names the option in
-    messages."""
+    messages; ``resume`` and ``overwrite`` (``--resume``, ``--overwrite``) allow a folder that
+    already holds a run (:func:`check_out`)."""
 
-    def __init__(self, path: str | os.PathLike, flag: str = "--out"):
+    def __init__(self, path: str | os.PathLike, flag: str = "--out", *, resume: bool = False,
+                 overwrite: bool = False):
         self.path = Path(path)
         self.flag = flag
+        self.resume, self.overwrite = resume, overwrite
         self.created: list[Path] = []  # folders this run created, outermost first
         self._fd: int | None = None
 
@@ -79,12 +112,20 @@ class RunDir:
 
     def claim(self) -> "RunDir":
         """Create the folder if needed and take its lock; :class:`ConfigError` if another
-        run holds it or the folder cannot be created or written."""
+        run holds it, if it holds a finished or stopped run (without ``resume`` or
+        ``overwrite``), or if it cannot be created or written. With ``overwrite``, the old
+        run's files are removed once the lock is held."""
+        if self.resume and self.overwrite:  # before creating anything
+            check_out(self.path, self.resume, self.overwrite, self.flag)
         try:
             self._make_folders()
             self._lock()
+            # under the lock (a run still writing the folder is refused as in use above)
+            held = check_out(self.path, self.resume, self.overwrite, self.flag)
+            if held and self.overwrite:
+                self._remove_run(held)
         except BaseException:
-            self._remove_created()
+            self.release(failed=True)
             raise
         return self
 
@@ -100,6 +141,16 @@ class RunDir:
             self._remove_created()
 
     # -- internals ----------------------------------------------------------------------------
+    def _remove_run(self, names: list[str]) -> None:
+        for name in names:
+            try:
+                (self.path / name).unlink(missing_ok=True)
+            except OSError as e:
+                raise ConfigError(f"--overwrite: cannot remove {self.path / name} "
+                                  f"({e.strerror or e})") from None
+        log.info("--overwrite: removed the previous run's %s from %s", ", ".join(names),
+                 self.path)
+
     def _make_folders(self) -> None:
         missing = []
         p = self.path

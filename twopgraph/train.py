@@ -2,15 +2,23 @@
 
 Outputs in ``out`` (written by :func:`train`):
 
-- ``checkpoint.pt`` -- after every epoch, atomically (temp file + rename): model, optimizer,
-  torch RNG state, the epochs done and the config that matters for resuming, and what
-  :func:`twopgraph.predict.load_model` rebuilds the model from (``model_spec``:
+- ``checkpoint.pt`` -- after every epoch, atomically (temp file + rename): the resume state
+  (``model``: the weights after the last epoch, optimizer, torch RNG state, the epochs done
+  and the config that matters for resuming), the selected model (``selected``: its epoch,
+  weights, figures and the ``--select``/``--metric`` that chose it; :class:`Selection`), and
+  what :func:`twopgraph.predict.load_model` rebuilds the model from (``model_spec``:
   :func:`model_record`; ``dataset``: :func:`dataset_record`);
 - ``metrics.json`` -- ``status`` (``running`` after an epoch, ``ok`` at the end,
-  ``diverged``), top-level ``val_acc``, ``test_acc`` (final model; null for a diverged one),
-  ``epochs`` (one object per epoch with the DESIGN.md metrics), the config, the dataset
-  summary and the process's ``peak_rss_mib`` / ``peak_pss_mib``; strict JSON (a NaN or
-  infinity is written as null).
+  ``diverged``); at the top level the selected model's (``--select``: ``best-val`` = the
+  evaluated epoch with the best validation score, ``last`` = the final epoch; the best so far
+  while running) ``val_acc``, ``test_acc`` (accuracies), ``val_score``, ``test_score`` (in
+  ``metric``: ``acc`` or ``rocauc``, from ``--metric``), ``selected_epoch`` (0-based),
+  ``metric`` and ``select`` (figures null for a diverged run); ``epochs`` (one object per
+  epoch with the DESIGN.md metrics; evaluated epochs also ``val_acc``, ``test_acc``,
+  ``val_score``, ``test_score``), the config, the dataset summary, the seed ``schedule``
+  used and ``schedule_choice`` (the figures of ``--schedule auto``'s decision, null for a
+  schedule given explicitly), and the process's ``peak_rss_mib`` / ``peak_pss_mib``; strict
+  JSON (a NaN or infinity is written as null).
 
 Exact evaluation (:func:`layerwise_inference`) may keep its intermediate N x hidden tables in
 scratch files in ``out`` when host memory is short: anonymous files (no name in the folder,
@@ -48,7 +56,7 @@ from .cache import PolicyContext, build_feature_source
 from .cache.feature_cache import activation_reserve_bytes, feat_dtype, resolve_budget
 from .cache.host import HostFeatures, host_tensor
 from .cache.readahead import worth_reading_ahead
-from .config import TrainConfig, resolve_device
+from .config import TrainConfig, describe_defaults, resolve_device
 from .errors import ConfigError, TrainingDiverged, TwopgraphError
 from .fingerprint import run_fingerprint
 from .graph import GraphData, atomic_write_bytes
@@ -61,6 +69,8 @@ from .inference import (  # noqa: F401 (API)
     edge_balanced_ranges,
     layerwise_inference,
     relabel_on_device,
+    resolve_metric,
+    score,
     table_place,
 )
 from .jit import configure_threading, thread_count
@@ -71,6 +81,7 @@ from .partition import prepare_locality, to_original_order
 from .protocols import SCHEDULERS
 from .rundir import RunDir, check_data_root, human_bytes, writing
 from .sampler import make_sampler, make_scheduler
+from .sampler.autoschedule import choose_schedule
 
 log = logging.getLogger("twopgraph")
 
@@ -160,25 +171,109 @@ def dataset_record(dataset: str | None, data_root, symmetrize: bool, name: str,
             "num_nodes": int(num_nodes)}
 
 
+class Selection:
+    """The model a run reports and keeps (``--select``), scored by ``metric`` (``acc`` |
+    ``rocauc``, resolved by :func:`~twopgraph.inference.resolve_metric`).
+
+    :meth:`offer` is given every evaluated epoch's record (``val_acc``, ``test_acc``,
+    ``val_score``, ``test_score``) and the model after it: ``last`` takes each one (the final
+    epoch is always evaluated), ``best-val`` the one with the highest ``val_score`` (ties:
+    the earliest; a null score -- empty split, one-class ROC-AUC -- loses to any number, and
+    while every score is null the latest is taken). It keeps a host copy of the selected
+    weights (:attr:`state`), which the checkpoint stores (:meth:`record`, key ``selected``),
+    so a resumed run selects as an uninterrupted one (:meth:`resumed`)."""
+
+    FIGURES = ("val_acc", "test_acc", "val_score", "test_score")
+
+    def __init__(self, select: str, metric: str):
+        self.select, self.metric = select, metric
+        self.epoch: int | None = None
+        self.figures: dict = dict.fromkeys(self.FIGURES)
+        self.state: dict | None = None
+        self.logits: torch.Tensor | None = None  # of the selected model, when at hand
+
+    @classmethod
+    def resumed(cls, select: str, metric: str, ckpt: dict | None, path=None) -> Selection:
+        """The selection of a run resuming ``ckpt`` (None: a fresh one); refuses
+        (ConfigError) a checkpoint that selected by another rule or metric, and a
+        ``best-val`` resume of a checkpoint written before selection existed (its earlier
+        epochs' weights are gone)."""
+        sel = cls(select, metric)
+        if ckpt is None:
+            return sel
+        rec = ckpt.get("selected")
+        if rec is None:
+            if select == "best-val" and any("val_acc" in e for e in ckpt["epochs_log"]):
+                raise ConfigError(f"--resume: {path} was written by an older twopgraph, "
+                                  f"without the selected model: resume it with --select "
+                                  f"last, or retrain")
+            return sel
+        if (rec["select"], rec["metric"]) != (select, metric):
+            raise ConfigError(f"--resume: {path} selected its model by --select "
+                              f"{rec['select']} --metric {rec['metric']}; this run asks "
+                              f"--select {select} --metric {metric} (resume with the same)")
+        sel.epoch, sel.state = int(rec["epoch"]), rec["model"]
+        sel.figures = {k: rec[k] for k in cls.FIGURES}
+        return sel
+
+    def offer(self, rec: dict, model, logits: torch.Tensor | None = None) -> bool:
+        """Consider the evaluated epoch ``rec`` of ``model`` (its ``logits`` kept when it is
+        taken); returns whether it is the selected one now."""
+        new, old = rec.get("val_score"), self.figures["val_score"]
+        take = (self.select == "last" or self.epoch is None or old is None
+                or (new is not None and new > old))
+        if take:
+            self.epoch = int(rec["epoch"])
+            self.figures = {k: rec.get(k) for k in self.FIGURES}
+            self.state = {k: v.detach().to("cpu", copy=True)
+                          for k, v in model.state_dict().items()}
+            self.logits = logits
+        return take
+
+    def record(self) -> dict | None:
+        """The checkpoint's ``selected`` entry (None before any evaluated epoch)."""
+        if self.epoch is None:
+            return None
+        return {"epoch": self.epoch, "model": self.state, "select": self.select,
+                "metric": self.metric, **self.figures}
+
+    def summary(self) -> dict:
+        """The top-level keys of ``metrics.json`` (see :func:`write_metrics`)."""
+        return {**self.figures, "metric": self.metric, "select": self.select,
+                "selected_epoch": self.epoch}
+
+
+def score_epoch(rec: dict, metric: str, logits: torch.Tensor, labels: torch.Tensor,
+                data: GraphData, warned: set | None = None) -> dict:
+    """Add an evaluated epoch's ``val_acc``, ``test_acc`` (accuracies) and ``val_score``,
+    ``test_score`` (``metric``) of ``logits`` to ``rec``; returns it."""
+    for split, idx in (("val", data.val_idx), ("test", data.test_idx)):
+        rec[f"{split}_acc"] = accuracy(logits, labels, idx)
+        rec[f"{split}_score"] = (rec[f"{split}_acc"] if metric == "acc" else
+                                 score(metric, logits, labels, idx, warned=warned))
+    return rec
+
+
 def write_metrics(out: Path, cfg: TrainConfig, device, plan: ThreadPlan, epochs_log: list,
-                  final: tuple | None = None, *, status: str | None = None, **extra) -> None:
-    """``out/metrics.json``: ``final`` = (val_acc, test_acc) of the final model; before that,
-    the last evaluated epoch's. ``status``: ``running`` (default before ``final``), ``ok``
-    (default with it) or ``diverged`` (no accuracies: the model's weights are not finite).
+                  selection: Selection, *, final: bool = False, status: str | None = None,
+                  **extra) -> None:
+    """``out/metrics.json``: the ``selection``'s figures at the top level (``val_acc``,
+    ``test_acc``, ``val_score``, ``test_score`` of the selected epoch -- the best so far
+    while running --, ``metric``, ``select``, ``selected_epoch``); ``final`` once training
+    has ended. ``status``: ``running`` (default before ``final``), ``ok`` (default with it)
+    or ``diverged`` (no figures, no selected epoch: the model's weights are not finite).
     ``extra`` adds (or replaces) top-level keys. Memory: ``peak_rss_mib`` and ``peak_pss_mib``
     of this process (:mod:`twopgraph.metrics`; PSS counts the pages of a memory-mapped store
     shared with other processes in part; null where it cannot be read)."""
-    last = next((e for e in reversed(epochs_log) if "val_acc" in e), {})
-    val_acc, test_acc = final if final is not None else (last.get("val_acc"), last.get("test_acc"))
     if status is None:
-        status = "running" if final is None else "ok"
+        status = "ok" if final else "running"
+    chosen = selection.summary()
     if status == "diverged":
-        val_acc = test_acc = None
+        chosen.update(dict.fromkeys(Selection.FIGURES), selected_epoch=None)
     metrics = {
         "status": status,
-        "val_acc": val_acc,
-        "test_acc": test_acc,
-        "final": final is not None,
+        **chosen,
+        "final": bool(final),
         "epochs": epochs_log,
         "config": cfg.flat(),
         "device": str(device),
@@ -190,6 +285,16 @@ def write_metrics(out: Path, cfg: TrainConfig, device, plan: ThreadPlan, epochs_
     }
     with writing(out / METRICS):
         write_json(out / METRICS, metrics)
+
+
+def final_line(selection: Selection, path: Path) -> str:
+    """The log line of a run's end: the selected epoch and its figures (4 decimals)."""
+    f = selection.figures
+    scores = "" if selection.metric == "acc" else \
+        f"  val_{selection.metric} {_fmt(f['val_score'])}  test_{selection.metric} " \
+        f"{_fmt(f['test_score'])}"
+    return (f"final ({selection.select}: epoch {selection.epoch})  val_acc "
+            f"{_fmt(f['val_acc'])}  test_acc {_fmt(f['test_acc'])}{scores}  -> {path}")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -239,11 +344,17 @@ def resolve_sampler_device(choice: str, device, graph, share: float = 0.25,
 
 def make_loader(cfg: TrainConfig, data: GraphData, device, *, parts=None,
                 batch_size: int | None = None, sampler=None, wrap_scheduler=None,
-                threads: int | None = None, rows=None, feat=None) -> Loader:
+                threads: int | None = None, rows=None, feat=None,
+                combine_schedule_figures=None) -> Loader:
     """The training :class:`~twopgraph.loader.Loader` of ``cfg`` over ``data``: the sampler of
     ``--sampler-device`` (:func:`resolve_sampler_device`: ``neighbor`` on the host or
     ``device`` on the training GPU; unless ``sampler`` is given), the scheduler of ``cfg``
-    (``parts`` = the METIS cluster of every vertex; ``wrap_scheduler`` may wrap it), and the
+    (``parts`` = the METIS cluster of every vertex; ``wrap_scheduler`` may wrap it;
+    ``--schedule auto`` is decided here by
+    :func:`~twopgraph.sampler.autoschedule.choose_schedule` on that sampler, its figures
+    mapped by ``combine_schedule_figures`` when given -- a distributed run sums them over its
+    ranks; the loader's ``schedule`` is the scheduler used, ``schedule_choice`` the decision's
+    record, None for a schedule given by name), and the
     feature source of the cache options, whose default CUDA budget leaves the model's
     activations free (:func:`~twopgraph.cache.feature_cache.activation_reserve_bytes`,
     reported as ``activation_reserve_bytes`` per epoch). ``batch_size`` and ``threads``
@@ -265,12 +376,24 @@ def make_loader(cfg: TrainConfig, data: GraphData, device, *, parts=None,
         else:
             sampler = make_sampler("device", data.graph, s.fanouts, seed=cfg.run.seed,
                                    device=where)
-    scheduler = make_scheduler(s.schedule, data.train_idx, batch_size, seed=cfg.run.seed,
+    plan = ThreadPlan.for_threads(threads, cfg.run.prefetch)
+    torch_sampler = getattr(sampler, "device", None) is not None
+    schedule, choice = s.schedule, None
+    if schedule == "auto":
+        if parts is None:
+            raise ConfigError("--schedule auto compares the locality scheduler with random: "
+                              "it needs the METIS cluster of every vertex (parts=, see "
+                              "locality_for)")
+        choice = choose_schedule(sampler, data.train_idx, batch_size, cfg.run.seed,
+                                 parts=parts, labels=data.label, balance=s.balance,
+                                 workers=1 if torch_sampler else plan.total,
+                                 combine=combine_schedule_figures)
+        schedule = choice.schedule
+        log.info("%s", choice.describe())
+    scheduler = make_scheduler(schedule, data.train_idx, batch_size, seed=cfg.run.seed,
                                balance=s.balance, parts=parts, labels=data.label)
     if wrap_scheduler is not None:
         scheduler = wrap_scheduler(scheduler)
-    plan = ThreadPlan.for_threads(threads, cfg.run.prefetch)
-    torch_sampler = getattr(sampler, "device", None) is not None
     # Pre-sampling policies (presample) read host ids: a device sampler's are copied back
     # (HostIdSampler), and it samples in one thread (its ops use torch's threads or the GPU).
     ctx = PolicyContext(data.graph, data.train_idx, s.fanouts, batch_size, scheduler=scheduler,
@@ -312,6 +435,8 @@ def make_loader(cfg: TrainConfig, data: GraphData, device, *, parts=None,
     loader = Loader(scheduler, sampler, features, host_tensor(data.label), device,
                     prefetch=cfg.run.prefetch, threads=threads)
     loader.activation_reserve_bytes = reserve
+    loader.schedule = schedule
+    loader.schedule_choice = None if choice is None else choice.as_dict()
     return loader
 
 
@@ -329,11 +454,20 @@ def eval_features(data: GraphData, loader: Loader):
 
 @dataclass
 class TrainResult:
+    """What :func:`train` returns: the selected model's (``--select``) ``val_acc`` and
+    ``test_acc`` (accuracies), ``val_score`` / ``test_score`` (``metric``) and its ``logits``
+    (N x C, the caller's vertex ids), ``selected_epoch`` (0-based), and every epoch's
+    record."""
+
     val_acc: float | None
     test_acc: float | None
     epochs: list[dict]
     out: Path
     logits: torch.Tensor | None = None
+    val_score: float | None = None
+    test_score: float | None = None
+    metric: str = "acc"
+    selected_epoch: int | None = None
 
 
 def train(cfg: TrainConfig, data: GraphData | None = None) -> TrainResult:
@@ -346,7 +480,9 @@ def train(cfg: TrainConfig, data: GraphData | None = None) -> TrainResult:
     device = resolve_device(cfg.run.device)
     if data is None:
         check_data_root(cfg.data.data_root, cfg.data.dataset)
-    with RunDir(cfg.run.out):  # held until the run ends: a second run into it is refused
+    # held until the run ends: a second run into it is refused, and so is a folder holding
+    # a run unless --resume or --overwrite (which removes the old files here)
+    with RunDir(cfg.run.out, resume=cfg.run.resume, overwrite=cfg.run.overwrite):
         return _train(cfg, data, device)
 
 
@@ -357,6 +493,12 @@ def _train(cfg: TrainConfig, data: GraphData | None, device) -> TrainResult:
         data = cfg.data.load(progress=run.progress)  # validated, --symmetrize applied
     else:  # a caller's GraphData: checked like a file (dtypes, labels, undirected graph)
         data.validate()
+    # --fanouts/--lr/--epochs left at None: by graph size; before the signature, so that a
+    # resumed run resolves (and fingerprints) them the same
+    cfg, defaults = cfg.resolved(data.num_nodes)
+    run = cfg.run
+    if (line := describe_defaults(defaults)) is not None:
+        log.info("%s", line)
     out = Path(run.out)
     signature = run_signature(cfg.result_params(), data.fingerprint())
     # what load_model / predict rebuild the model and find its data from (original ids)
@@ -372,6 +514,8 @@ def _train(cfg: TrainConfig, data: GraphData | None, device) -> TrainResult:
     if ckpt is not None:
         torch.set_rng_state(ckpt["torch_rng"])
         log.info("resuming from %s after epoch %d", out / CHECKPOINT, start_epoch)
+    metric = resolve_metric(run.metric, data.num_classes)
+    sel = Selection.resumed(run.select, metric, ckpt, out / CHECKPOINT)
 
     prep = locality_for(data, [cfg.sampling.schedule], cfg)
     data = prep.data
@@ -379,7 +523,10 @@ def _train(cfg: TrainConfig, data: GraphData | None, device) -> TrainResult:
                          parts=None if prep.clustering is None else prep.clustering.parts)
     feat = eval_features(data, loader)
     labels = loader.labels
-    logits = None
+    summary = data.summary()
+    info = {"dataset": summary, "schedule": getattr(loader, "schedule", cfg.sampling.schedule),
+            "schedule_choice": getattr(loader, "schedule_choice", None), "defaults": defaults}
+    warned: set = set()  # the one-class ROC-AUC warning is logged once
 
     with loader.plan.applied():
         for epoch in range(start_epoch, run.epochs):
@@ -387,33 +534,42 @@ def _train(cfg: TrainConfig, data: GraphData | None, device) -> TrainResult:
                 rec = train_epoch(model, opt, loader, epoch, run.progress, amp=cfg.model.amp)
                 check_finite_weights(model, opt, rec)
             except TrainingDiverged as e:
-                write_diverged(out, cfg, device, loader.plan, epochs_log, e,
-                               dataset=data.summary())
+                write_diverged(out, cfg, device, loader.plan, epochs_log, e, sel, **info)
                 raise
             if evaluates_after(cfg, epoch):
                 t = time.perf_counter()
                 logits = layerwise_inference(model, loader.sampler, feat, device,
                                              run.eval_batch_edges, scratch_dir=out)
-                rec["val_acc"] = accuracy(logits, labels, data.val_idx)
-                rec["test_acc"] = accuracy(logits, labels, data.test_idx)
+                score_epoch(rec, metric, logits, labels, data, warned)
                 rec["eval_s"] = time.perf_counter() - t
+                # the selected model's logits are kept (no copy); others are dropped here,
+                # so at most two N x C tables live during the next evaluation
+                sel.offer(rec, model, logits)
+                del logits
             epochs_log.append(rec)
-            log_epoch(rec)
+            log_epoch(rec, metric)
             save_checkpoint(out, model, opt, signature, epochs_log,
-                            torch_rng=torch.get_rng_state(), config=cfg.flat(), **rebuild)
-            write_metrics(out, cfg, device, loader.plan, epochs_log, dataset=data.summary())
+                            torch_rng=torch.get_rng_state(), config=cfg.flat(),
+                            selected=sel.record(), **rebuild)
+            write_metrics(out, cfg, device, loader.plan, epochs_log, sel, **info)
 
-        if logits is None:  # resumed a finished run: evaluate the final model again
+        if sel.epoch is None:  # resumed a finished run of a checkpoint without a selection
             logits = layerwise_inference(model, loader.sampler, feat, device,
                                          run.eval_batch_edges, scratch_dir=out)
-    val_acc = accuracy(logits, labels, data.val_idx)
-    test_acc = accuracy(logits, labels, data.test_idx)
-    write_metrics(out, cfg, device, loader.plan, epochs_log, (val_acc, test_acc), status="ok",
-                  dataset=data.summary())
-    log.info("final  val_acc %s  test_acc %s  -> %s", _fmt(val_acc), _fmt(test_acc), out / METRICS)
+            sel.offer(score_epoch({"epoch": run.epochs - 1}, metric, logits, labels, data,
+                                  warned), model, logits)
+            del logits
+        if sel.logits is None:  # selected before a resume: evaluate its weights again
+            model.load_state_dict(sel.state)
+            sel.logits = layerwise_inference(model, loader.sampler, feat, device,
+                                             run.eval_batch_edges, scratch_dir=out)
+    write_metrics(out, cfg, device, loader.plan, epochs_log, sel, final=True, **info)
+    log.info("%s", final_line(sel, out / METRICS))
+    logits, f = sel.logits, sel.figures
     if prep.perm is not None:  # report per-vertex results in the caller's ids
         logits = to_original_order(logits, prep.perm)
-    return TrainResult(val_acc, test_acc, epochs_log, out, logits)
+    return TrainResult(f["val_acc"], f["test_acc"], epochs_log, out, logits, f["val_score"],
+                       f["test_score"], metric, sel.epoch)
 
 
 def diverged(epoch: int, step: int, loss: float, opt, what: str = "") -> TrainingDiverged:
@@ -435,15 +591,16 @@ def check_finite_weights(model, opt, rec: dict) -> None:
 
 
 def write_diverged(out: Path, cfg: TrainConfig, device, plan: ThreadPlan, epochs_log: list,
-                   err: TrainingDiverged, **extra) -> None:
+                   err: TrainingDiverged, selection: Selection, **extra) -> None:
     """``metrics.json`` of a run stopped by ``err``: ``"status": "diverged"``, where
-    (``diverged``: epoch, step, loss as text), no accuracies. A failure to write it is logged:
-    the divergence stays the error reported."""
+    (``diverged``: epoch, step, loss as text), no accuracies or scores (``selection`` gives
+    the metric and the rule). A failure to write it is logged: the divergence stays the error
+    reported."""
     record = {"epoch": err.epoch, "step": err.step, "loss": f"{err.loss:g}",
               "message": str(err)}
     try:
-        write_metrics(out, cfg, device, plan, epochs_log, status="diverged", diverged=record,
-                      **extra)
+        write_metrics(out, cfg, device, plan, epochs_log, selection, status="diverged",
+                      diverged=record, **extra)
     except TwopgraphError as w:
         log.warning("%s", w)
 
@@ -471,15 +628,21 @@ def build_training(cfg: TrainConfig, data: GraphData, device, ckpt: dict | None 
     return model, opt, list(ckpt["epochs_log"]), ckpt["epochs_done"]
 
 
+def needs_clusters(schedule: str) -> bool:
+    """Whether the scheduler ``schedule`` (a name, or ``auto``, which measures the locality
+    scheduler) needs the METIS cluster of every vertex."""
+    return schedule == "auto" or getattr(SCHEDULERS.get(schedule), "needs_clusters", False)
+
+
 def locality_for(data: GraphData, schedules, cfg):
     """:func:`~twopgraph.partition.prepare_locality` for runs using ``schedules`` (scheduler
-    names) with the sampling options of ``cfg``: METIS clusters when one of them needs them
-    or ``renumber``, cached under DATA_ROOT/clusters."""
+    names, or ``auto``) with the sampling options of ``cfg``: METIS clusters when one of them
+    needs them (:func:`needs_clusters`) or ``renumber``, cached under DATA_ROOT/clusters."""
     from .datasets import resolve_data_root
     s = cfg.sampling
     return prepare_locality(
         data, batch_size=s.batch_size, num_clusters=s.num_clusters,
-        need_clusters=any(getattr(SCHEDULERS.get(n), "needs_clusters", False) for n in schedules),
+        need_clusters=any(needs_clusters(n) for n in schedules),
         renumber_graph=s.renumber, cache_dir=resolve_data_root(cfg.data.data_root) / "clusters")
 
 
@@ -487,10 +650,14 @@ def _fmt(v) -> str:
     return "-" if v is None else f"{v:.4f}"
 
 
-def log_epoch(rec: dict) -> None:
-    log.info("epoch %d  loss %.4f  val_acc %s  epoch_s %.2f  sample_s %.2f  load_s %.2f  "
+def log_epoch(rec: dict, metric: str = "acc") -> None:
+    """The log line of an epoch (its validation ``metric`` besides the accuracy when that is
+    not ``acc``)."""
+    extra = "" if metric == "acc" or "val_score" not in rec else \
+        f"  val_{metric} {_fmt(rec['val_score'])}"
+    log.info("epoch %d  loss %.4f  val_acc %s%s  epoch_s %.2f  sample_s %.2f  load_s %.2f  "
              "compute_s %.2f  inputs/batch %.0f", rec["epoch"], rec["loss"],
-             _fmt(rec.get("val_acc")), rec["epoch_s"], rec["sample_s"], rec["load_s"],
+             _fmt(rec.get("val_acc")), extra, rec["epoch_s"], rec["sample_s"], rec["load_s"],
              rec["compute_s"], rec["input_nodes_per_batch"])
 
 

@@ -56,7 +56,7 @@ import torch
 from ..cache import (CacheDirectory, FeatureCache, PolicyContext, belady_min, feat_dtype,
                      make_policy, replay)
 from ..cache.directory import announced
-from ..config import BenchCacheConfig
+from ..config import BenchCacheConfig, describe_defaults
 from ..jit import thread_count
 from ..loader import Loader
 from ..metrics import ratio, transfer_metrics
@@ -294,11 +294,14 @@ def format_table(rows: list[dict]) -> str:
 def run(cfg: BenchCacheConfig) -> int:
     """``twopgraph bench cache``: measure, write ``cache.csv`` (and ``cache.png``), print."""
     cfg.validate()
+    data = cfg.data.load()
+    cfg, defaults = cfg.resolved(data.num_nodes)  # --fanouts by graph size
+    if (line := describe_defaults(defaults)) is not None:
+        log.info("%s", line)
     s, b = cfg.sampling, cfg.bench
     options = {"presample": {"epochs": b.presample_epochs}}
     if b.lookahead is not None:
         options["layer"] = {"lookahead": b.lookahead}
-    data = cfg.data.load()
     prep = locality_for(data, b.schedules, cfg)
     parts = None if prep.clustering is None else prep.clustering.parts
     rows = run_bench(prep.data, b.policies, b.ratios, b.schedules, s.fanouts, s.batch_size,

@@ -9,26 +9,42 @@ as one JSON line; otherwise :func:`format_record` prints one aligned, rounded li
 
 from __future__ import annotations
 
+import logging
 import statistics
 import time
 
-from ..config import BenchSamplerConfig
-from ..loader import Loader
+from ..config import BenchSamplerConfig, describe_defaults
+from ..loader import Loader, ThreadPlan
 from ..sampler import make_sampler, make_scheduler
+from ..sampler.autoschedule import choose_schedule
 from ..train import locality_for
+
+log = logging.getLogger("twopgraph")
 
 
 def run(cfg: BenchSamplerConfig) -> dict:
-    """The ``bench sampler`` record (see the README for its keys)."""
+    """The ``bench sampler`` record (see the README for its keys; ``schedule`` is the
+    scheduler sampled, ``schedule_choice`` the figures of a ``--schedule auto`` decision,
+    ``defaults`` what ``--fanouts`` left at its default became for the graph's size)."""
     cfg.validate()
-    s, b = cfg.sampling, cfg.bench
     data = cfg.data.load()
+    cfg, defaults = cfg.resolved(data.num_nodes)  # --fanouts by graph size
+    if (line := describe_defaults(defaults)) is not None:
+        log.info("%s", line)
+    s, b = cfg.sampling, cfg.bench
     prep = locality_for(data, [s.schedule], cfg)
     data = prep.data
+    parts = None if prep.clustering is None else prep.clustering.parts
     sampler = make_sampler("neighbor", data.graph, s.fanouts, seed=b.seed)
-    sched = make_scheduler(s.schedule, data.train_idx, s.batch_size, seed=b.seed,
-                           balance=s.balance, labels=data.label,
-                           parts=None if prep.clustering is None else prep.clustering.parts)
+    schedule, choice = s.schedule, None
+    if schedule == "auto":
+        choice = choose_schedule(sampler, data.train_idx, s.batch_size, b.seed, parts=parts,
+                                 labels=data.label, balance=s.balance,
+                                 workers=ThreadPlan.for_threads(b.threads).total)
+        schedule = choice.schedule
+        log.info("%s", choice.describe())
+    sched = make_scheduler(schedule, data.train_idx, s.batch_size, seed=b.seed,
+                           balance=s.balance, labels=data.label, parts=parts)
     loader = Loader(sched, sampler, threads=b.threads)
     times, stats = [], None
     for e in range(b.warmup + b.epochs):
@@ -38,7 +54,9 @@ def run(cfg: BenchSamplerConfig) -> dict:
             times.append(time.perf_counter() - t)
     epoch_s = statistics.median(times)
     return {
-        "dataset": data.name, "schedule": s.schedule, "fanouts": s.fanouts,
+        "dataset": data.name, "schedule": schedule,
+        "schedule_choice": None if choice is None else choice.as_dict(),
+        "defaults": defaults, "fanouts": s.fanouts,
         "batch_size": s.batch_size, "threads": loader.plan.total,
         "num_batches": stats.num_batches, "num_seeds": stats.num_seeds,
         "seeds_per_s": stats.num_seeds / epoch_s, "sample_epoch_s": epoch_s,

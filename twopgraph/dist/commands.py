@@ -64,10 +64,15 @@ def _check_out_folder(out) -> None:
         raise ConfigError(f"--out {out}: {parent} is not writable")
 
 
-def run_partitioned(cfg, argv: list[str]) -> int | None:
+def run_partitioned(cfg, argv: list[str], dataset_given: bool | None = None) -> int | None:
     """``twopgraph train --partitions``: launch torchrun (``--nproc`` outside torchrun) or
     train as this torchrun rank. Returns the exit code, or None without ``--partitions``.
-    ``argv`` is the command line, passed on to the workers.
+    ``argv`` is the command line, passed on to the workers; ``dataset_given``: whether it
+    names ``--dataset`` (see :func:`~twopgraph.datasets.partition_dataset`).
+
+    A run refused before it starts is refused here, before torchrun starts: an ``--out``
+    that already holds a run (without ``--resume`` or ``--overwrite``,
+    :func:`~twopgraph.rundir.check_out`) and a ``--dataset`` that is not the partition's.
 
     The launcher checks every part (:func:`~twopgraph.partition.selfdep.verify_partition`)
     before it starts any rank, so a damaged partition is refused in one line; each rank
@@ -78,13 +83,21 @@ def run_partitioned(cfg, argv: list[str]) -> int | None:
     cfg.validate()  # refuse bad flags once, before any worker starts
     if d.partitions is None:
         return None
+    if dataset_given is None:  # not from the command line: given unless the default
+        from ..config import DataConfig
+        dataset_given = cfg.data.dataset != DataConfig().dataset
     if d.nproc is not None and "RANK" not in os.environ:
+        from ..datasets import partition_dataset
         from ..partition.selfdep import read_meta, verify_partition
+        from ..rundir import check_out
         from .launch import launch
+        check_out(cfg.run.out, cfg.run.resume, cfg.run.overwrite)  # rank 0 checks it again
         meta = read_meta(d.partitions)  # refuse a stale partition up front
         parts = meta["num_parts"]
         if d.nproc != parts:
             raise ConfigError(f"{d.partitions} has {parts} parts; use --nproc {parts}")
+        partition_dataset(cfg.data.dataset, cfg.data.data_root, d.partitions, meta["source"],
+                          given=dataset_given)
         verify_partition(d.partitions, meta)
         return launch(d.nproc, argv)
     from .env import detect
@@ -95,7 +108,7 @@ def run_partitioned(cfg, argv: list[str]) -> int | None:
         if d.nproc is not None and d.nproc != env.world_size:
             raise ConfigError(f"--nproc {d.nproc} but torchrun started {env.world_size} "
                               "processes")
-        res = train_distributed(cfg, d.partitions, env=env)
+        res = train_distributed(cfg, d.partitions, env=env, dataset_given=dataset_given)
     except TwopgraphError as e:
         if not report_rank_error(env.rank, e):
             raise  # not started by `--nproc`: the CLI prints it

@@ -16,7 +16,9 @@ rows name. Where the rows come from:
   folder is removed when evaluation ends (also when it fails). Across machines the hidden
   table is all-reduced (``N x width`` per rank and layer; logged once);
 - the last layer is not exchanged: each rank counts the correct val/test predictions of its
-  own vertices and the counts are summed.
+  own vertices and the counts are summed; for ROC-AUC (:func:`evaluate_scores` with
+  ``metric="rocauc"``) each rank's class-1 scores and labels of its val/test vertices are
+  gathered (one value and one flag per vertex of the splits) and every rank ranks them all.
 
 The result equals single-process :func:`~twopgraph.inference.layerwise_inference` on the whole
 graph (up to float rounding). Like it, a last layer that shrinks the width (hidden -> classes)
@@ -44,7 +46,8 @@ import torch.distributed as dist
 from ..models import BlockGNN
 from ..partition.selfdep import Part, _gather_rows
 from ..sampler.minibatch import Block
-from ..inference import EVAL_CHUNK_BYTES, edge_balanced_ranges
+from ..inference import (EVAL_CHUNK_BYTES, ONE_CLASS_KEY, edge_balanced_ranges,
+                         positive_scores, rocauc)
 
 log = logging.getLogger("twopgraph")
 
@@ -161,7 +164,6 @@ def _from_projection(conv, block: Block, table: np.ndarray, src: np.ndarray, row
     return conv.from_projection(block, tuple(parts), s, s + int(rows.shape[0]))
 
 
-@torch.no_grad()
 def evaluate_distributed(model: BlockGNN, part: Part, device, batch_edges: int = 4_000_000,
                          feat_dtype: torch.dtype | None = None, scratch_dir=None,
                          shared: bool | None = None) -> tuple[float | None, float | None]:
@@ -171,6 +173,61 @@ def evaluate_distributed(model: BlockGNN, part: Part, device, batch_edges: int =
     scratch folder of the hidden layers (default: the system's temporary folder); ``shared``
     forces (True) or refuses (False) the shared scratch, None = shared when every rank runs
     on this machine. Every rank must call it (collective)."""
+    res = evaluate_scores(model, part, device, batch_edges, feat_dtype, scratch_dir, shared)
+    return res["val_acc"], res["test_acc"]
+
+
+def evaluate_scores(model: BlockGNN, part: Part, device, batch_edges: int = 4_000_000,
+                    feat_dtype: torch.dtype | None = None, scratch_dir=None,
+                    shared: bool | None = None, metric: str = "acc",
+                    warned: set | None = None) -> dict:
+    """:func:`evaluate_distributed` with the run's ``metric`` (``acc`` | ``rocauc``): the
+    same on every rank, ``{"val_acc", "test_acc", "val_score", "test_score"}``. A split
+    with one class only has no ROC-AUC (None; rank 0 logs a warning, once per ``warned``
+    set). Collective."""
+    pred, pos = _last_layer(model, part, device, batch_edges, feat_dtype, scratch_dir, shared,
+                            keep_scores=metric == "rocauc")
+    store, owned = part.store, np.asarray(part.owned, dtype=np.int64)
+    counts, mine = [], []
+    for idx in (part.data.val_idx, part.data.test_idx):
+        at = np.array(part.owned_positions(idx), dtype=np.int64)  # a private copy
+        lab = np.asarray(store.label[owned[at]], dtype=np.int64)
+        counts += [float((pred[torch.from_numpy(at)] == torch.from_numpy(lab)).sum()),
+                   float(at.shape[0])]
+        if pos is not None:
+            mine.append((pos[at], lab == 1))
+    tot = torch.tensor(counts, dtype=torch.float64, device=device)
+    dist.all_reduce(tot)
+    c = tot.cpu().tolist()
+    res = {"val_acc": c[0] / c[1] if c[1] else None, "test_acc": c[2] / c[3] if c[3] else None}
+    if metric == "acc":
+        res.update(val_score=res["val_acc"], test_score=res["test_acc"])
+        return res
+    if metric != "rocauc":
+        raise ValueError(f"unknown metric {metric!r}; known: acc, rocauc")
+    every = [None] * dist.get_world_size()
+    dist.all_gather_object(every, mine)  # in rank order: the same arrays on every rank
+    for k, split in enumerate(("val", "test")):
+        s = np.concatenate([r[k][0] for r in every])
+        y = np.concatenate([r[k][1] for r in every])
+        auc = rocauc(s, y) if s.shape[0] else None
+        if auc is None and s.shape[0] and dist.get_rank() == 0 and \
+                (warned is None or ONE_CLASS_KEY not in warned):
+            if warned is not None:
+                warned.add(ONE_CLASS_KEY)
+            log.warning("ROC-AUC is undefined on a split whose %d vertices all have one "
+                        "class: its score is null", s.shape[0])
+        res[f"{split}_score"] = auc
+    return res
+
+
+@torch.no_grad()
+def _last_layer(model: BlockGNN, part: Part, device, batch_edges: int,
+                feat_dtype: torch.dtype | None, scratch_dir, shared: bool | None,
+                keep_scores: bool = False) -> tuple[torch.Tensor, np.ndarray | None]:
+    """The predicted class of each owned vertex (int64, in ``part.owned`` order) and, with
+    ``keep_scores``, its class-1 score (:func:`~twopgraph.inference.positive_scores`,
+    float64); see :func:`evaluate_distributed`. Collective."""
     was_training = model.training
     model.eval()
     store = part.store
@@ -203,7 +260,7 @@ def evaluate_distributed(model: BlockGNN, part: Part, device, batch_edges: int =
                  "N x width table is all-reduced")
         tables = ReducedTables(n, device)
     table, dtype = store.feat, feat_dtype
-    preds = []
+    preds, scores = [], []
     try:
         for i in range(model.num_layers):
             last = i == model.num_layers - 1
@@ -223,6 +280,8 @@ def evaluate_distributed(model: BlockGNN, part: Part, device, batch_edges: int =
                                     _rows(table, rows, device, dtype))
                 if last:
                     preds.append(y.argmax(1).cpu())
+                    if keep_scores:
+                        scores.append(positive_scores(y))
                 elif project:
                     out[rows] = torch.cat(convs[i + 1].project(y), dim=1).cpu().numpy()
                 else:
@@ -235,12 +294,6 @@ def evaluate_distributed(model: BlockGNN, part: Part, device, batch_edges: int =
         tables.close()
     model.train(was_training)
     pred = torch.cat(preds) if preds else torch.zeros(0, dtype=torch.int64)
-    counts = []
-    for idx in (part.data.val_idx, part.data.test_idx):
-        pos = np.array(part.owned_positions(idx), dtype=np.int64)  # a private copy
-        lab = torch.from_numpy(np.asarray(store.label[owned[pos]], dtype=np.int64))
-        counts += [float((pred[torch.from_numpy(pos)] == lab).sum()), float(pos.shape[0])]
-    tot = torch.tensor(counts, dtype=torch.float64, device=device)
-    dist.all_reduce(tot)
-    c = tot.cpu().tolist()
-    return (c[0] / c[1] if c[1] else None), (c[2] / c[3] if c[3] else None)
+    if not keep_scores:
+        return pred, None
+    return pred, (np.concatenate(scores) if scores else np.zeros(0, dtype=np.float64))

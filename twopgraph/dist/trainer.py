@@ -44,6 +44,7 @@ Example (inside ``torchrun --nproc-per-node 4``)::
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 import re
 import threading
@@ -57,18 +58,20 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from ..rng import mix_key
-from ..config import TrainConfig
+from ..config import DataConfig, TrainConfig, describe_defaults
+from ..datasets import partition_dataset
 from ..errors import ConfigError, TrainingDiverged, TwopgraphError
 from ..loader import available_cores
 from ..metrics import PssMonitor, peak_rss_mib, transfer_metrics
 from ..partition.selfdep import Part, load_part, read_meta
 from ..rundir import RunDir
 from ..sampler import make_sampler
-from ..train import (CHECKPOINT, METRICS, build_training, dataset_record, diverged,
-                     evaluates_after, log_epoch, make_loader, model_record, read_checkpoint,
-                     run_signature, save_checkpoint, train_epoch, write_diverged, write_metrics)
+from ..train import (CHECKPOINT, METRICS, Selection, build_training, dataset_record, diverged,
+                     evaluates_after, final_line, log_epoch, make_loader, model_record,
+                     read_checkpoint, resolve_metric, run_signature, save_checkpoint,
+                     train_epoch, write_diverged, write_metrics)
 from .env import DistEnv, detect, process_group, rank_device
-from .evaluate import evaluate_distributed
+from .evaluate import evaluate_scores
 
 log = logging.getLogger("twopgraph")
 
@@ -180,20 +183,33 @@ class FixedSteps:
 
 @dataclass
 class DistResult:
+    """What :func:`train_distributed` returns on every rank: the selected model's
+    (``--select``) ``val_acc``, ``test_acc`` (accuracies), ``val_score``, ``test_score``
+    (``metric``) and ``selected_epoch``; every epoch's record; ``model``: the rank's replica
+    after the last epoch (the selected weights are in the checkpoint)."""
+
     val_acc: float | None
     test_acc: float | None
     epochs: list[dict]
     out: Path
     rank: int
     model: torch.nn.Module
+    val_score: float | None = None
+    test_score: float | None = None
+    metric: str = "acc"
+    selected_epoch: int | None = None
 
 
-def train_distributed(cfg: TrainConfig, partitions, *, env: DistEnv | None = None) -> DistResult:
+def train_distributed(cfg: TrainConfig, partitions, *, env: DistEnv | None = None,
+                      dataset_given: bool | None = None) -> DistResult:
     """Train per ``cfg`` on the partition folder ``partitions`` as rank ``env.rank`` of
     ``env.world_size`` (default: from the torchrun variables). The partition must have
-    ``world_size`` parts; the dataset, ``num_clusters`` and ``renumber`` are taken from it.
-    Collectives wait at most ``cfg.dist.dist_timeout`` seconds for the other ranks. Every rank
-    returns the same accuracies; ``model`` is its replica (identical on all ranks).
+    ``world_size`` parts; the dataset, ``num_clusters`` and ``renumber`` are taken from it
+    (``metrics.json`` records the partition's dataset; a ``cfg.data.dataset`` given explicitly
+    -- ``dataset_given``, None: when not the default -- that is another dataset is refused:
+    :func:`~twopgraph.datasets.partition_dataset`). Collectives wait at most
+    ``cfg.dist.dist_timeout`` seconds for the other ranks. Every rank returns the same
+    accuracies; ``model`` is its replica (identical on all ranks).
     """
     cfg.validate()
     if cfg.sampling.sampler_device == "cuda":
@@ -202,6 +218,13 @@ def train_distributed(cfg: TrainConfig, partitions, *, env: DistEnv | None = Non
     env = detect() if env is None else env
     timeout_s = cfg.dist.dist_timeout
     meta = read_meta(partitions)
+    if dataset_given is None:
+        dataset_given = cfg.data.dataset != DataConfig().dataset
+    cfg = copy.deepcopy(cfg)  # the caller's stays as given
+    cfg.data.dataset = partition_dataset(cfg.data.dataset, cfg.data.data_root, partitions,
+                                         meta["source"], dataset_given)
+    # --fanouts/--lr/--epochs left at None: by the whole graph's size (logged in _run)
+    cfg, defaults = cfg.resolved(meta["source"]["num_nodes"])
     if meta["num_parts"] != env.world_size:
         raise ConfigError(f"{partitions} has {meta['num_parts']} parts but the run has "
                           f"{env.world_size} processes; use --nproc {meta['num_parts']} "
@@ -213,8 +236,10 @@ def train_distributed(cfg: TrainConfig, partitions, *, env: DistEnv | None = Non
     device = rank_device(cfg.run.device, env)
     with _quiet_unless_main(env), process_group(env, device, timeout_s) as backend:
         try:
-            with _own_out(cfg.run.out, env), PssMonitor() as pss:
-                return _run(cfg, Path(partitions), meta, env, device, backend, pss)
+            with _own_out(cfg.run.out, env, cfg.run.resume, cfg.run.overwrite), \
+                    PssMonitor() as pss:
+                return _run(cfg, Path(partitions), meta, env, device, backend, pss,
+                            defaults)
         except dist.DistError as e:  # a collective failed: a peer died, hung or timed out
             raise _lost_peer(env, timeout_s, e) from None
         except RuntimeError as e:
@@ -240,13 +265,15 @@ def _quiet_unless_main(env: DistEnv):
 
 
 @contextlib.contextmanager
-def _own_out(out, env: DistEnv):
-    """Rank 0 claims ``out`` (:class:`~twopgraph.rundir.RunDir`) for the block; every rank
-    learns the outcome (one broadcast), so a refusal stops all of them with rank 0's line.
-    The other ranks never touch the lock: the ``--nproc`` launcher does not either."""
+def _own_out(out, env: DistEnv, resume: bool = False, overwrite: bool = False):
+    """Rank 0 claims ``out`` (:class:`~twopgraph.rundir.RunDir`: ``resume`` / ``overwrite``
+    allow a folder that already holds a run; ``overwrite`` removes its files) for the block;
+    every rank learns the outcome (one broadcast), so a refusal stops all of them with rank
+    0's line. The other ranks never touch the lock: the ``--nproc`` launcher does not either
+    (it only checks, :func:`~twopgraph.rundir.check_out`, before it starts torchrun)."""
     rundir, refusal = None, None
     if env.is_main:
-        rundir = RunDir(out)
+        rundir = RunDir(out, resume=resume, overwrite=overwrite)
         try:
             rundir.claim()
         except ConfigError as e:
@@ -305,13 +332,18 @@ def memory_metrics(ranks: list[tuple]) -> dict:
 
 
 def _run(cfg: TrainConfig, folder: Path, meta: dict, env: DistEnv, device, backend,
-         pss: PssMonitor) -> DistResult:
+         pss: PssMonitor, defaults: dict | None = None) -> DistResult:
     world, rank = env.world_size, env.rank
     run = cfg.run
+    if defaults is not None and (line := describe_defaults(defaults)) is not None:
+        log.info("%s", line)
     out = Path(run.out)
     sig = _signature(cfg, meta, world)
     ckpt = (read_checkpoint(out / CHECKPOINT, sig, run.epochs, kind="distributed")
             if run.resume else None)
+    metric = resolve_metric(run.metric, meta["source"]["num_classes"])
+    # every rank selects alike (the evaluation's figures are global); rank 0 saves it
+    sel = Selection.resumed(run.select, metric, ckpt, out / CHECKPOINT)
     t = time.perf_counter()
     # memory-mapped: the part's structure, and the store's features (and, for a global part,
     # its CSR), are shared through the page cache by the ranks of this machine
@@ -333,16 +365,19 @@ def _run(cfg: TrainConfig, folder: Path, meta: dict, env: DistEnv, device, backe
     steps = -(-sum(p["num_train"] for p in meta["parts"]) // (local_bs * world))
     sampler = PartSampler(part, cfg.sampling.fanouts, seed=run.seed)
     # features: local id v reads the store's row part.rows[v] (a global part: row v)
+    # --schedule auto: every rank measures its part's batches; the decision is made on the
+    # figures summed over the ranks, so all ranks use the same scheduler
     loader = make_loader(cfg, data, device, parts=part.cluster, batch_size=local_bs,
                          sampler=sampler, wrap_scheduler=lambda s: FixedSteps(s, steps),
-                         threads=_rank_threads(run.threads, device, env), rows=part.rows)
+                         threads=_rank_threads(run.threads, device, env), rows=part.rows,
+                         combine_schedule_figures=lambda f: summed_over_ranks(f, world))
     progress = run.progress and env.is_main
-    val_acc = test_acc = None
-    evaluated = False
+    warned: set = set()  # the one-class ROC-AUC warning is logged once
 
-    def evaluate():
-        return evaluate_distributed(model, part, device, run.eval_batch_edges,
-                                    feat_dtype=loader.features.dtype, scratch_dir=out)
+    def evaluate() -> dict:
+        return evaluate_scores(model, part, device, run.eval_batch_edges,
+                               feat_dtype=loader.features.dtype, scratch_dir=out,
+                               metric=metric, warned=warned)
 
     extra = dict(distributed={"world_size": world, "backend": backend,
                               "batch_size_per_rank": local_bs},
@@ -350,7 +385,10 @@ def _run(cfg: TrainConfig, folder: Path, meta: dict, env: DistEnv, device, backe
                      "partition_id", "num_parts", "hops", "replication_factor",
                      "edge_cut", "edge_cut_fraction", "num_clusters")}
                  | {"source": meta["source"]["name"], "store": meta["source"]["store"],
-                    "representation": [p["representation"] for p in meta["parts"]]})
+                    "representation": [p["representation"] for p in meta["parts"]]},
+                 dataset=dataset_summary(part) if env.is_main else None,
+                 schedule=getattr(loader, "schedule", cfg.sampling.schedule),
+                 schedule_choice=getattr(loader, "schedule_choice", None))
 
     # what load_model / predict rebuild the model and find its data from: the source store
     # (original ids) the partition was made from
@@ -359,8 +397,8 @@ def _run(cfg: TrainConfig, folder: Path, meta: dict, env: DistEnv, device, backe
                "dataset": dataset_record(src["store"], cfg.data.data_root, False, src["name"],
                                          src["fingerprint"], src["num_nodes"])}
 
-    def metrics(final=None, memory=None):
-        write_metrics(out, cfg, device, loader.plan, epochs_log, final, **extra,
+    def metrics(final=False, memory=None):
+        write_metrics(out, cfg, device, loader.plan, epochs_log, sel, final=final, **extra,
                       **(memory or {}))
 
     with loader.plan.applied():
@@ -380,33 +418,50 @@ def _run(cfg: TrainConfig, folder: Path, meta: dict, env: DistEnv, device, backe
             err = _divergence(ranks, model, opt)
             if err is not None:  # every rank sees the same records and weights: all stop
                 if env.is_main:
-                    write_diverged(out, cfg, device, loader.plan, epochs_log, err, **extra)
+                    write_diverged(out, cfg, device, loader.plan, epochs_log, err, sel,
+                                   **extra)
                 raise err
             total = _total(ranks)
-            evaluated = False
             if evaluates_after(cfg, epoch):
                 t = time.perf_counter()
-                val_acc, test_acc = evaluate()
-                evaluated = True
-                total.update(val_acc=val_acc, test_acc=test_acc, eval_s=time.perf_counter() - t)
+                total.update(evaluate(), eval_s=time.perf_counter() - t)
+                sel.offer(total, model)  # the same figures on every rank: the same choice
             total["ranks"] = ranks
             epochs_log.append(total)
             if env.is_main:
-                log_epoch(total)
+                log_epoch(total, metric)
                 log.info("epoch %d  remote_graph_requests %d  halo_input_rows %d", epoch,
                          total["remote_graph_requests"], total["halo_input_rows"])
                 save_checkpoint(out, model, opt, sig, epochs_log, kind="distributed",
-                                config=cfg.flat(), **rebuild)
+                                config=cfg.flat(), selected=sel.record(), **rebuild)
                 metrics()
 
-        if not evaluated:  # resumed a finished run: evaluate the final model again
-            val_acc, test_acc = evaluate()
+        if sel.epoch is None:  # resumed a finished run of a checkpoint without a selection
+            sel.offer({"epoch": run.epochs - 1, **evaluate()}, model)
     mem = [None] * world
     dist.all_gather_object(mem, (peak_rss_mib(), pss.stop()))
     if env.is_main:
-        metrics((val_acc, test_acc), memory_metrics(mem))
-        log.info("final  val_acc %s  test_acc %s  -> %s", val_acc, test_acc, out / METRICS)
-    return DistResult(val_acc, test_acc, epochs_log, out, rank, model)
+        metrics(True, memory_metrics(mem))
+        log.info("%s", final_line(sel, out / METRICS))
+    f = sel.figures
+    return DistResult(f["val_acc"], f["test_acc"], epochs_log, out, rank, model,
+                      f["val_score"], f["test_score"], metric, sel.epoch)
+
+
+def dataset_summary(part: Part) -> dict:
+    """The ``dataset`` entry of a distributed ``metrics.json``: the summary of the whole
+    dataset the partition was made from (its store: :meth:`GraphData.summary`, as a
+    single-process run records), named as in the partition's ``meta.json``."""
+    return {**part.store.summary(), "name": part.meta["source"]["name"]}
+
+
+def summed_over_ranks(figures: dict, world: int) -> dict:
+    """``figures`` (:func:`~twopgraph.sampler.autoschedule.measure`'s, of this rank) summed
+    over the ``world`` ranks key by key (``seconds``: the largest), the same on every rank
+    (one ``all_gather_object``)."""
+    every = [None] * world
+    dist.all_gather_object(every, figures)
+    return {k: (max if k == "seconds" else sum)(f[k] for f in every) for k in figures}
 
 
 def _divergence(ranks: list[dict], model, opt) -> TrainingDiverged | None:
