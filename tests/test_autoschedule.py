@@ -105,16 +105,17 @@ def test_decision_is_deterministic_and_leaves_global_rng_alone():
 
 
 def test_decide_threshold_and_summed_figures():
-    f = {"locality_inputs": 800, "locality_batches": 10, "random_inputs": 1000,
+    f = {"locality_inputs": 600, "locality_batches": 10, "random_inputs": 1000,
          "random_batches": 10, "seconds": 0.5}
-    assert decide(f).schedule == "locality"  # 0.8 <= 0.8
-    assert decide({**f, "locality_inputs": 801}).schedule == "random"
-    assert decide(f, threshold=0.7).schedule == "random"
+    assert AUTO_THRESHOLD == 0.6
+    assert decide(f).schedule == "locality"  # 0.6 <= 0.6
+    assert decide({**f, "locality_inputs": 601}).schedule == "random"
+    assert decide(f, threshold=0.5).schedule == "random"
     c = decide(f)
     assert (c.ratio, c.locality_inputs_per_batch, c.random_inputs_per_batch, c.batches) == \
-        (pytest.approx(0.8), 80.0, 100.0, 10)
+        (pytest.approx(0.6), 60.0, 100.0, 10)
     line = c.describe()
-    assert line.startswith("schedule auto -> locality:") and "ratio 0.80 <= 0.80" in line
+    assert line.startswith("schedule auto -> locality:") and "ratio 0.60 <= 0.60" in line
     assert "10 batches" in line
 
 
@@ -195,9 +196,14 @@ def test_nodeloader_auto(tmp_path, monkeypatch):
     # in-order batches: nothing to choose, no clusters needed
     ordered = NodeLoader(data, [3, 3], batch_size=50, split="test", schedule="auto")
     assert ordered.schedule == "random" and ordered.schedule_choice is None
+    # without a data root the clusters are computed in memory: nothing written, same choice
     monkeypatch.delenv("TWOPGRAPH_DATA", raising=False)
-    with pytest.raises(ConfigError, match="data root"):  # clusters need a root
-        NodeLoader(data, [3, 3], schedule="auto")
+    monkeypatch.chdir(tmp_path / "clusters")
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    default = NodeLoader(data, [3, 3], batch_size=50, threads=1, num_clusters=40)
+    assert default.schedule == "locality"
+    assert default.schedule_choice["ratio"] == loader.schedule_choice["ratio"]
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before
     with pytest.raises(ConfigError, match="needs fanouts"):
         NodeLoader(data, None)
 
@@ -210,11 +216,11 @@ def _rank(rank, port, out_dir):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=2)
     try:
-        # rank 0 alone would choose locality (ratio 0.5), rank 1 random (ratio 1.0);
-        # together: (500 + 1500) / (1000 + 1500) = 0.8 -> locality, on both
-        mine = [{"locality_inputs": 500, "locality_batches": 8, "random_inputs": 1000,
+        # rank 0 alone would choose locality (ratio 0.2), rank 1 random (ratio 0.87);
+        # together: (200 + 1300) / (1000 + 1500) = 0.6 -> locality, on both
+        mine = [{"locality_inputs": 200, "locality_batches": 8, "random_inputs": 1000,
                  "random_batches": 8, "seconds": 0.1},
-                {"locality_inputs": 1500, "locality_batches": 8, "random_inputs": 1500,
+                {"locality_inputs": 1300, "locality_batches": 8, "random_inputs": 1500,
                  "random_batches": 8, "seconds": 0.3}][rank]
         choice = decide(summed_over_ranks(mine, 2))
         with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
@@ -233,8 +239,8 @@ def test_ranks_decide_on_figures_summed_over_ranks(tmp_path):
     assert [p.exitcode for p in ctx.processes] == [0, 0]
     r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
     assert r0 == r1
-    assert r0["schedule"] == "locality" and r0["ratio"] == pytest.approx(0.8)
-    assert r0["locality_inputs_per_batch"] == 2000 / 16 and r0["seconds"] == 0.3
+    assert r0["schedule"] == "locality" and r0["ratio"] == pytest.approx(0.6)
+    assert r0["locality_inputs_per_batch"] == 1500 / 16 and r0["seconds"] == 0.3
 
 
 def test_measure_counts_each_scheduler():

@@ -100,6 +100,8 @@ def cmd_train(a) -> int:
         return code
     res = train(cfg)
     print(json.dumps({"val_acc": res.val_acc, "test_acc": res.test_acc,
+                      "metric": res.metric, "val_score": res.val_score,
+                      "test_score": res.test_score, "selected_epoch": res.selected_epoch,
                       "metrics": str(res.out / "metrics.json")}))
     return 0
 
