@@ -9,7 +9,11 @@ Each side runs in its own process, one after the other, with the same thread cou
 - twopgraph: ``twopgraph bench sampler`` (sampling-only epochs) and ``twopgraph train``
   (training epochs, exact evaluation of the final model);
 - DGL: ``scripts/dgl_baseline.py`` in the DGL venv (``NeighborSampler`` + ``DataLoader`` +
-  ``SAGEConv``, exact layer-wise inference).
+  ``SAGEConv``, or ``GraphConv`` with twopgraph's GCN normalisation for ``--model gcn``; exact
+  layer-wise inference).
+
+Both sides evaluate the final model only (``--eval-every 0``): the accuracies are the last
+epoch's. ``scripts/recipes.py`` compares the default recipes with best-validation selection.
 
 Prints a table of both sides and the ratio twopgraph / DGL (below 1 = twopgraph is faster /
 smaller) for: sampling-only epoch (median of timed epochs after a warm-up), training epoch
@@ -47,6 +51,7 @@ def twopgraph_cmd(*args: str) -> list[str]:
 def add_side_by_side_args(p: argparse.ArgumentParser) -> None:
     """Flags every DGL-vs-twopgraph script shares: data, model, hyperparameters, DGL venv."""
     p.add_argument("--dataset", default="synthetic-small", help="name or .npz path")
+    p.add_argument("--model", choices=["sage", "gcn"], default="sage")
     p.add_argument("--data-root", default=None)
     p.add_argument("--fanouts", default="15,10,5")
     p.add_argument("--batch-size", type=int, default=1024)
@@ -105,9 +110,10 @@ def main(argv=None) -> int:
         dg.update(sample_epoch_s=d["sample_epoch_s"], seeds_per_s=d["seeds_per_s"],
                   input_nodes_per_batch=d["input_nodes_per_batch"])
     if a.mode in ("train", "both"):
-        hp = ["--epochs", str(a.epochs), "--hidden", str(a.hidden), "--lr", str(a.lr),
-              "--dropout", str(a.dropout)]
-        with tempfile.TemporaryDirectory() as out:
+        hp = ["--model", a.model, "--epochs", str(a.epochs), "--hidden", str(a.hidden),
+              "--lr", str(a.lr), "--dropout", str(a.dropout)]
+        with tempfile.TemporaryDirectory() as tmp:
+            out = str(Path(tmp) / "run")  # a fresh folder: train refuses one holding a run
             run_json(twopgraph_cmd("train", "--dataset", npz, "--out", out, "--no-progress",
                                    "--eval-every", "0", "--device", "cpu", *hp, *common,
                                    *tp_only), env)
@@ -128,8 +134,8 @@ def main(argv=None) -> int:
             "test_acc", "val_acc", "peak_rss_mib"]
     res["ratio"] = {k: tp[k] / dg[k] for k in rows
                     if isinstance(tp.get(k), (int, float)) and dg.get(k)}
-    print(f"\n{res['dataset']}  fanouts {a.fanouts}  batch {a.batch_size}  threads {a.threads}  "
-          f"twopgraph schedule {a.schedule}")
+    print(f"\n{res['dataset']}  model {a.model}  fanouts {a.fanouts}  batch {a.batch_size}  "
+          f"threads {a.threads}  twopgraph schedule {a.schedule}")
     print(f"{'metric':<24}{'twopgraph':>14}{'DGL 1.1.3':>14}{'ratio':>10}")
     for k in rows:
         if k in tp or k in dg:
