@@ -402,7 +402,8 @@ def test_pss_monitor_keeps_the_peak(tmp_path):
     assert base is not None and base > 0
     with PssMonitor(interval=0.01) as mon:
         block = np.ones(64 << 20, dtype=np.uint8)  # 64 MiB, touched
-        time.sleep(0.1)
+        # held for 1 s: the thread waits PSS_COST_RATIO x a read (a few ms here) between reads
+        time.sleep(1.0)
         del block
         time.sleep(0.05)
     assert mon.peak_mib >= base + 48 and mon._thread is None
@@ -413,3 +414,28 @@ def test_pss_monitor_keeps_the_peak(tmp_path):
     assert process_pss_monitor() is process_pss_monitor()
     with pytest.raises(ValueError, match="interval"):
         PssMonitor(interval=0)
+
+
+def test_pss_monitor_waits_in_proportion_to_the_cost_of_a_read(monkeypatch):
+    """A slow read (a process with a large store mapped) spaces the samples out: at most
+    1 / PSS_COST_RATIO of a core goes to reading PSS, whatever ``interval`` asks."""
+    from twopgraph import metrics
+    calls = []
+    real = metrics.current_pss_mib
+
+    def slow_read(path=metrics.SMAPS_ROLLUP):
+        if path != "fake-smaps":  # another monitor of this process (process_pss_monitor)
+            return real(path)
+        calls.append(time.perf_counter())
+        time.sleep(0.02)
+        return 100.0
+
+    monkeypatch.setattr(metrics, "current_pss_mib", slow_read)
+    mon = metrics.PssMonitor(interval=0.001, path="fake-smaps").start()
+    time.sleep(1.5)
+    mon._stop.set()
+    mon._thread.join()
+    gaps = np.diff(calls[1:])  # calls[0]: the read of start(), before the thread
+    assert len(gaps) >= 1
+    assert gaps.min() >= metrics.PSS_COST_RATIO * 0.02  # 0.5 s between reads, not 0.001 s
+    assert len(calls) <= 1 + 1.5 / (metrics.PSS_COST_RATIO * 0.02) + 1
