@@ -69,22 +69,28 @@ def _json(text: str) -> dict:
 
 
 # -- reproduction ----------------------------------------------------------------------------
-def test_predict_reproduces_the_runs_accuracy(trained, root, tmp_path, capsys):
-    out, metrics = trained
+def _predict_scores_the_run(out, metrics, root, tmp_path, capsys) -> tuple[dict, np.ndarray]:
+    """`twopgraph predict` on the run in ``out``: its record and class ids reproduce the
+    run's val/test accuracy to the last digit (the file in the dataset's original order)."""
     preds = tmp_path / "preds.npy"
     rc, o, err = run_cli(["predict", "--checkpoint", out / "checkpoint.pt", "--out", preds],
                          capsys)
     assert rc == 0, err
     rec = _json(o)
     assert rec["test_acc"] == metrics["test_acc"] and rec["val_acc"] == metrics["val_acc"]
-    assert rec["rows"] == 2000 and rec["kind"] == "class_ids" and rec["same_data"]
-    # the file, in the dataset's original order, scores the run's test_acc to the last digit
     pred = np.load(preds)
-    assert pred.dtype == np.int64 and pred.shape == (2000,)
     data = load_dataset("synthetic-tiny", root, progress=False)
     label = np.asarray(data.label)
     assert _float32_acc(pred, label, data.test_idx) == metrics["test_acc"]
     assert _float32_acc(pred, label, data.val_idx) == metrics["val_acc"]
+    return rec, pred
+
+
+def test_predict_reproduces_the_runs_accuracy(trained, root, tmp_path, capsys):
+    out, metrics = trained
+    rec, pred = _predict_scores_the_run(out, metrics, root, tmp_path, capsys)
+    assert rec["rows"] == 2000 and rec["kind"] == "class_ids" and rec["same_data"]
+    assert pred.dtype == np.int64 and pred.shape == (2000,)
 
 
 def test_predict_uses_the_selected_model_of_a_best_val_run(root, tmp_path, capsys):
@@ -95,17 +101,8 @@ def test_predict_uses_the_selected_model_of_a_best_val_run(root, tmp_path, capsy
     last = len(metrics["epochs"]) - 1
     assert metrics["select"] == "best-val" and metrics["selected_epoch"] < last  # the setup
     assert metrics["test_acc"] != metrics["epochs"][last]["test_acc"]
-    preds = tmp_path / "preds.npy"
-    rc, o, err = run_cli(["predict", "--checkpoint", out / "checkpoint.pt", "--out", preds],
-                         capsys)
-    assert rc == 0, err
-    rec = _json(o)
-    assert rec["test_acc"] == metrics["test_acc"] and rec["val_acc"] == metrics["val_acc"]
+    rec, _ = _predict_scores_the_run(out, metrics, root, tmp_path, capsys)
     assert rec["selected_epoch"] == metrics["selected_epoch"]
-    data = load_dataset("synthetic-tiny", root, progress=False)
-    pred, label = np.load(preds), np.asarray(data.label)
-    assert _float32_acc(pred, label, data.test_idx) == metrics["test_acc"]
-    assert _float32_acc(pred, label, data.val_idx) == metrics["val_acc"]
 
 
 def test_logits_are_float32_n_by_c_and_argmax_the_class_ids(trained, tmp_path, capsys):

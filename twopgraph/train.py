@@ -426,9 +426,8 @@ def make_loader(cfg: TrainConfig, data: GraphData, device, *, parts=None,
     # Read-ahead (and MADV_RANDOM) only for a table that does not stay in the page cache.
     source_kw["readahead"] = worth_reading_ahead(int(table.nbytes))
     with thread_count(plan.total):  # pre-sampling (presample policy) may use every thread
-        features = build_feature_source(c.cache_policy, data.feat if feat is None else feat,
-                                        ctx, device, ratio=ratio, gb=gb, dtype=c.feat_dtype,
-                                        **source_kw)
+        features = build_feature_source(c.cache_policy, table, ctx, device, ratio=ratio,
+                                        gb=gb, dtype=c.feat_dtype, **source_kw)
     if c.cache_policy != "none" and features.budget == 0:
         log.warning("cache policy %s has a budget of 0 rows on %s: every row is copied; give "
                     "--cache-ratio or --cache-gb to build a cache", c.cache_policy, device)
@@ -524,8 +523,8 @@ def _train(cfg: TrainConfig, data: GraphData | None, device) -> TrainResult:
     feat = eval_features(data, loader)
     labels = loader.labels
     summary = data.summary()
-    info = {"dataset": summary, "schedule": getattr(loader, "schedule", cfg.sampling.schedule),
-            "schedule_choice": getattr(loader, "schedule_choice", None), "defaults": defaults}
+    info = {"dataset": summary, "schedule": loader.schedule,
+            "schedule_choice": loader.schedule_choice, "defaults": defaults}
     warned: set = set()  # the one-class ROC-AUC warning is logged once
 
     with loader.plan.applied():

@@ -387,8 +387,7 @@ def _run(cfg: TrainConfig, folder: Path, meta: dict, env: DistEnv, device, backe
                  | {"source": meta["source"]["name"], "store": meta["source"]["store"],
                     "representation": [p["representation"] for p in meta["parts"]]},
                  dataset=dataset_summary(part) if env.is_main else None,
-                 schedule=getattr(loader, "schedule", cfg.sampling.schedule),
-                 schedule_choice=getattr(loader, "schedule_choice", None))
+                 schedule=loader.schedule, schedule_choice=loader.schedule_choice)
 
     # what load_model / predict rebuild the model and find its data from: the source store
     # (original ids) the partition was made from
