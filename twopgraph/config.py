@@ -47,6 +47,7 @@ SAMPLER_DEVICES = ("auto", "cpu", "cuda")
 AMP_MODES = ("off", "bf16")
 SELECT_MODES = ("best-val", "last")
 METRICS = ("auto", "acc", "rocauc")
+EVAL_SCOPES = ("auto", "all", "scored")  # twopgraph.inference.EVAL_SCOPES
 
 if TYPE_CHECKING:
     from .graph import GraphData
@@ -312,6 +313,12 @@ class RunConfig(Section):
                          "accuracies")
     eval_every: int = option(1, "exact evaluation every N epochs; 0 = after the last only")
     eval_batch_edges: int = option(4_000_000, "edges per chunk of layer-wise inference")
+    eval_scope: str = option("auto", "which vertices exact evaluation computes: all (every "
+                             "layer for all N vertices) | scored (the validation and test "
+                             "vertices and their L-hop in-neighbourhood only: tables sized by "
+                             "it, not by N; the same scores) | auto (scored where its "
+                             "estimated work, rows + edges over the layers, is at most half "
+                             "of all's)")
     prefetch: int = option(2, "batches prepared ahead (sampled, gathered) in a background "
                            "thread; 0 = none")
     threads: int = _threads()
@@ -325,6 +332,7 @@ class RunConfig(Section):
         for name in ("eval_every", "prefetch", "threads"):
             _int_at_least(self, name, 0)
         _positive_int(self, "eval_batch_edges")
+        _choice(self, "eval_scope", EVAL_SCOPES)
         _choice(self, "select", SELECT_MODES)
         _choice(self, "metric", METRICS)
         for name in ("resume", "overwrite"):

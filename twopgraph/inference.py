@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 import tempfile
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -34,6 +36,7 @@ from .loader import as_long_tensor
 from .metrics import available_host_bytes  # noqa: F401 (table_place reads it here)
 from .models import BlockGNN
 from .sampler import NeighborSampler
+from .sampler.kernels import sample_neighbors
 from .sampler.minibatch import Block
 
 log = logging.getLogger("twopgraph")
@@ -283,6 +286,364 @@ def layerwise_inference(model: BlockGNN, sampler: NeighborSampler, feat, device,
         src, proj = out, nxt
     model.train(was_training)
     return src.result()
+
+
+# ----------------------------------------------------------------------------------------------
+# restricted exact inference: only the vertices that are scored, and what they need
+# ----------------------------------------------------------------------------------------------
+
+#: ``--eval-scope``: ``all`` = :func:`layerwise_inference` over every vertex, ``scored`` =
+#: :func:`scored_inference` over the L-hop in-neighbourhood of the scored vertices, ``auto`` =
+#: the cheaper by :func:`plan_scope`'s estimate.
+EVAL_SCOPES = ("auto", "all", "scored")
+#: ``--eval-scope auto`` takes ``scored`` when its estimated work (rows computed + edges
+#: aggregated over the layers) is at most this share of whole-graph inference's: a restricted
+#: layer also sorts and searches its ids, about as much again per edge.
+SCOPE_RATIO = 0.5
+
+
+def id_dtype(n: int):
+    """The dtype of vertex id tables over ``n`` vertices: int32 while ``n < 2**31``."""
+    return np.int32 if n < 2 ** 31 else np.int64
+
+
+def sorted_unique(a: np.ndarray) -> np.ndarray:
+    """The sorted distinct values of ``a`` (a sort and one comparison; same dtype)."""
+    if a.shape[0] == 0:
+        return a.copy()
+    s = np.sort(a)
+    return s[np.concatenate([[True], s[1:] != s[:-1]])]
+
+
+def scored_ids(n: int, *splits) -> np.ndarray:
+    """The sorted distinct vertices of ``splits`` (id arrays, duplicates and any order
+    allowed; None skipped) as :func:`id_dtype` ids; an id outside ``[0, n)`` is a one-line
+    :class:`~twopgraph.errors.ConfigError`."""
+    parts = [np.asarray(s).reshape(-1) for s in splits if s is not None]
+    ids = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+    if ids.shape[0] and not np.issubdtype(ids.dtype, np.integer):
+        raise ConfigError(f"scored vertex ids must be integers, got {ids.dtype}")
+    if ids.shape[0] and (int(ids.min()) < 0 or int(ids.max()) >= n):
+        bad = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
+        raise ConfigError(f"scored vertex id {bad} is outside the graph's {n} vertices")
+    return sorted_unique(ids.astype(id_dtype(n), copy=False))
+
+
+def _prefix_degrees(indptr: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """``[0, d_0, d_0 + d_1, ...]`` (int64, len(ids) + 1) of the CSR rows ``ids``: the
+    ``indptr`` of the rows taken in that order."""
+    cum = np.zeros(ids.shape[0] + 1, dtype=np.int64)
+    if ids.shape[0]:
+        np.cumsum(indptr[ids + 1] - indptr[ids], out=cum[1:])
+    return cum
+
+
+def _rows_of(graph, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The full CSR rows of ``ids`` concatenated: ``(offsets int64, neighbours)``, in CSR
+    order (the exact-inference block of those dst vertices; the parallel sampling kernel with
+    fanout -1, which takes every neighbour)."""
+    return sample_neighbors(graph.indptr, graph.indices, ids.astype(np.int64, copy=False), -1,
+                            np.uint64(0))
+
+
+def expand_frontier(graph, ids: np.ndarray, batch_edges: int = 4_000_000) -> np.ndarray:
+    """``ids`` (sorted distinct) and all their in-neighbours, sorted distinct, in ``ids``'s
+    dtype: the vertices a layer over ``ids`` reads. The rows are read ``batch_edges`` edges at
+    a time; each piece's distinct neighbours are merged in whenever they outnumber the set
+    so far, so memory is O(result + batch_edges) ids, never O(N)."""
+    cum = _prefix_degrees(graph.indptr, ids)
+    merged, pending, size = ids, [], 0
+    for a, b in itertools.pairwise(edge_balanced_ranges(cum, batch_edges)):
+        if cum[b] == cum[a]:
+            continue
+        u = sorted_unique(_rows_of(graph, ids[a:b])[1].astype(ids.dtype, copy=False))
+        pending.append(u)
+        size += u.shape[0]
+        if size > max(merged.shape[0], batch_edges):
+            merged, pending, size = sorted_unique(np.concatenate([merged, *pending])), [], 0
+    if pending:
+        merged = sorted_unique(np.concatenate([merged, *pending]))
+    return merged
+
+
+@dataclass
+class ScopePlan:
+    """What :func:`plan_scope` decided: ``scope`` (``all`` | ``scored``), for ``scored`` the
+    vertex sets ``levels`` (sorted distinct ids, :func:`id_dtype`): ``levels[i + 1]`` = the
+    vertices whose layer-``i`` output is computed (``levels[-1]`` = the scored ones),
+    ``levels[0]`` = the input rows layer 0 projects (None unless it projects, see
+    :func:`scored_inference`); ``rows`` and ``edges`` per layer (input side first) of the
+    scope taken; and ``choice``: the figures of an ``auto`` decision (None for a scope given
+    explicitly)."""
+
+    scope: str
+    levels: list | None
+    rows: list[int]
+    edges: list[int]
+    choice: dict | None = None
+
+    def record(self) -> dict:
+        """The keys an evaluated epoch's record gets: ``eval_scope``, ``eval_rows`` (rows
+        computed per layer, input side first), ``eval_edges`` (edges aggregated per layer),
+        ``eval_choice``."""
+        return {"eval_scope": self.scope, "eval_rows": list(self.rows),
+                "eval_edges": list(self.edges), "eval_choice": self.choice}
+
+    def table_rows(self) -> int:
+        """Rows of the widest-held set of tables: the largest level."""
+        return max(self.rows) if self.rows else 0
+
+
+def _projects(conv) -> bool:
+    return conv.in_dim > conv.out_dim and hasattr(conv, "project")
+
+
+def plan_scope(model: BlockGNN, graph, scored: np.ndarray, scope: str = "auto",
+               batch_edges: int = 4_000_000, ratio: float = SCOPE_RATIO) -> ScopePlan:
+    """Decide between whole-graph (:func:`layerwise_inference`) and restricted
+    (:func:`scored_inference`) exact inference of ``model`` on ``graph`` when only the
+    vertices ``scored`` (:func:`scored_ids`) are scored.
+
+    ``scored`` expands layer by layer from the last (:func:`expand_frontier`). The estimated
+    work of a scope is the sum over layers of the rows it computes and the edges it
+    aggregates: ``L (N + E)`` for ``all`` (``+ N`` when layer 0 projects every input row),
+    ``sum_i (|V_i| + E(V_i))`` for ``scored``. ``auto`` takes ``scored`` when that is at most
+    ``ratio`` x ``all``'s, and stops expanding (taking ``all``) as soon as the partial sum
+    exceeds it, so planning costs at most ``ratio`` of one pass over the edges. Memory: the
+    levels, ``sum_i |V_i|`` ids (4 bytes each below 2**31 vertices)."""
+    if scope not in EVAL_SCOPES:
+        raise ConfigError(f"unknown eval scope {scope!r}; known: {', '.join(EVAL_SCOPES)}")
+    n, e = graph.num_nodes, int(graph.indptr[-1])
+    convs = model.convs
+    nl = len(convs)
+    input_level = _projects(convs[0])
+    cost_all = nl * (n + e) + (n if input_level else 0)
+    whole = ScopePlan("all", None, [n] * nl, [e] * nl)
+    if scope == "all":
+        return whole
+    scored = np.asarray(scored)
+    if scored.dtype != id_dtype(n):
+        scored = scored.astype(id_dtype(n))
+    budget = ratio * cost_all if scope == "auto" else math.inf
+    levels = [scored]
+    edges = [int(_prefix_degrees(graph.indptr, scored)[-1])]
+    cost = scored.shape[0] + edges[0]
+    need = nl - 1 + (1 if input_level else 0)  # expansions: one per layer below the last
+    for k in range(need):
+        if cost > budget:
+            break
+        levels.insert(0, expand_frontier(graph, levels[0], batch_edges))
+        if k < nl - 1:  # a layer's own set: its rows and edges count
+            edges.insert(0, int(_prefix_degrees(graph.indptr, levels[0])[-1]))
+            cost += levels[0].shape[0] + edges[0]
+        else:  # the input rows layer 0 projects
+            cost += levels[0].shape[0]
+    done = len(levels) == need + 1 and cost <= budget
+    choice = None
+    if scope == "auto":
+        choice = {"scope": "scored" if done else "all", "cost_scored": cost if done else None,
+                  "cost_scored_at_least": int(cost), "cost_all": int(cost_all),
+                  "ratio": float(cost / cost_all) if cost_all else 0.0, "threshold": ratio}
+    if not done:
+        whole.choice = choice
+        return whole
+    if not input_level:
+        levels.insert(0, None)
+    rows = [int(v.shape[0]) for v in levels[1:]]
+    return ScopePlan("scored", levels, rows, edges, choice)
+
+
+class ScoredLogits:
+    """Logits of some vertices: ``values`` (R x C float32 host tensor) and ``ids`` (sorted
+    distinct int64 (R,): the vertex of each row), or ``ids`` None: every vertex, row i =
+    vertex i (whole-graph inference's N x C table). Memory: R x C x 4 bytes + 8 R."""
+
+    def __init__(self, values: torch.Tensor, ids: np.ndarray | None = None):
+        self.values = values
+        self.ids = None if ids is None else np.asarray(ids, dtype=np.int64)
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.values.shape[0])
+
+    @property
+    def nbytes(self) -> int:
+        return self.values.numel() * self.values.element_size() + \
+            (0 if self.ids is None else self.ids.nbytes)
+
+    def positions(self, idx) -> np.ndarray:
+        """Rows of the vertices ``idx`` (any order, duplicates allowed; int64); a vertex not
+        held is a :class:`ValueError`."""
+        idx = np.asarray(idx, dtype=np.int64).reshape(-1)
+        if self.ids is None:
+            return idx
+        pos = np.searchsorted(self.ids, idx)
+        if idx.shape[0] and (pos.max() >= self.ids.shape[0]
+                             or not np.array_equal(self.ids[pos], idx)):
+            missing = idx[(pos >= self.ids.shape[0]) |
+                          (self.ids[np.minimum(pos, self.ids.shape[0] - 1)] != idx)]
+            raise ValueError(f"vertex {int(missing[0])} has no logits here (only the "
+                             f"{self.ids.shape[0]} scored vertices)")
+        return pos
+
+    def take(self, idx) -> torch.Tensor:
+        """The logits of ``idx`` (one row per entry, in its order)."""
+        return self.values[torch.from_numpy(self.positions(idx))]
+
+    def restrict(self, ids: np.ndarray) -> ScoredLogits:
+        """The rows of ``ids`` (sorted distinct) only, copied."""
+        ids = np.asarray(ids, dtype=np.int64)
+        return ScoredLogits(self.take(ids).clone(), ids)
+
+
+def _degree_of(sampler, ids: np.ndarray) -> torch.Tensor:
+    """The degrees (float32) the sampler's blocks carry for ``ids`` (GCN's normalisation:
+    the full graph's, or the sampler's own override), without an N-sized copy."""
+    deg = getattr(sampler, "_deg", None)
+    if deg is not None:
+        return torch.from_numpy(np.ascontiguousarray(deg[ids]))
+    dev = getattr(sampler, "deg", None)
+    if isinstance(dev, torch.Tensor):
+        return dev[torch.from_numpy(ids.astype(np.int64, copy=False)).to(dev.device)].cpu()
+    indptr = sampler.graph.indptr
+    return torch.from_numpy((indptr[ids + 1] - indptr[ids]).astype(np.float32))
+
+
+@torch.no_grad()
+def scored_inference(model: BlockGNN, sampler, feat, device, scored,
+                     batch_edges: int = 4_000_000, *, plan: ScopePlan | None = None,
+                     scratch_dir=None, place: str | None = None,
+                     chunk_bytes: int = EVAL_CHUNK_BYTES) -> ScoredLogits:
+    """Exact full-neighbour inference of the vertices ``scored`` only (ids, any order,
+    duplicates allowed): the same logits as :func:`layerwise_inference` on those rows (up to
+    float rounding), computed over the L-hop in-neighbourhood instead of all N vertices.
+
+    The last layer runs for the scored vertices ``V_{L-1}``, layer ``i`` for ``V_i = V_{i+1}
+    and all its in-neighbours`` (:func:`plan_scope`'s levels; computed here unless ``plan``
+    gives them), each over its sorted ids in ranges of about ``batch_edges`` edges, a range
+    halved while its distinct src rows exceed ``chunk_bytes``. A range gathers its dst rows of
+    the CSR, maps the src ids onto positions in the layer below's table (a sorted search),
+    reads those distinct rows -- through ``feat`` (as :func:`layerwise_inference` takes it)
+    for layer 0 -- and runs the conv on the block relabelled onto them; degrees are the
+    sampler's (the full graph's: GCN's normalisation is exact). A layer that shrinks the
+    width is computed from projections as in :func:`layerwise_inference` (layer 0's of the
+    input rows ``levels[0]``). Every table is sized by its level, ``|V_i| x width`` float32,
+    kept where :func:`table_place` says; nothing of size N is made (ids int32 below 2**31
+    vertices). Returns a :class:`ScoredLogits` of the distinct scored vertices
+    (``|V_{L-1}| x C`` float32 on the host)."""
+    was_training = model.training
+    model.eval()
+    device = torch.device(device)
+    graph = sampler.graph
+    n = graph.num_nodes
+    ids = scored_ids(n, scored)
+    if plan is None or plan.scope != "scored":
+        plan = plan_scope(model, graph, ids, "scored", batch_edges)
+    elif not np.array_equal(plan.levels[-1], ids):
+        raise ConfigError("scored_inference: the plan was made for other scored vertices")
+    levels = plan.levels
+    convs = model.convs
+
+    def new_tables(rows: int, widths) -> list[EvalTable]:
+        where = place or table_place(4 * rows * sum(widths), device)
+        return [EvalTable(rows, w, where, device, scratch_dir) for w in widths]
+
+    def chunks(level: np.ndarray, below: np.ndarray | None, cum: np.ndarray, a: int, b: int,
+               width: int):
+        """``(a, b, block on the device, u, kd)`` of positions ``[a, b)`` of ``level``: ``u``
+        the sorted distinct rows read (positions in ``below``, global ids when it is None),
+        ``kd`` the dst vertices' places in ``u``; halved while ``u`` exceeds
+        ``chunk_bytes``."""
+        dst = level[a:b]
+        offs, nbrs = _rows_of(graph, dst)
+        if below is None:
+            p_src, p_dst = nbrs.astype(np.int64), dst.astype(np.int64)
+        else:  # (same dtypes: a mixed search would convert all of `below` every time)
+            p_src = np.searchsorted(below, nbrs.astype(below.dtype, copy=False))
+            p_dst = np.searchsorted(below, dst)
+        u = sorted_unique(np.concatenate([p_src, p_dst]))
+        if b - a > 1 and 4 * width * u.shape[0] > chunk_bytes:
+            mid = int(np.searchsorted(cum, (int(cum[a]) + int(cum[b])) // 2, side="right")) - 1
+            mid = min(max(mid, a + 1), b - 1)
+            yield from chunks(level, below, cum, a, mid, width)
+            yield from chunks(level, below, cum, mid, b, width)
+            return
+        glob = u if below is None else below[u].astype(np.int64)
+        block = Block(int(u.shape[0]), b - a, torch.from_numpy(offs),
+                      torch.from_numpy(np.searchsorted(u, p_src)), _degree_of(sampler, glob),
+                      torch.from_numpy(np.diff(offs).astype(np.float32)))
+        yield a, b, block.to(device), u, torch.from_numpy(np.searchsorted(u, p_dst)).to(device)
+
+    src = _row_source(feat, device)
+    proj, below = None, None
+    if levels[0] is not None:  # layer 0 projects: each input row of the neighbourhood once
+        rows0 = levels[0]
+        step = max(1, chunk_bytes // (4 * max(1, convs[0].in_dim)))
+        proj = new_tables(rows0.shape[0], _widths(convs[0], device))
+        for a in range(0, rows0.shape[0], step):
+            b = min(rows0.shape[0], a + step)
+            parts = convs[0].project(src.read(rows0[a:b].astype(np.int64)).to(device))
+            for t, p in zip(proj, parts):
+                t.write(a, b, p)
+        src, below = None, rows0
+    for i, conv in enumerate(convs):
+        level = levels[i + 1]
+        cum = _prefix_degrees(graph.indptr, level)
+        fuse = i + 1 < len(convs) and _projects(convs[i + 1])
+        inputs = proj if proj is not None else [src]
+        width = sum(t.table.shape[1] if isinstance(t, EvalTable) else conv.in_dim
+                    for t in inputs)
+        out = new_tables(level.shape[0], _widths(convs[i + 1], device) if fuse
+                         else [conv.out_dim])
+        for a0, b0 in itertools.pairwise(edge_balanced_ranges(cum, batch_edges)):
+            for a, b, block, u, kd in chunks(level, below, cum, a0, b0, width):
+                rows = [t.read(u).to(device) for t in inputs]
+                if proj is not None:  # the dst rows appended: from_projection slices them
+                    ext = tuple(torch.cat([r, r[kd]]) for r in rows)
+                    lo = int(u.shape[0])
+                    y = conv.from_projection(block, ext, lo, lo + b - a)
+                else:
+                    y = conv(block, rows[0], rows[0][kd])
+                if i < len(convs) - 1:
+                    y = torch.relu(y)  # eval: dropout is the identity
+                parts = convs[i + 1].project(y) if fuse else (y,)
+                for t, p in zip(out, parts):
+                    t.write(a, b, p)
+        if fuse:
+            src, proj = None, out
+        else:
+            src, proj = out[0], None
+        below = level
+    model.train(was_training)
+    return ScoredLogits(src.result(), levels[-1].astype(np.int64))
+
+
+def evaluate_scored(model: BlockGNN, sampler, feat, device, scored,
+                    batch_edges: int = 4_000_000, *, scope: str = "auto",
+                    plan: ScopePlan | None = None, scratch_dir=None,
+                    place: str | None = None) -> tuple[ScoredLogits, ScopePlan]:
+    """The exact logits of the vertices ``scored`` (ids, any order, duplicates allowed) and
+    the plan that computed them: ``plan`` (e.g. kept from an earlier call on the same graph and
+    vertices), else :func:`plan_scope` of ``scope`` (``auto`` | ``all`` | ``scored``). Scope
+    ``all`` runs :func:`layerwise_inference` and keeps only the scored rows (its N x C table
+    is gone when this returns); ``scored`` runs :func:`scored_inference`. Either way the
+    result holds ``|scored| x C`` float32 (a :class:`ScoredLogits` over the sorted distinct
+    ids)."""
+    ids = scored_ids(sampler.graph.num_nodes, scored)
+    if plan is None:
+        plan = plan_scope(model, sampler.graph, ids, scope, batch_edges)
+    if plan.scope == "scored":
+        return scored_inference(model, sampler, feat, device, ids, batch_edges, plan=plan,
+                                scratch_dir=scratch_dir, place=place), plan
+    full = layerwise_inference(model, sampler, feat, device, batch_edges,
+                               scratch_dir=scratch_dir, place=place)
+    return ScoredLogits(full).restrict(ids), plan
+
+
+def _widths(conv, device) -> list[int]:
+    """Columns of each output of ``conv.project``."""
+    probe = torch.zeros((1, conv.in_dim), device=device)
+    return [int(t.shape[1]) for t in conv.project(probe)]
 
 
 def edge_balanced_ranges(indptr: np.ndarray, batch_edges: int) -> list[int]:
