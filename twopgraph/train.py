@@ -45,8 +45,9 @@ import logging
 import pickle
 import time
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
@@ -64,13 +65,16 @@ from .inference import (  # noqa: F401 (API)
     EVAL_CHUNK_BYTES,
     EvalTable,
     Relabel,
+    ScoredLogits,
     accuracy,
     available_host_bytes,
     edge_balanced_ranges,
+    evaluate_scored,
     layerwise_inference,
     relabel_on_device,
     resolve_metric,
     score,
+    scored_ids,
     table_place,
 )
 from .jit import configure_threading, thread_count
@@ -181,7 +185,10 @@ class Selection:
     the earliest; a null score -- empty split, one-class ROC-AUC -- loses to any number, and
     while every score is null the latest is taken). It keeps a host copy of the selected
     weights (:attr:`state`), which the checkpoint stores (:meth:`record`, key ``selected``),
-    so a resumed run selects as an uninterrupted one (:meth:`resumed`)."""
+    so a resumed run selects as an uninterrupted one (:meth:`resumed`), and the selected
+    model's logits of the scored vertices only (:attr:`logits`, a
+    :class:`~twopgraph.inference.ScoredLogits` of val + test: ``|val + test| x C``, never
+    N x C)."""
 
     FIGURES = ("val_acc", "test_acc", "val_score", "test_score")
 
@@ -190,7 +197,8 @@ class Selection:
         self.epoch: int | None = None
         self.figures: dict = dict.fromkeys(self.FIGURES)
         self.state: dict | None = None
-        self.logits: torch.Tensor | None = None  # of the selected model, when at hand
+        # of the selected model, when at hand: the scored (val + test) rows only
+        self.logits: ScoredLogits | None = None
 
     @classmethod
     def resumed(cls, select: str, metric: str, ckpt: dict | None, path=None) -> Selection:
@@ -216,9 +224,10 @@ class Selection:
         sel.figures = {k: rec[k] for k in cls.FIGURES}
         return sel
 
-    def offer(self, rec: dict, model, logits: torch.Tensor | None = None) -> bool:
-        """Consider the evaluated epoch ``rec`` of ``model`` (its ``logits`` kept when it is
-        taken); returns whether it is the selected one now."""
+    def offer(self, rec: dict, model, logits: ScoredLogits | None = None) -> bool:
+        """Consider the evaluated epoch ``rec`` of ``model`` (its ``logits``, the scored
+        vertices' rows, kept when it is taken); returns whether it is the selected one
+        now."""
         new, old = rec.get("val_score"), self.figures["val_score"]
         take = (self.select == "last" or self.epoch is None or old is None
                 or (new is not None and new > old))
@@ -243,15 +252,25 @@ class Selection:
                 "selected_epoch": self.epoch}
 
 
-def score_epoch(rec: dict, metric: str, logits: torch.Tensor, labels: torch.Tensor,
+def score_epoch(rec: dict, metric: str, logits, labels: torch.Tensor,
                 data: GraphData, warned: set | None = None) -> dict:
     """Add an evaluated epoch's ``val_acc``, ``test_acc`` (accuracies) and ``val_score``,
-    ``test_score`` (``metric``) of ``logits`` to ``rec``; returns it."""
+    ``test_score`` (``metric``) of ``logits`` to ``rec``; returns it. ``logits``: N x C, or a
+    :class:`~twopgraph.inference.ScoredLogits` holding (at least) the val and test rows."""
     for split, idx in (("val", data.val_idx), ("test", data.test_idx)):
-        rec[f"{split}_acc"] = accuracy(logits, labels, idx)
+        lg, lab, at = logits, labels, idx
+        if isinstance(logits, ScoredLogits):  # the split's rows, scored in place
+            lg, at = logits.take(idx), np.arange(idx.shape[0])
+            lab = labels[torch.from_numpy(np.asarray(idx, dtype=np.int64))]
+        rec[f"{split}_acc"] = accuracy(lg, lab, at)
         rec[f"{split}_score"] = (rec[f"{split}_acc"] if metric == "acc" else
-                                 score(metric, logits, labels, idx, warned=warned))
+                                 score(metric, lg, lab, at, warned=warned))
     return rec
+
+
+def scored_vertices(data: GraphData) -> np.ndarray:
+    """What a run's evaluation scores: the sorted distinct val and test vertices."""
+    return scored_ids(data.num_nodes, data.val_idx, data.test_idx)
 
 
 def write_metrics(out: Path, cfg: TrainConfig, device, plan: ThreadPlan, epochs_log: list,
@@ -451,22 +470,112 @@ def eval_features(data: GraphData, loader: Loader):
     return HostFeatures(data.feat, loader.device, readahead=False)
 
 
+class RunEvaluator:
+    """A run's exact evaluation: the logits of the scored vertices ``scored`` (val + test)
+    of a model, by ``--eval-scope`` ``scope``
+    (:func:`~twopgraph.inference.evaluate_scored`). The scope is planned on the first call
+    (:func:`~twopgraph.inference.plan_scope`; one log line) and kept for the run: the graph and
+    the splits do not change, so neither do the levels (``sum_i |V_i|`` int32 ids kept
+    between evaluations for ``scored``). A call with ``rec`` adds the plan's ``eval_scope``,
+    ``eval_rows``, ``eval_edges``, ``eval_choice`` to it."""
+
+    def __init__(self, sampler, feat, device, scored: np.ndarray, batch_edges: int,
+                 scope: str = "auto", scratch_dir=None):
+        self.sampler, self.feat, self.device = sampler, feat, device
+        self.scored, self.batch_edges, self.scope = scored, batch_edges, scope
+        self.scratch_dir = scratch_dir
+        self.plan = None
+
+    def __call__(self, model, rec: dict | None = None) -> ScoredLogits:
+        first = self.plan is None
+        logits, self.plan = evaluate_scored(model, self.sampler, self.feat, self.device,
+                                            self.scored, self.batch_edges, scope=self.scope,
+                                            plan=self.plan, scratch_dir=self.scratch_dir)
+        if first:
+            p, c = self.plan, self.plan.choice
+            why = "" if c is None else (f" (--eval-scope auto: estimated work of scored "
+                                        f"{'>=' if c['cost_scored'] is None else '='} "
+                                        f"{c['ratio']:.3f} x all's, threshold "
+                                        f"{c['threshold']:g})")
+            log.info("exact evaluation: scope %s, rows per layer %s for %d scored vertices"
+                     "%s", p.scope, p.rows, self.scored.shape[0], why)
+        if rec is not None:
+            rec.update(self.plan.record())
+        return logits
+
+
+def _in_original_ids(logits: ScoredLogits | None, perm) -> ScoredLogits | None:
+    """``logits`` (over renumbered ids) over the ids before renumbering (``perm``)."""
+    if logits is None or perm is None or logits.ids is None:
+        return logits
+    orig = np.asarray(perm, dtype=np.int64)[logits.ids]
+    order = np.argsort(orig, kind="stable")
+    return ScoredLogits(logits.values[torch.from_numpy(order)], orig[order])
+
+
+class WholeLogits:
+    """What computes :attr:`TrainResult.logits` when it is first read: the selected
+    weights ``state`` run through whole-graph :func:`layerwise_inference` on ``data`` (the
+    run's numbering; features in ``--feat-dtype`` through a
+    :class:`~twopgraph.cache.host.HostFeatures`, so no device cache is kept alive for it),
+    the scored rows replaced by the run's own (``scored``, so the result scores exactly the
+    figures reported), then put in the caller's ids (``perm``). N x C float32; the CLI never
+    reads it."""
+
+    def __init__(self, cfg: TrainConfig, data: GraphData, device, state: dict,
+                 scored: ScoredLogits | None, perm, scratch_dir):
+        self.cfg, self.data, self.device, self.state = cfg, data, device, state
+        self.scored, self.perm, self.scratch_dir = scored, perm, scratch_dir
+
+    def __call__(self) -> torch.Tensor:
+        cfg, data = self.cfg, self.data
+        m = cfg.model
+        model = build_model(m.model, data.num_features, m.hidden, data.num_classes,
+                            len(cfg.sampling.fanouts), m.dropout)
+        model.load_state_dict(self.state)
+        model.to(self.device)
+        sampler = make_sampler("neighbor", data.graph, cfg.sampling.fanouts, seed=cfg.run.seed)
+        feat = HostFeatures(data.feat, self.device, dtype=feat_dtype(cfg.cache.feat_dtype),
+                            readahead=False)
+        with ThreadPlan.for_threads(cfg.run.threads, cfg.run.prefetch).applied():
+            logits = layerwise_inference(model, sampler, feat, self.device,
+                                         cfg.run.eval_batch_edges, scratch_dir=self.scratch_dir)
+        if self.scored is not None and self.scored.ids is not None:
+            logits[torch.from_numpy(self.scored.ids)] = self.scored.values
+        if self.perm is not None:  # in the caller's ids
+            logits = to_original_order(logits, self.perm)
+        return logits
+
+
 @dataclass
 class TrainResult:
     """What :func:`train` returns: the selected model's (``--select``) ``val_acc`` and
-    ``test_acc`` (accuracies), ``val_score`` / ``test_score`` (``metric``) and its ``logits``
-    (N x C, the caller's vertex ids), ``selected_epoch`` (0-based), and every epoch's
-    record."""
+    ``test_acc`` (accuracies), ``val_score`` / ``test_score`` (``metric``),
+    ``selected_epoch`` (0-based), every epoch's record, ``scored``: the selected model's
+    logits of the val and test vertices (a :class:`~twopgraph.inference.ScoredLogits` in the
+    caller's ids: ``|val + test| x C``), and :attr:`logits`, all N x C of them in the
+    caller's vertex ids -- computed on first access (one whole-graph inference, N x C float32
+    kept from then on), not by the run itself: ``whole`` is the tensor or what computes it
+    (:class:`WholeLogits`)."""
 
     val_acc: float | None
     test_acc: float | None
     epochs: list[dict]
     out: Path
-    logits: torch.Tensor | None = None
+    whole: torch.Tensor | Callable[[], torch.Tensor] | None = field(default=None, repr=False)
     val_score: float | None = None
     test_score: float | None = None
     metric: str = "acc"
     selected_epoch: int | None = None
+    scored: ScoredLogits | None = field(default=None, repr=False)
+
+    @property
+    def logits(self) -> torch.Tensor | None:
+        """The selected model's N x C logits (float32, host, the caller's vertex ids; their
+        val and test rows are :attr:`scored`'s); computed on first access."""
+        if callable(self.whole):
+            self.whole = self.whole()
+        return self.whole
 
 
 def train(cfg: TrainConfig, data: GraphData | None = None) -> TrainResult:
@@ -526,6 +635,8 @@ def _train(cfg: TrainConfig, data: GraphData | None, device) -> TrainResult:
     info = {"dataset": summary, "schedule": loader.schedule,
             "schedule_choice": loader.schedule_choice, "defaults": defaults}
     warned: set = set()  # the one-class ROC-AUC warning is logged once
+    evaluator = RunEvaluator(loader.sampler, feat, device, scored_vertices(data),
+                             run.eval_batch_edges, run.eval_scope, out)
 
     with loader.plan.applied():
         for epoch in range(start_epoch, run.epochs):
@@ -537,12 +648,10 @@ def _train(cfg: TrainConfig, data: GraphData | None, device) -> TrainResult:
                 raise
             if evaluates_after(cfg, epoch):
                 t = time.perf_counter()
-                logits = layerwise_inference(model, loader.sampler, feat, device,
-                                             run.eval_batch_edges, scratch_dir=out)
+                logits = evaluator(model, rec)  # the val + test rows only
                 score_epoch(rec, metric, logits, labels, data, warned)
                 rec["eval_s"] = time.perf_counter() - t
-                # the selected model's logits are kept (no copy); others are dropped here,
-                # so at most two N x C tables live during the next evaluation
+                # the selected model's scored rows are kept (no copy); others dropped here
                 sel.offer(rec, model, logits)
                 del logits
             epochs_log.append(rec)
@@ -553,22 +662,22 @@ def _train(cfg: TrainConfig, data: GraphData | None, device) -> TrainResult:
             write_metrics(out, cfg, device, loader.plan, epochs_log, sel, **info)
 
         if sel.epoch is None:  # resumed a finished run of a checkpoint without a selection
-            logits = layerwise_inference(model, loader.sampler, feat, device,
-                                         run.eval_batch_edges, scratch_dir=out)
+            logits = evaluator(model)
             sel.offer(score_epoch({"epoch": run.epochs - 1}, metric, logits, labels, data,
                                   warned), model, logits)
             del logits
         if sel.logits is None:  # selected before a resume: evaluate its weights again
             model.load_state_dict(sel.state)
-            sel.logits = layerwise_inference(model, loader.sampler, feat, device,
-                                             run.eval_batch_edges, scratch_dir=out)
+            sel.logits = evaluator(model)
     write_metrics(out, cfg, device, loader.plan, epochs_log, sel, final=True, **info)
     log.info("%s", final_line(sel, out / METRICS))
-    logits, f = sel.logits, sel.figures
-    if prep.perm is not None:  # report per-vertex results in the caller's ids
-        logits = to_original_order(logits, prep.perm)
-    return TrainResult(f["val_acc"], f["test_acc"], epochs_log, out, logits, f["val_score"],
-                       f["test_score"], metric, sel.epoch)
+    f = sel.figures
+    # The N x C logits in the caller's ids only when asked for (TrainResult.logits): the
+    # scored rows are at hand; the others take one more whole-graph inference.
+    whole = WholeLogits(cfg, data, device, sel.state, sel.logits, prep.perm, out)
+    return TrainResult(f["val_acc"], f["test_acc"], epochs_log, out, whole, f["val_score"],
+                       f["test_score"], metric, sel.epoch,
+                       scored=_in_original_ids(sel.logits, prep.perm))
 
 
 def diverged(epoch: int, step: int, loss: float, opt, what: str = "") -> TrainingDiverged:
