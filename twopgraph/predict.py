@@ -16,6 +16,11 @@ features in the training's ``--feat-dtype``, in ranges of its ``--eval-batch-edg
 returns one row per vertex in the dataset's original order: class ids (int64, N) or logits
 (float32, N x C). So the accuracy of the predictions on the test split is the ``test_acc``
 the run reported for those weights, to the last digit (on the same machine and device).
+``twopgraph predict`` (:func:`run_predict`) streams the rows into its ``.npy`` file chunk by
+chunk (:func:`write_rows`, into a temp file renamed when complete): class ids are the argmax
+taken before the permutation into original order, logits are gathered from inference's
+table a chunk at a time -- besides that table, the output costs one chunk and the N-entry
+inverse permutation, not another N x C copy.
 
 The data defaults to the checkpoint's (loaded from its data root; a distributed run's is the
 dataset store its partition was made from). Data whose content fingerprint differs from the
@@ -220,10 +225,37 @@ def _count_accuracy(logits: torch.Tensor, labels: torch.Tensor, idx: np.ndarray)
     return float((logits[i].argmax(1) == labels[i]).sum()) / float(idx.shape[0])
 
 
-def prediction(checkpoint, data: GraphData | None = None, dataset: str | None = None,
-               data_root=None, device="cpu", logits: bool = False, *,
-               symmetrize: bool | None = None, scratch_dir=None) -> Prediction:
-    """:func:`predict` with the accuracies of the predictions (:class:`Prediction`)."""
+@dataclass
+class _Inferred:
+    """Exact inference of every vertex before it is put in original order: ``logits``
+    (N x C float32 host tensor in the run's numbering, memory-mapped where inference kept
+    its table on disk), ``perm`` (new id -> original id, None: no renumbering) and the
+    prediction's figures."""
+
+    logits: torch.Tensor
+    perm: np.ndarray | None
+    val_acc: float | None
+    test_acc: float | None
+    dataset: str
+    same_data: bool
+    selected_epoch: int | None
+
+    def class_ids(self) -> np.ndarray:
+        """The argmax of every row (int64, N), in the run's numbering."""
+        return self.logits.argmax(1).numpy().astype(np.int64, copy=False)
+
+    def inverse(self) -> np.ndarray | None:
+        """Original id -> the run's id (int64, N), None without renumbering."""
+        if self.perm is None:
+            return None
+        inv = np.empty(self.perm.shape[0], dtype=np.int64)
+        inv[np.asarray(self.perm, dtype=np.int64)] = np.arange(self.perm.shape[0])
+        return inv
+
+
+def _infer(checkpoint, data: GraphData | None, dataset: str | None, data_root, device,
+           symmetrize: bool | None, scratch_dir) -> _Inferred:
+    """Exact inference of every vertex by the checkpoint's model (see :func:`predict`)."""
     mc = read_model_checkpoint(checkpoint)
     device = resolve_device(str(device))
     data, root, same = _load_data(mc, data, dataset, data_root, symmetrize)
@@ -244,11 +276,45 @@ def prediction(checkpoint, data: GraphData | None = None, dataset: str | None = 
     labels = torch.from_numpy(np.asarray(data.label, dtype=np.int64))
     score = accuracy if mc.kind == "single" else _count_accuracy
     val_acc, test_acc = (score(out, labels, data.val_idx), score(out, labels, data.test_idx))
-    if perm is not None:
-        out = to_original_order(out, perm)
-    values = out.numpy().astype(np.float32, copy=True) if logits else \
-        out.argmax(1).numpy().astype(np.int64, copy=False)
-    return Prediction(values, val_acc, test_acc, data.name, same, mc.selected_epoch)
+    return _Inferred(out, perm, val_acc, test_acc, data.name, same, mc.selected_epoch)
+
+
+def prediction(checkpoint, data: GraphData | None = None, dataset: str | None = None,
+               data_root=None, device="cpu", logits: bool = False, *,
+               symmetrize: bool | None = None, scratch_dir=None) -> Prediction:
+    """:func:`predict` with the accuracies of the predictions (:class:`Prediction`)."""
+    res = _infer(checkpoint, data, dataset, data_root, device, symmetrize, scratch_dir)
+    # class ids: the argmax before the permutation (N int64 permuted, not N x C)
+    values = res.logits.numpy() if logits else res.class_ids()
+    if res.perm is not None:
+        values = to_original_order(values, res.perm)
+    elif logits:
+        values = np.array(values, dtype=np.float32, copy=True)  # not the scratch map
+    return Prediction(values, res.val_acc, res.test_acc, res.dataset, res.same_data,
+                      res.selected_epoch)
+
+
+#: Bytes of output rows :func:`write_rows` gathers and writes at a time.
+WRITE_CHUNK_BYTES = 64 << 20
+
+
+def write_rows(f, values, order: np.ndarray | None = None,
+               chunk_bytes: int = WRITE_CHUNK_BYTES) -> None:
+    """Write ``values`` (a NumPy array or host tensor, N rows) as a ``.npy`` file to the
+    binary file ``f``, row ``j`` of the file being ``values[order[j]]`` (``order`` None: in
+    order), streamed ``chunk_bytes`` of rows at a time: one copy of a chunk besides the
+    values (a memory-mapped table is read chunk by chunk, never copied whole)."""
+    arr = values.numpy() if isinstance(values, torch.Tensor) else np.asarray(values)
+    n = arr.shape[0]
+    header = {"descr": np.lib.format.dtype_to_descr(arr.dtype), "fortran_order": False,
+              "shape": tuple(arr.shape)}
+    np.lib.format.write_array_header_1_0(f, header)  # (a header this small fits 1.0)
+    row_bytes = max(1, arr.itemsize * int(np.prod(arr.shape[1:], dtype=np.int64)))
+    step = max(1, chunk_bytes // row_bytes)
+    for a in range(0, n, step):
+        b = min(n, a + step)
+        chunk = arr[a:b] if order is None else arr[order[a:b]]
+        f.write(np.ascontiguousarray(chunk).data)
 
 
 def predict(checkpoint, data: GraphData | None = None, dataset: str | None = None,
@@ -285,15 +351,18 @@ def run_predict(cfg: PredictConfig) -> dict:
     cfg.validate()
     p, d = cfg.predict, cfg.data
     out = Path(p.out)
-    res = prediction(p.checkpoint, dataset=d.dataset, data_root=d.data_root, device=p.device,
-                     logits=p.logits, symmetrize=d.symmetrize or None,
-                     scratch_dir=out.absolute().parent if out.absolute().parent.is_dir()
-                     else None)
-    arr = np.ascontiguousarray(res.values)
-    atomic_write_bytes(out, lambda f: np.lib.format.write_array(f, arr, allow_pickle=False))
-    rec = {"out": str(out), "rows": int(arr.shape[0])}
-    if arr.ndim == 2:
-        rec["columns"] = int(arr.shape[1])
+    res = _infer(p.checkpoint, None, d.dataset, d.data_root, p.device,
+                 d.symmetrize or None,
+                 out.absolute().parent if out.absolute().parent.is_dir() else None)
+    # Streamed into the temp file chunk by chunk in original order (renamed when complete):
+    # class ids are the argmax before the permutation; logits are gathered a chunk of rows
+    # at a time from inference's table, never copied whole.
+    values = res.logits if p.logits else res.class_ids()
+    order = res.inverse()
+    atomic_write_bytes(out, lambda f: write_rows(f, values, order))
+    rec = {"out": str(out), "rows": int(values.shape[0])}
+    if p.logits:
+        rec["columns"] = int(values.shape[1])
     rec.update(kind="logits" if p.logits else "class_ids", dataset=res.dataset,
                same_data=res.same_data, val_acc=res.val_acc, test_acc=res.test_acc,
                selected_epoch=res.selected_epoch)
