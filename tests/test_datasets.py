@@ -112,29 +112,64 @@ def check_arxiv(data: GraphData, w: dict) -> None:
     np.testing.assert_array_equal(data.test_idx, np.sort(w["split"]["test"]))
 
 
-def test_ogb_raw_is_converted_and_cached(tmp_path, offline):
+def ogb_store(root: Path, name: str = "ogbn-arxiv") -> Path:
+    """The one store folder of ``name`` under ``root`` (asserted to be the only one)."""
+    stores = sorted((root / "stores").glob(f"{name}-*"))
+    assert len(stores) == 1, stores
+    return stores[0]
+
+
+def test_ogb_raw_is_ingested_into_a_store(tmp_path, offline):
     w = write_ogb_arxiv(tmp_path)
     data = load_dataset("ogbn-arxiv", data_root=tmp_path, progress=False)
     check_arxiv(data, w)
-    cache = dataset_path("ogbn-arxiv", tmp_path)
-    assert cache == w["folder"] / "twopgraph.npz" and cache.is_file()
-    assert (w["folder"] / "processed" / "data_processed").is_file()  # ogb really ran
-    # second load reads only our cache: ogb's files are gone and the network is off
-    for sub in ("raw", "processed", "split"):
+    assert dataset_path("ogbn-arxiv", tmp_path) == w["folder"] / "raw" / "edge.csv.gz"
+    assert data.store == ogb_store(tmp_path).resolve()
+    assert not (w["folder"] / "twopgraph.npz").exists()  # one copy: the store
+    assert not (w["folder"] / "processed").exists()  # ogb's in-memory processing never ran
+    meta = json.loads((data.store / "store.json").read_text())
+    assert meta["ingest"]["changes"]["self_loops"] == 1 and meta["ingest"]["seconds"]
+    # the second load reads the store; once the raw files are gone, the store is the dataset
+    again = load_dataset("ogbn-arxiv", data_root=tmp_path, progress=False)
+    assert again.fingerprint() == data.fingerprint()
+    for sub in ("raw", "split"):
         for p in sorted((w["folder"] / sub).rglob("*"), reverse=True):
             p.unlink() if p.is_file() else p.rmdir()
     check_arxiv(load_dataset("ogbn-arxiv", data_root=tmp_path, progress=False), w)
 
 
-def test_ogb_processed_file_without_our_cache(tmp_path, offline):
-    # ogb's own second load fails under torch >= 2.6 (weights_only=True); ours must not.
+def test_ogb_raw_change_is_ingested_again(tmp_path, offline):
     w = write_ogb_arxiv(tmp_path)
-    load_dataset("ogbn-arxiv", data_root=tmp_path, progress=False)
-    (w["folder"] / "twopgraph.npz").unlink()
+    first = load_dataset("ogbn-arxiv", data_root=tmp_path, progress=False)
+    w2 = write_ogb_arxiv(tmp_path, seed=1)  # new content, same files
+    again = load_dataset("ogbn-arxiv", data_root=tmp_path, progress=False)
+    check_arxiv(again, w2)
+    assert again.fingerprint() != first.fingerprint()
+    del w
+
+
+def test_ogb_processed_file_without_raw_files(tmp_path, offline):
+    # what an earlier ogb run leaves: processed/data_processed (read with weights_only=False,
+    # which ogb's own second load under torch >= 2.6 does not do)
+    from ogb.nodeproppred import NodePropPredDataset
+    w = write_ogb_arxiv(tmp_path)
+    (w["folder"] / "processed").mkdir()  # ogb saves into it without creating it
+    with datasets.ogb_session(progress=False):
+        NodePropPredDataset("ogbn-arxiv", root=str(tmp_path))
     for p in (w["folder"] / "raw").iterdir():
         p.unlink()  # proves the processed file, not the raw files, is read
     check_arxiv(load_dataset("ogbn-arxiv", data_root=tmp_path, progress=False), w)
-    assert (w["folder"] / "twopgraph.npz").is_file()
+    assert not (w["folder"] / "twopgraph.npz").is_file()
+
+
+def test_ogb_cache_of_an_older_twopgraph_still_loads(tmp_path, offline):
+    w = write_ogb_arxiv(tmp_path)
+    data = load_dataset("ogbn-arxiv", data_root=tmp_path, progress=False)
+    GraphData(data.graph, data.feat, data.label, data.train_idx, data.val_idx, data.test_idx,
+              num_classes=40).save_npz(w["folder"] / "twopgraph.npz")
+    for p in (w["folder"] / "raw").iterdir():
+        p.unlink()
+    check_arxiv(load_dataset("ogbn-arxiv", data_root=tmp_path, progress=False), w)
 
 
 def test_ogb_folder_without_release_file_fails_fast(tmp_path):
@@ -171,6 +206,7 @@ def test_ogb_missing_download_offline_is_clear(tmp_path, offline):
     assert str(tmp_path / "ogbn_arxiv" / "raw") in msg and "URLError" in msg
     assert time.monotonic() - t0 < 60
     assert not (tmp_path / "ogbn_arxiv" / "twopgraph.npz").exists()
+    assert not (tmp_path / "stores").exists() or not list((tmp_path / "stores").iterdir())
 
 
 def test_ogb_download_prompt_never_blocks(tmp_path, monkeypatch):
@@ -202,7 +238,8 @@ def test_ogb_download_flow(tmp_path, monkeypatch):
     root = tmp_path / "data"
     data = load_dataset("ogbn-arxiv", data_root=root, progress=False)
     check_arxiv(data, w)
-    assert (root / "ogbn_arxiv" / "twopgraph.npz").is_file()
+    assert data.store == ogb_store(root).resolve()
+    assert (root / "ogbn_arxiv" / "raw" / "edge.csv.gz").is_file()
 
 
 @pytest.mark.parametrize("exc", [ValueError, OSError, KeyError, RuntimeError, EOFError])
@@ -210,10 +247,12 @@ def test_ogb_loader_keeps_the_traceback_of_twopgraph_bugs(tmp_path, monkeypatch,
     """Exceptions of the kinds that ogb failures take, raised by twopgraph's own code around
     the ogb call, are bugs: they propagate as they are, not as a one-line ogb error."""
     write_ogb_arxiv(tmp_path)
+    for p in (tmp_path / "ogbn_arxiv" / "raw").iterdir():
+        p.unlink()  # so that the download runs
 
-    def buggy_construct(name, root, folder):
+    def buggy_construct(name, root, folder, meta):
         raise exc("a bug in twopgraph")
-    monkeypatch.setattr(datasets, "_construct_ogb", buggy_construct)
+    monkeypatch.setattr(datasets, "_fetch_ogb", buggy_construct)
     stdin, timeout = sys.stdin, socket.getdefaulttimeout()
     with pytest.raises(exc) as err:
         load_dataset("ogbn-arxiv", data_root=tmp_path, progress=False)
@@ -241,8 +280,9 @@ def test_ogb_damaged_raw_files_are_one_line(tmp_path, offline, damage):
         load_dataset("ogbn-arxiv", data_root=tmp_path, progress=False)
     msg = assert_one_line(err)
     assert f"could not read the raw files in {raw}" in msg and f"delete {w['folder']}" in msg
-    assert err.value.__cause__ is not None  # the ogb failure stays attached for debugging
+    assert err.value.__cause__ is not None  # the reader's failure stays attached for debugging
     assert not (w["folder"] / "twopgraph.npz").exists()
+    assert not list((tmp_path / "stores").glob("ogbn-arxiv-*"))  # no store, not even half
 
 
 def test_ogb_session_restores_what_it_changes():
@@ -260,7 +300,7 @@ def test_ogb_labels_nan_outside_splits():
     labels = np.array([[1.0], [np.nan], [2.0]])
     splits = {"train": np.array([0]), "valid": np.array([2]), "test": np.array([], np.int64)}
     y = datasets._ogb_labels("x", labels, 3, splits)
-    assert y.dtype == np.int64 and y.tolist() == [1, 0, 2]
+    assert y.dtype == np.int64 and y.tolist() == [1, -1, 2]  # unlabelled, never class 0
     splits["train"] = np.array([0, 1])
     with pytest.raises(GraphFormatError, match="train split have no label"):
         datasets._ogb_labels("x", labels, 3, splits)
@@ -415,7 +455,7 @@ def test_list_datasets(tmp_path):
     assert rows["synthetic-tiny"]["kind"] == "synthetic" and rows["synthetic-tiny"]["cached"]
     assert rows["synthetic-small"]["kind"] == "synthetic" and not rows["synthetic-small"]["cached"]
     assert rows["ogbn-arxiv"] == dict(rows["ogbn-arxiv"], kind="ogb", cached=False,
-                                      path=str(tmp_path / "ogbn_arxiv" / "twopgraph.npz"))
+                                      path=str(tmp_path / "ogbn_arxiv" / "raw" / "edge.csv.gz"))
     assert rows["cora"]["kind"] == "npz" and rows["cora"]["cached"]
     assert [d["name"] for d in list_datasets(tmp_path)].count("synthetic-tiny") == 1
     assert {d["name"] for d in list_datasets(tmp_path / "missing")} >= set(datasets.OGB_DATASETS)

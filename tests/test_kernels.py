@@ -308,11 +308,91 @@ def check_relu_dropout_bwd(kernel, twin):
         np.testing.assert_array_equal(out, twin(grad, keep, scale))
 
 
+def _edge_lists():
+    """Edge lists with duplicates, self loops and reverse pairs (and an empty one)."""
+    rng = np.random.default_rng(7)
+    for n, e in ((1, 0), (5, 40), (60, 500), (300, 4000)):
+        s, d = rng.integers(0, n, e), rng.integers(0, n, e)
+        if e:
+            s = np.concatenate([s, d[:10], s[:5], [0]])
+            d = np.concatenate([d, s[:10], d[:5], [0]])
+        yield n, s.astype(np.int64), d.astype(np.int64)
+
+
+def check_count_degrees(kernel, twin):
+    for n, s, d in _edge_lists():
+        for bad in (None, -1, n):  # an id out of range stops the count at that edge
+            s2 = s.copy()
+            if bad is not None and s2.shape[0]:
+                s2[s2.shape[0] // 2] = bad
+            d1, d2 = np.zeros(n, np.int64), np.zeros(n, np.int64)
+            np.testing.assert_array_equal(kernel(s2, d, d1, n), twin(s2, d, d2, n))
+            if bad is None:
+                np.testing.assert_array_equal(d1, d2)
+
+
+def _scattered(n, s, d, dtype):
+    from twopgraph.csrbuild import count_degrees_ref, scatter_edges_ref
+    deg = np.zeros(n, np.int64)
+    count_degrees_ref(s, d, deg, n)
+    indptr = np.concatenate([[0], np.cumsum(deg)]).astype(np.int64)
+    out = np.zeros(int(indptr[-1]), dtype=dtype)
+    scatter_edges_ref(s, d, indptr[:-1].copy(), out)
+    return indptr, out
+
+
+def check_scatter_edges(kernel, twin):
+    for dtype in (np.int32, np.int64):
+        for n, s, d in _edge_lists():
+            indptr, _ = _scattered(n, s, d, dtype)
+            outs = []
+            for fn in (kernel, twin):
+                out = np.full(int(indptr[-1]), 99, dtype=dtype)
+                pos = indptr[:-1].copy()
+                fn(s, d, pos, out)
+                np.testing.assert_array_equal(pos, indptr[1:])
+                outs.append(out)
+            np.testing.assert_array_equal(outs[0], outs[1])
+
+
+def check_sort_dedup_rows(kernel, twin):
+    for dtype in (np.int32, np.int64):
+        for n, s, d in _edge_lists():
+            indptr, out = _scattered(n, s, d, dtype)
+            got = []
+            for fn in (kernel, twin):
+                e, deg = out.copy(), np.zeros(n, np.int64)
+                f = fn(indptr, e, deg)
+                rows = [e[indptr[v]:indptr[v] + deg[v]].tolist() for v in range(n)]
+                got.append((int(f), deg.tolist(), rows))
+            assert got[0] == got[1]
+
+
+def check_compact_rows(kernel, twin):
+    from twopgraph.csrbuild import sort_dedup_rows_ref
+    for n, s, d in _edge_lists():
+        indptr0, out = _scattered(n, s, d, np.int32)
+        deg = np.zeros(n, np.int64)
+        sort_dedup_rows_ref(indptr0, out, deg)
+        indptr = np.concatenate([[0], np.cumsum(deg)]).astype(np.int64)
+        res = []
+        for fn in (kernel, twin):
+            fin = np.full(int(indptr[-1]), -7, dtype=np.int32)
+            fn(indptr0, out, indptr, fin)
+            res.append(fin)
+        np.testing.assert_array_equal(res[0], res[1])
+        assert (res[0] >= 0).all()
+
+
 CHECKS = {
     "twopgraph.rng.splitmix64": check_splitmix64,
     "twopgraph.rng.draw": check_draw,
     "twopgraph.graph.permute_csr": check_permute_csr,
     "twopgraph.graph.csr_violations": check_csr_violations,
+    "twopgraph.csrbuild.count_degrees": check_count_degrees,
+    "twopgraph.csrbuild.scatter_edges": check_scatter_edges,
+    "twopgraph.csrbuild.sort_dedup_rows": check_sort_dedup_rows,
+    "twopgraph.csrbuild.compact_rows": check_compact_rows,
     "twopgraph.sampler.kernels.sample_neighbors": check_sample_neighbors,
     "twopgraph.sampler.kernels.sample_neighbors_serial": check_sample_neighbors,
     "twopgraph.sampler.kernels.relabel": check_relabel,

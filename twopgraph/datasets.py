@@ -5,12 +5,14 @@ Names resolve in this order (:func:`load_dataset`):
 1. a synthetic preset (``twopgraph.synthetic.SYNTHETIC_PRESETS``, e.g. ``synthetic-tiny``):
    generated once, then cached as ``<root>/<name>.npz`` beside ``<root>/<name>.spec.json``
    (see :func:`load_synthetic`);
-2. a path to an existing ``.npz`` file (also tried relative to the data root);
-3. ``ogbn-arxiv``, ``ogbn-products``, ``ogbn-papers100M`` through the ``ogb`` package, in
-   ogb's own folder ``<root>/ogbn_<x>/`` (so an existing OGB download is used as is),
-   converted once and cached as ``<root>/ogbn_<x>/twopgraph.npz``; later runs read only
-   that cache (a damaged cache, synthetic or converted, is reported in one warning and
-   rebuilt);
+2. a path to an existing ``.npz`` file (also tried relative to the data root): the dataset
+   format (CSR) or the COO exchange format (``edge_index``; symmetrised while ingested);
+3. ``ogbn-arxiv``, ``ogbn-products``, ``ogbn-papers100M``: OGB's raw files in ogb's own
+   folder ``<root>/ogbn_<x>/`` (so an existing OGB download is used as is; downloaded by
+   ogb's download code when absent) are ingested once, streaming, into the store
+   ``<root>/stores/<name>-<hash>/`` (:mod:`twopgraph.ingest`; never through ogb's in-memory
+   processing); later runs read only the store, again ingested when the raw files change
+   (an older twopgraph's ``<root>/ogbn_<x>/twopgraph.npz`` cache is still read);
 4. ``<root>/<name>.npz`` (drop any dataset in the DESIGN.md format into the data root).
 
 The data root is ``--data-root``, else ``$TWOPGRAPH_DATA``, else ``./datasets``
@@ -49,6 +51,7 @@ import numpy as np
 
 from .errors import ConfigError, GraphFormatError, OutputError, TwopgraphError
 from .graph import CSRGraph, GraphData, atomic_write_bytes
+from .ingest import coo_npz, ingest, is_coo_npz, ogb_raw, read_ogb_split, source_record
 from .store import (NotUndirected, convert_npz, is_store, open_store, read_store_meta,
                     write_store)
 
@@ -134,15 +137,39 @@ def load_dataset(name: str, data_root=None, progress: bool = True,
     return _symmetrized(data, name) if symmetrize else data
 
 
-def store_folder(npz, data_root=None) -> Path:
+def store_folder(npz, data_root=None, stem: str | None = None) -> Path:
     """Where the store converted from the ``.npz`` at ``npz`` lives: ``<data root>/stores/
-    <stem>-<8 hex digits of the file's path>`` (two files of one name do not collide). The
-    path is taken relative to the data root when the file lies inside it, so a data root
-    copied or mounted elsewhere keeps finding its stores."""
+    <stem>-<8 hex digits of the file's path>`` (two files of one name do not collide; ``stem``
+    defaults to the file's, an OGB dataset's is its name). The path is taken relative to the
+    data root when the file lies inside it, so a data root copied or mounted elsewhere keeps
+    finding its stores."""
     import hashlib
     root = resolve_data_root(data_root)
     tag = hashlib.blake2b(_source_key(npz, root).encode(), digest_size=4).hexdigest()
-    return root / STORES_DIR / f"{Path(npz).stem}-{tag}"
+    return root / STORES_DIR / f"{stem or Path(npz).stem}-{tag}"
+
+
+def _fresh(meta: dict, path: Path, root: Path) -> bool:
+    """Whether the store of ``meta`` was made from the file at ``path`` as it is now: same key
+    (path relative to the data root), size and modification time, and, where recorded,
+    inode, change time and the sizes and times of the other source files."""
+    src = meta.get("source") or {}
+    st = path.stat()
+    if not (src.get("key") == _source_key(path, root) and src.get("size") == st.st_size
+            and src.get("mtime_ns") == st.st_mtime_ns):
+        return False
+    if src.get("inode") is not None and (src["inode"] != st.st_ino
+                                         or src.get("ctime_ns") != st.st_ctime_ns):
+        return False
+    for fname, (size, mtime) in (src.get("files") or {}).items():
+        other = path.parent / fname
+        try:
+            ost = other.stat()
+        except OSError:
+            return False
+        if (ost.st_size, ost.st_mtime_ns) != (size, mtime):
+            return False
+    return True
 
 
 def _source_key(npz, root: Path) -> str:
@@ -159,13 +186,9 @@ def _stored(npz: Path, root: Path, name: str | None, symmetrize: bool = False,
     """The memory-mapped store of ``npz``: reused when it was converted from this very file
     (path, size and modification time), else converted (streaming) first."""
     folder = store_folder(npz, root)
-    st = npz.stat()
     if is_store(folder):
         try:
-            src = read_store_meta(folder).get("source") or {}
-            fresh = (src.get("key") == _source_key(npz, root) and src.get("size") == st.st_size
-                     and src.get("mtime_ns") == st.st_mtime_ns)
-            if fresh:
+            if _fresh(read_store_meta(folder), npz, root):
                 return open_store(folder, name=name, check_symmetric=not symmetrize)
             log.info("%s changed since it was converted: converting it again", npz)
         except NotUndirected as e:  # the file's graph: the user's to fix (or --symmetrize)
@@ -173,8 +196,12 @@ def _stored(npz: Path, root: Path, name: str | None, symmetrize: bool = False,
         except GraphFormatError as e:
             log.warning("dataset store %s is damaged, rebuilding it (%s)", folder, e)
     try:
-        convert_npz(npz, folder, progress=progress, name=name,
-                    source_key=_source_key(npz, root))
+        if is_coo_npz(npz):  # the COO exchange format: edges, symmetrised while ingested
+            ingest(coo_npz(npz, name), folder, progress=progress,
+                   source=source_record([npz], _source_key(npz, root)))
+        else:
+            convert_npz(npz, folder, progress=progress, name=name,
+                        source_key=_source_key(npz, root))
     except OutputError as e:  # a read-only (shared) data root: read the file into memory
         log.warning("cannot write the dataset store of %s (%s): reading it into memory "
                     "instead (no shared memory-mapped copy; give a writable --data-root or "
@@ -197,7 +224,8 @@ def dataset_path(name: str, data_root=None) -> Path | None:
     if name.endswith(".npz"):
         return _npz_file(name, root)
     if name in OGB_DATASETS:
-        return _ogb_folder(name, root) / OGB_CACHE_FILE
+        cache = _ogb_folder(name, root) / OGB_CACHE_FILE
+        return cache if cache.is_file() else _ogb_source(name, root)
     path = root / f"{name}.npz"
     return path if path.is_file() else None
 
@@ -223,15 +251,20 @@ def dataset_identity(name: str, data_root=None) -> dict:
     if path is None or not path.is_file():
         return ident
     ident["path"] = str(path.resolve())
-    store = store_folder(path, root)
+    store = _store_of_source(name, path, root)
     if is_store(store):
         with contextlib.suppress(TwopgraphError, OSError):
             meta = read_store_meta(store)
-            src, st = meta.get("source") or {}, path.stat()
-            if (src.get("key") == _source_key(path, root) and src.get("size") == st.st_size
-                    and src.get("mtime_ns") == st.st_mtime_ns):
+            if _fresh(meta, path, root):
                 ident.update(store=str(store.resolve()), fingerprint=str(meta["fingerprint"]))
     return ident
+
+
+def _store_of_source(name: str, path: Path, root: Path) -> Path:
+    """The store folder of the source file ``path`` of dataset ``name``: OGB raw files give
+    ``stores/<name>-<hash>``, every other file ``stores/<file stem>-<hash>``."""
+    ogb = name in OGB_DATASETS and path.name != OGB_CACHE_FILE
+    return store_folder(path, root, stem=name if ogb else None)
 
 
 def same_dataset(ident: dict, source: dict) -> bool:
@@ -294,10 +327,11 @@ def list_datasets(data_root=None) -> list[dict]:
                         description=_describe_preset(preset)))
     for name, desc in OGB_DATASETS.items():
         folder = _ogb_folder(name, root)
-        path = folder / OGB_CACHE_FILE
-        if not path.is_file() and folder.is_dir():
-            desc += f" (ogb files in {folder}, not converted yet)"
-        out.append(dict(name=name, kind="ogb", cached=path.is_file(), path=str(path),
+        path = dataset_path(name, root)
+        cached = dataset_identity(name, root)["store"] is not None
+        if not cached and path.is_file():
+            desc += f" (raw files in {folder}, not ingested yet)"
+        out.append(dict(name=name, kind="ogb", cached=cached, path=str(path),
                         description=desc))
     for path in sorted(root.glob("*.npz")) if root.is_dir() else []:
         if path.stem in presets:
@@ -509,16 +543,31 @@ def _ogb_folder(name: str, root: Path) -> Path:
     return root / name.replace("-", "_")
 
 
+def _ogb_source(name: str, root: Path) -> Path:
+    """The raw file that identifies OGB dataset ``name``'s download: ``raw/data.npz`` (binary
+    layout) or ``raw/edge.csv.gz`` (CSV layout), whichever is there, else the one the dataset
+    comes in (it need not exist yet)."""
+    raw = _ogb_folder(name, root) / "raw"
+    for f in ("data.npz", "edge.csv.gz"):
+        if (raw / f).is_file():
+            return raw / f
+    return raw / ("data.npz" if name in OGB_BINARY else "edge.csv.gz")
+
+
 def _load_ogb(name: str, root: Path, progress: bool) -> GraphData:
-    """Our cache if present; else ogb's processed file, else ogb itself; convert and cache."""
+    """The store of OGB dataset ``name``: reused while its raw files are unchanged, else
+    ingested from the raw files straight into the store (:mod:`twopgraph.ingest`: streaming,
+    bounded memory; never ogb's in-memory processing), downloaded first by ogb's own download
+    code when absent. An older twopgraph's ``twopgraph.npz`` cache is still read; ogb's
+    ``processed/data_processed`` is read when it is all there is (small datasets)."""
     folder = _ogb_folder(name, root)
     cache = folder / OGB_CACHE_FILE
-    if cache.is_file():
+    if cache.is_file():  # written by an older twopgraph: still a valid dataset
         try:
             return _stored(cache, root, name, progress=progress)
         except GraphFormatError as e:
-            log.warning("dataset cache %s is damaged, rebuilding it (%s)", cache,
-                        str(e).removeprefix(f"{cache}: "))
+            log.warning("dataset cache %s is damaged, ingesting the raw files instead (%s)",
+                        cache, str(e).removeprefix(f"{cache}: "))
     meta = _ogb_meta(name)
     release = folder / f"RELEASE_v{meta['version']}.txt"
     if folder.is_dir() and not release.is_file():
@@ -527,17 +576,73 @@ def _load_ogb(name: str, root: Path, progress: bool) -> GraphData:
             f"{name}: {folder} exists but has no {release.name}, so ogb would offer to delete "
             f"and re-download it; if it holds a complete {name} download, create the empty file "
             f"{release}, otherwise remove the folder to download afresh")
-    processed = folder / "processed" / "data_processed"
-    if processed.is_file():
-        graph, labels = _read_ogb_processed(processed)
-    else:
-        graph, labels = _run_ogb(name, root, meta, progress)
-    split = _read_ogb_split(folder / "split" / meta["split"], name)
+    src = _ogb_source(name, root)
+    if not src.is_file() and is_store(_store_of_source(name, src, root)):
+        # ingested before, raw files deleted since (papers100M's take 57 GB): the store is
+        # the dataset now
+        try:
+            return open_store(_store_of_source(name, src, root), name=name)
+        except GraphFormatError as e:
+            log.warning("dataset store of %s is damaged and its raw files are gone (%s)",
+                        name, e)
+    if not src.is_file():
+        processed = folder / "processed" / "data_processed"
+        if processed.is_file():
+            return _ogb_processed_store(name, root, meta, processed, progress)
+        _download_ogb(name, root, meta, progress)
+        src = _ogb_source(name, root)
+    store = _store_of_source(name, src, root)
+    if is_store(store):
+        try:
+            if _fresh(read_store_meta(store), src, root):
+                return open_store(store, name=name)
+            log.info("the raw files of %s changed since they were ingested: ingesting again",
+                     name)
+        except GraphFormatError as e:
+            log.warning("dataset store %s is damaged, rebuilding it (%s)", store, e)
+    offline = (f"download {meta['url']} yourself, unzip it in {root} and rename its folder to "
+               f"{folder.name}")
+    try:
+        raw = ogb_raw(name, folder, split=meta["split"], num_classes=int(meta["num classes"]))
+        ingest(raw, store, source=source_record(raw.files, _source_key(src, root)),
+               progress=progress)
+    except OutputError as e:
+        raise TwopgraphError(f"cannot write the dataset store of {name}: {e}; choose a "
+                             f"writable --data-root or ${DATA_ROOT_ENV}") from None
+    except GraphFormatError as e:
+        raise TwopgraphError(f"{name}: could not read the raw files in {folder / 'raw'} ({e}); "
+                             f"delete {folder} to download it afresh, or {offline}") from e
+    return open_store(store, name=name)
+
+
+#: OGB datasets whose download is in the binary layout (``raw/data.npz``).
+OGB_BINARY = frozenset({"ogbn-papers100M"})
+
+
+def _ogb_processed_store(name: str, root: Path, meta: dict, processed: Path,
+                         progress: bool) -> GraphData:
+    """A store from ogb's own ``processed/data_processed`` (read into memory: what an earlier
+    ogb run left when the raw files are gone)."""
+    graph, labels = _read_ogb_processed(processed)
+    n = int(graph["num_nodes"])
+    split = read_ogb_split(_ogb_folder(name, root) / "split" / meta["split"], n)
     data = _ogb_to_graphdata(name, graph, labels, split, progress)
     data.num_classes = max(data.num_classes, int(meta["num classes"]))
     del graph, labels
-    _save_cache(data, cache)
-    return _store_of(data, cache, root, name, progress)
+    st = processed.stat()
+    source = {"path": str(processed.resolve()), "key": _source_key(processed, root),
+              "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    folder = store_folder(processed, root, stem=name)
+    if is_store(folder):
+        with contextlib.suppress(GraphFormatError):
+            if _fresh(read_store_meta(folder), processed, root):
+                return open_store(folder, name=name)
+    try:
+        write_store(data, folder, source=source, progress=progress)
+    except OutputError as e:
+        raise TwopgraphError(f"cannot write the dataset store of {name}: {e}; choose a "
+                             f"writable --data-root or ${DATA_ROOT_ENV}") from None
+    return open_store(folder, name=name)
 
 
 def _ogb_meta(name: str) -> dict:
@@ -553,25 +658,34 @@ def _ogb_meta(name: str) -> dict:
     return table[name].to_dict()
 
 
-def _run_ogb(name: str, root: Path, meta: dict, progress: bool):
-    """Let ogb download (if needed) and process the raw files; return ``(graph, labels)``.
-
-    ogb runs inside :func:`ogb_session` (no stdin, network timeout, prints to stderr).
-    Exceptions of the kinds in ``_OGB_FAILURES`` that ogb raised become a one-line
-    :class:`TwopgraphError` naming the fix; anything else propagates with its traceback.
-    """
+def _download_ogb(name: str, root: Path, meta: dict, progress: bool) -> None:
+    """Let ogb's own download code fetch and unzip ``name`` into ``<root>/ogbn_x`` (nothing is
+    processed). ogb runs inside :func:`ogb_session` (no stdin, network timeout, prints to
+    stderr); exceptions of the kinds in ``_OGB_FAILURES`` that ogb raised become one line
+    naming the fix; anything else propagates with its traceback."""
     folder = _ogb_folder(name, root)
     root.mkdir(parents=True, exist_ok=True)
-    if folder.is_dir():  # ogb saves processed/data_processed without creating the folder
-        (folder / "processed").mkdir(exist_ok=True)
     try:
         with ogb_session(progress):
-            ds = _construct_ogb(name, root, folder)
+            _fetch_ogb(name, root, folder, meta)
     except _OGB_FAILURES as e:
         if not _raised_in_ogb(e):
             raise  # twopgraph's own code failed: a bug, keep the traceback
         raise _ogb_failure(name, root, folder, meta["url"], e) from e
-    return ds.graph, ds.labels
+
+
+def _fetch_ogb(name: str, root: Path, folder: Path, meta: dict) -> None:
+    """ogb's download steps (``NodePropPredDataset.pre_process`` without the processing)."""
+    import shutil
+    from ogb.utils.url import decide_download, download_url, extract_zip
+    if not decide_download(meta["url"]):
+        raise TwopgraphError(f"{name}: download declined; the raw files are expected in "
+                             f"{folder}/raw")
+    path = download_url(meta["url"], str(root))
+    extract_zip(path, str(root))
+    os.unlink(path)
+    shutil.rmtree(folder, ignore_errors=True)
+    shutil.move(str(root / meta["download_name"]), str(folder))
 
 
 @contextlib.contextmanager
@@ -636,19 +750,6 @@ def _innermost_module(e: BaseException) -> str:
     return tb.tb_frame.f_globals.get("__name__", "") if tb is not None else ""
 
 
-def _construct_ogb(name: str, root: Path, folder: Path):
-    """``NodePropPredDataset(name, root)``; retried once if a fresh download lacked processed/."""
-    from ogb.nodeproppred import NodePropPredDataset
-    try:
-        return NodePropPredDataset(name, root=str(root))
-    except RuntimeError:
-        processed = folder / "processed"
-        if not (folder / "raw").is_dir() or processed.is_dir():
-            raise
-        processed.mkdir()
-        return NodePropPredDataset(name, root=str(root))
-
-
 def _torch_load_local(path: Path):
     """``torch.load`` of a pickle that ogb wrote in the user's own folder.
 
@@ -672,31 +773,11 @@ def _read_ogb_processed(path: Path):
     return loaded["graph"], loaded["labels"]
 
 
-def _read_ogb_split(folder: Path, name: str) -> dict:
-    """``{"train", "valid", "test"}`` id arrays, as ogb's ``get_idx_split`` reads them."""
-    if (folder / "split_dict.pt").is_file():
-        split = _torch_load_local(folder / "split_dict.pt")
-        return {k: np.asarray(split[k]) for k in ("train", "valid", "test")}
-    import pandas as pd
-    split = {}
-    for key in ("train", "valid", "test"):
-        path = folder / f"{key}.csv.gz"
-        if not path.is_file():
-            raise TwopgraphError(f"{name}: split file {path} is missing (incomplete download?)")
-        try:
-            table = pd.read_csv(path, compression="gzip", header=None)
-        except (OSError, EOFError, ValueError) as e:  # damaged gzip or csv
-            raise GraphFormatError(f"{name}: cannot read split file {path} "
-                                   f"({type(e).__name__}); delete it and re-download") from None
-        split[key] = table.values.T[0]
-    return split
-
-
 def _ogb_to_graphdata(name: str, graph: dict, labels, split: dict,
                       progress: bool) -> GraphData:
     """Convert ogb's graph dict to :class:`GraphData` (symmetric CSR, float32 features).
 
-    Unlabelled nodes (NaN in papers100M) get label 0; they must be in no split.
+    Unlabelled nodes (NaN in papers100M) get label -1; they must be in no split.
     """
     from tqdm import tqdm
     n = int(graph["num_nodes"])
@@ -719,8 +800,7 @@ def _ogb_to_graphdata(name: str, graph: dict, labels, split: dict,
         splits = {k: np.sort(np.asarray(v, dtype=np.int64).ravel()) for k, v in split.items()}
         label = _ogb_labels(name, labels, n, splits)
         bar.update()
-        data = GraphData(graph=csr, feat=feat, label=label, train_idx=splits["train"],
-                         val_idx=splits["valid"], test_idx=splits["test"], name=name)
+        data = GraphData(graph=csr, feat=feat, label=label, name=name, **splits)
         try:
             data.validate()
         except GraphFormatError as e:
@@ -730,7 +810,8 @@ def _ogb_to_graphdata(name: str, graph: dict, labels, split: dict,
 
 
 def _ogb_labels(name: str, labels, n: int, splits: dict) -> np.ndarray:
-    """int64 (N) labels from ogb's (N x 1) array; NaN (unlabelled) -> 0 if in no split."""
+    """int64 (N) labels from ogb's (N x 1) array; NaN (unlabelled) -> -1, refused in a
+    split."""
     y = np.asarray(labels).reshape(-1)
     if y.shape[0] != n:
         raise GraphFormatError(f"{name}: {y.shape[0]} labels for {n} nodes")
@@ -740,5 +821,5 @@ def _ogb_labels(name: str, labels, n: int, splits: dict) -> np.ndarray:
             if idx.shape[0] and idx.max() < n and missing[idx].any():
                 raise GraphFormatError(f"{name}: {int(missing[idx].sum())} nodes of the "
                                        f"{key} split have no label")
-        y = np.where(missing, 0, y)
+        y = np.where(missing, -1, y)
     return y.astype(np.int64)

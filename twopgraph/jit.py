@@ -47,6 +47,7 @@ log = logging.getLogger("twopgraph")
 KERNEL_MODULES = (
     "twopgraph.rng",
     "twopgraph.graph",
+    "twopgraph.csrbuild",
     "twopgraph.sampler.kernels",
     "twopgraph.cache.kernels",
     "twopgraph.partition.kernels",

@@ -242,18 +242,41 @@ class _Writer:
         self.records[name] = {"dtype": dtype.str, "shape": list(header["shape"]),
                               "bytes": total}
 
+    def adopt(self, name: str, path) -> None:
+        """Take the ``.npy`` file at ``path`` (written by someone else, e.g. the CSR builder)
+        as array ``name`` of the store: moved into the store's folder, recorded as it is."""
+        path = Path(path)
+        target = self.tmp / f"{name}.npy"
+        try:
+            if path != target:
+                os.replace(path, target)
+            arr = np.load(target, mmap_mode="r", allow_pickle=False)
+        except OSError as e:
+            raise _write_error(self.folder, e) from e
+        self.records[name] = {"dtype": arr.dtype.str, "shape": list(arr.shape),
+                              "bytes": int(arr.nbytes)}
+
+    def scratch(self, name: str) -> Path:
+        """A path for a temporary file inside the store being written (removed with it if the
+        write fails; the caller removes it before :meth:`commit`)."""
+        return self.tmp / name
+
     def put_array(self, name: str, arr: np.ndarray, dtype=None) -> None:
         """Write ``arr`` (any array, memory-mapped included), in row chunks."""
         dtype = arr.dtype if dtype is None else np.dtype(dtype)
         self.put(name, arr.shape, dtype, _row_chunks(arr))
 
-    def commit(self, meta: dict, validate: bool, progress: bool = False) -> Path:
-        """Validate (``validate``), fingerprint, write ``store.json``, rename into place."""
+    def commit(self, meta: dict, validate: bool, progress: bool = False,
+               undirected: bool = False) -> Path:
+        """Validate (``validate``), fingerprint, write ``store.json``, rename into place.
+        ``undirected``: the graph is undirected by construction (the CSR builder's), so its
+        O(E) check is skipped."""
         data = open_store_arrays(self.tmp, self.records, meta)
         problem = None
         if validate:
             data.validate(check_symmetric=False)
-            problem = data.graph.undirected_problem()
+            if not undirected:
+                problem = data.graph.undirected_problem()
         t = time.perf_counter()
         fp = data.fingerprint()
         log.debug("fingerprinted %s in %.1f s", self.folder.name, time.perf_counter() - t)
