@@ -112,7 +112,10 @@ def load_dataset(name: str, data_root=None, progress: bool = True,
         raise ConfigError(f"dataset name must be a non-empty string, got {name!r}")
     root = resolve_data_root(data_root)
     presets = _synthetic_presets()
-    if name in presets:
+    papers = _papers_spec(name)
+    if papers is not None:
+        data = load_papers(papers, root, progress)
+    elif name in presets:
         data = load_synthetic(presets[name], root / f"{name}.npz", progress, stored=True)
     elif is_store(Path(name).expanduser()):
         return open_store(Path(name).expanduser(), check_symmetric=not symmetrize) \
@@ -135,6 +138,40 @@ def load_dataset(name: str, data_root=None, progress: bool = True,
                           f"{', '.join(_known_names(root))}, a path to a .npz file or a store "
                           f"folder (data root: {root})")
     return _symmetrized(data, name) if symmetrize else data
+
+
+def _papers_spec(name: str):
+    """The :class:`~twopgraph.papers.PapersSpec` of ``synthetic-papers[:SCALE]``, else None."""
+    if not name.startswith("synthetic-papers"):
+        return None
+    from .papers import parse_preset
+    return parse_preset(name)
+
+
+def load_papers(spec, data_root=None, progress: bool = False) -> GraphData:
+    """The store of the papers-shaped preset ``spec`` (:mod:`twopgraph.papers`), generated
+    straight into ``<data root>/stores/synthetic-papers-<scale>-<hash>/`` in chunks on first
+    use (one copy: no ``.npz``); reused while its spec and generator version match."""
+    root = resolve_data_root(data_root)
+    from .papers import papers_raw
+    fp = spec.fingerprint()
+    folder = root / STORES_DIR / f"synthetic-papers-{spec.scale:g}-{fp[:8]}".replace("/", "_")
+    if is_store(folder):
+        try:
+            meta = read_store_meta(folder)
+            if (meta.get("source") or {}).get("spec_fingerprint") == fp:
+                return open_store(folder, name=spec.name)
+        except GraphFormatError as e:
+            log.warning("dataset store %s is damaged, rebuilding it (%s)", folder, e)
+    log.info("generating %s (%s vertices, ~%s directed edges) into %s", spec.name,
+             f"{spec.num_nodes:,}", f"{spec.num_edges:,}", folder)
+    try:
+        ingest(papers_raw(spec), folder, progress=progress,
+               source={"spec_fingerprint": fp, "spec": spec.name})
+    except OutputError as e:
+        raise TwopgraphError(f"cannot write the dataset store of {spec.name}: {e}; choose a "
+                             f"writable --data-root or ${DATA_ROOT_ENV}") from None
+    return open_store(folder, name=spec.name)
 
 
 def store_folder(npz, data_root=None, stem: str | None = None) -> Path:
@@ -325,6 +362,10 @@ def list_datasets(data_root=None) -> list[dict]:
         path = root / f"{name}.npz"
         out.append(dict(name=name, kind="synthetic", cached=path.is_file(), path=str(path),
                         description=_describe_preset(preset)))
+    out.append(dict(name="synthetic-papers:SCALE", kind="synthetic", cached=False, path="",
+                    description="ogbn-papers100M's shape at SCALE (e.g. 0.25: 27.8M vertices, "
+                                "404M directed edges, 128 features, 172 classes, 1.4% "
+                                "labelled), generated straight into a store"))
     for name, desc in OGB_DATASETS.items():
         folder = _ogb_folder(name, root)
         path = dataset_path(name, root)

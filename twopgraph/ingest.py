@@ -231,8 +231,8 @@ def labels_from(values: np.ndarray, where: str) -> np.ndarray:
                              | (filled < -1))
         if bad.shape[0]:
             v = int(bad[0])
-            raise GraphFormatError(f"{where}: label of vertex {v} is {y[v]!r}, not a class id "
-                                   f"(integers 0..C-1; NaN or -1 = unlabelled)")
+            raise GraphFormatError(f"{where}: label of vertex {v} is {float(y[v]):g}, not a "
+                                   f"class id (integers 0..C-1; NaN or -1 = unlabelled)")
         out = filled.astype(np.int64)
         bad = np.empty(0, dtype=np.int64)
     else:
