@@ -36,7 +36,7 @@ from .loader import as_long_tensor
 from .metrics import available_host_bytes  # noqa: F401 (table_place reads it here)
 from .models import BlockGNN
 from .sampler import NeighborSampler
-from .sampler.kernels import sample_neighbors
+from .sampler.kernels import sample_neighbors, sample_neighbors_serial
 from .sampler.minibatch import Block
 
 log = logging.getLogger("twopgraph")
@@ -338,12 +338,22 @@ def _prefix_degrees(indptr: np.ndarray, ids: np.ndarray) -> np.ndarray:
     return cum
 
 
+#: Edges below which :func:`_rows_of` gathers on the calling thread (a parallel launch costs
+#: more than it saves on a small piece).
+SERIAL_EDGES = 1 << 16
+
+
 def _rows_of(graph, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The full CSR rows of ``ids`` concatenated: ``(offsets int64, neighbours)``, in CSR
-    order (the exact-inference block of those dst vertices; the parallel sampling kernel with
-    fanout -1, which takes every neighbour)."""
-    return sample_neighbors(graph.indptr, graph.indices, ids.astype(np.int64, copy=False), -1,
-                            np.uint64(0))
+    order (the exact-inference block of those dst vertices): the sampling kernel with fanout
+    -1, which takes every neighbour; parallel for pieces of at least :data:`SERIAL_EDGES`
+    edges."""
+    indptr = graph.indptr
+    nodes = ids.astype(np.int64, copy=False)
+    edges = int((indptr[nodes + 1] - indptr[nodes]).sum()) if nodes.shape[0] < 4096 else \
+        SERIAL_EDGES
+    kernel = sample_neighbors if edges >= SERIAL_EDGES else sample_neighbors_serial
+    return kernel(indptr, graph.indices, nodes, -1, np.uint64(0))
 
 
 def expand_frontier(graph, ids: np.ndarray, batch_edges: int = 4_000_000) -> np.ndarray:
@@ -571,7 +581,7 @@ def scored_inference(model: BlockGNN, sampler, feat, device, scored,
         glob = u if below is None else below[u].astype(np.int64)
         block = Block(int(u.shape[0]), b - a, torch.from_numpy(offs),
                       torch.from_numpy(np.searchsorted(u, p_src)), _degree_of(sampler, glob),
-                      torch.from_numpy(np.diff(offs).astype(np.float32)))
+                      _degree_of(sampler, dst))
         yield a, b, block.to(device), u, torch.from_numpy(np.searchsorted(u, p_dst)).to(device)
 
     src = _row_source(feat, device)

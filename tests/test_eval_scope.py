@@ -1,0 +1,335 @@
+"""Evaluation that grows with what is scored (issue 19, part 4): restricted exact inference
+(:func:`~twopgraph.inference.scored_inference`) gives whole-graph inference's logits on the
+scored vertices, ``--eval-scope auto`` picks the cheaper scope, its tables are sized by the
+L-hop neighbourhood (not by N), a run keeps only the scored rows and builds the N x C logits
+only when asked, and ``twopgraph predict`` streams its rows."""
+
+from __future__ import annotations
+
+import io
+import json
+import tracemalloc
+
+import numpy as np
+import pytest
+import torch
+
+import twopgraph.inference as inference
+import twopgraph.predict as predict_mod
+import twopgraph.train as tr
+from twopgraph.config import TrainConfig
+from twopgraph.errors import ConfigError
+from twopgraph.graph import CSRGraph, GraphData
+from twopgraph.inference import (EvalTable, ScoredLogits, evaluate_scored, expand_frontier,
+                                 layerwise_inference, plan_scope, scored_ids, scored_inference)
+from twopgraph.models import build_model
+from twopgraph.sampler.neighbor import NeighborSampler
+from conftest import community_data, run_cli
+from test_models import _randomize_params
+
+CPU = torch.device("cpu")
+
+
+def with_isolated(data: GraphData, extra: int = 7) -> GraphData:
+    """``data`` with ``extra`` isolated vertices appended (no edges, random features)."""
+    g = data.graph
+    indptr = np.concatenate([g.indptr, np.full(extra, g.indptr[-1], dtype=np.int64)])
+    rng = np.random.default_rng(5)
+    feat = np.concatenate([data.feat, rng.normal(size=(extra, data.num_features))
+                           .astype(np.float32)])
+    label = np.concatenate([data.label, rng.integers(0, data.num_classes, extra)])
+    n = data.num_nodes
+    new = np.arange(n, n + extra)
+    return GraphData(CSRGraph(indptr, g.indices), feat, label, data.train_idx,
+                     np.sort(np.concatenate([data.val_idx, new[:3]])),
+                     np.sort(np.concatenate([data.test_idx, new[3:]])), name="isolated")
+
+
+@pytest.fixture(scope="module")
+def cdata() -> GraphData:
+    return with_isolated(community_data())
+
+
+def ring_graph(n: int, steps=(1, 7)) -> CSRGraph:
+    """A sparse undirected circulant graph (degree 2 x len(steps)): L-hop neighbourhoods of
+    a few vertices stay a small part of it."""
+    v = np.arange(n)
+    src = np.concatenate([v for _ in steps] * 2)
+    dst = np.concatenate([(v + s) % n for s in steps] + [(v - s) % n for s in steps])
+    return CSRGraph.from_edges(src, dst, n)
+
+
+def _model(f: int, c: int, name: str, hidden: int, layers: int, seed: int = 0):
+    m = build_model(name, f, hidden, c, num_layers=layers)
+    _randomize_params(m, seed)
+    return m
+
+
+# -- restricted == whole graph ----------------------------------------------------------------
+@pytest.mark.parametrize("name", ["sage", "gcn"])
+@pytest.mark.parametrize("hidden, layers", [(16, 2), (3, 2), (16, 3), (64, 3), (3, 3)])
+def test_restricted_equals_whole_graph_on_the_scored_vertices(cdata, name, hidden, layers):
+    """Every model shape (hidden 3 < 8 features: layer 0 projects; 64 > 4 classes: the last
+    layer is fused), scored sets unsorted with duplicates and isolated vertices, ranges of a
+    few edges and chunks halved down to single vertices: the logits of whole-graph
+    inference to 1e-5."""
+    m = _model(cdata.num_features, cdata.num_classes, name, hidden, layers)
+    sampler = NeighborSampler(cdata.graph, [-1] * layers)
+    want = layerwise_inference(m, sampler, cdata.feat, CPU, batch_edges=97)
+    n = cdata.num_nodes
+    rng = np.random.default_rng(1)
+    sets = [cdata.test_idx, rng.permutation(cdata.val_idx)[:40],
+            np.concatenate([cdata.val_idx[:9], cdata.val_idx[:9], [n - 1, n - 1, 0]]),
+            np.arange(n)]
+    for s in sets:
+        for kw in ({"batch_edges": 97}, {"batch_edges": 50, "chunk_bytes": 4 * 16 * 12}):
+            got = scored_inference(m, sampler, cdata.feat, CPU, s, **kw)
+            assert np.array_equal(got.ids, np.unique(s))
+            torch.testing.assert_close(got.take(s), want[torch.from_numpy(s)], rtol=1e-5,
+                                       atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["sage", "gcn"])
+def test_empty_and_isolated_scored_sets(cdata, name):
+    m = _model(cdata.num_features, cdata.num_classes, name, 16, 3)
+    sampler = NeighborSampler(cdata.graph, [-1] * 3)
+    want = layerwise_inference(m, sampler, cdata.feat, CPU)
+    empty = scored_inference(m, sampler, cdata.feat, CPU, np.zeros(0, dtype=np.int64))
+    assert empty.values.shape == (0, cdata.num_classes) and empty.num_rows == 0
+    iso = np.arange(cdata.num_nodes - 7, cdata.num_nodes)  # the isolated vertices alone
+    plan = plan_scope(m, cdata.graph, scored_ids(cdata.num_nodes, iso), "scored")
+    assert plan.rows == [7, 7, 7] and plan.edges == [0, 0, 0]
+    got = scored_inference(m, sampler, cdata.feat, CPU, iso, plan=plan)
+    torch.testing.assert_close(got.values, want[-7:], rtol=1e-5, atol=1e-5)
+
+
+def test_gcn_uses_the_samplers_degrees(cdata):
+    """GCN's normalisation takes the degrees whole-graph inference's blocks carry (the full
+    graph's, or a sampler's override), not those of the restricted blocks."""
+    m = _model(cdata.num_features, cdata.num_classes, "gcn", 16, 2)
+    deg = cdata.graph.degrees() + np.arange(cdata.num_nodes) % 3  # an override
+    sampler = NeighborSampler(cdata.graph, [-1, -1], degrees=deg)
+    want = layerwise_inference(m, sampler, cdata.feat, CPU)
+    got = scored_inference(m, sampler, cdata.feat, CPU, cdata.test_idx)
+    torch.testing.assert_close(got.take(cdata.test_idx),
+                               want[torch.from_numpy(cdata.test_idx)], rtol=1e-5, atol=1e-5)
+
+
+def test_tables_on_disk_agree(cdata, tmp_path):
+    m = _model(cdata.num_features, cdata.num_classes, "sage", 16, 3)
+    sampler = NeighborSampler(cdata.graph, [-1] * 3)
+    host = scored_inference(m, sampler, cdata.feat, CPU, cdata.val_idx, place="host")
+    disk = scored_inference(m, sampler, cdata.feat, CPU, cdata.val_idx, place="disk",
+                            scratch_dir=tmp_path)
+    torch.testing.assert_close(host.values, disk.values, rtol=0, atol=0)
+
+
+def test_levels_are_the_exact_in_neighbourhoods(cdata):
+    g = cdata.graph
+    s = scored_ids(cdata.num_nodes, cdata.test_idx[:30])
+    assert s.dtype == np.int32
+    want = set(s.tolist())
+    for v in s.tolist():
+        want.update(g.indices[g.indptr[v]:g.indptr[v + 1]].tolist())
+    got = expand_frontier(g, s, batch_edges=5)  # many small pieces, merged
+    assert got.dtype == np.int32 and got.tolist() == sorted(want)
+
+
+def test_bad_scored_ids_are_one_line(cdata):
+    with pytest.raises(ConfigError, match="outside the graph's 607 vertices"):
+        scored_ids(cdata.num_nodes, np.array([3, 607]))
+    with pytest.raises(ConfigError, match="integers"):
+        scored_ids(cdata.num_nodes, np.array([0.5]))
+    lg = ScoredLogits(torch.zeros((2, 3)), np.array([1, 4]))
+    with pytest.raises(ValueError, match="vertex 2 has no logits"):
+        lg.take([4, 2])
+
+
+# -- the auto choice --------------------------------------------------------------------------
+def test_auto_takes_scored_for_a_small_neighbourhood_and_all_for_the_whole_graph(monkeypatch):
+    g = ring_graph(5000)
+    m = _model(8, 3, "sage", 16, 3)
+    few = plan_scope(m, g, scored_ids(5000, np.arange(0, 5000, 250)), "auto")
+    assert few.scope == "scored" and few.rows[-1] == 20 and max(few.rows) < 500
+    assert few.choice["scope"] == "scored" and few.choice["ratio"] < 0.5
+    assert few.record()["eval_scope"] == "scored" and few.record()["eval_rows"] == few.rows
+    calls = []
+    real = inference.expand_frontier
+    monkeypatch.setattr(inference, "expand_frontier",
+                        lambda *a, **k: calls.append(1) or real(*a, **k))
+    every = plan_scope(m, g, scored_ids(5000, np.arange(5000)), "auto")
+    assert every.scope == "all" and every.rows == [5000] * 3 and every.levels is None
+    assert every.choice["scope"] == "all" and every.choice["cost_scored"] is None
+    assert len(calls) == 1  # expansion stopped once the estimate passed the threshold
+    calls.clear()
+    assert plan_scope(m, g, scored_ids(5000, np.arange(5000)), "scored").scope == "scored"
+    assert plan_scope(m, g, scored_ids(5000, [1]), "all").scope == "all"
+    with pytest.raises(ConfigError, match="unknown eval scope 'some'"):
+        plan_scope(m, g, scored_ids(5000, [1]), "some")
+
+
+def test_evaluate_scored_gives_the_scored_rows_either_way(cdata):
+    m = _model(cdata.num_features, cdata.num_classes, "gcn", 16, 2)
+    sampler = NeighborSampler(cdata.graph, [-1, -1])
+    s = np.concatenate([cdata.val_idx, cdata.test_idx])
+    a, pa = evaluate_scored(m, sampler, cdata.feat, CPU, s, scope="all")
+    b, pb = evaluate_scored(m, sampler, cdata.feat, CPU, s, scope="scored")
+    assert (pa.scope, pb.scope) == ("all", "scored")
+    assert a.num_rows == b.num_rows == np.unique(s).shape[0]  # never N x C
+    torch.testing.assert_close(a.values, b.values, rtol=1e-5, atol=1e-5)
+
+
+# -- memory grows with what is scored ---------------------------------------------------------
+def _spy_rows(monkeypatch) -> list[int]:
+    """The rows of every EvalTable made from now on."""
+    rows = []
+    init = EvalTable.__init__
+
+    def spy(self, r, d, where, device, scratch_dir=None):
+        rows.append(r)
+        init(self, r, d, where, device, scratch_dir)
+
+    monkeypatch.setattr(EvalTable, "__init__", spy)
+    return rows
+
+
+def test_memory_is_sized_by_the_neighbourhood_not_by_n(monkeypatch):
+    """20 scored vertices of a 200,000-vertex sparse graph, 3 layers of width 64: every table
+    has at most a few hundred rows, and the host arrays made along the way stay far below one
+    id per vertex (an N-entry mark or position array, an N-row table or an N-id frontier
+    fails)."""
+    n, f = 200_000, 8
+    g = ring_graph(n)
+    feat = np.random.default_rng(0).normal(size=(n, f)).astype(np.float32)
+    m = _model(f, 5, "sage", 64, 3)
+    sampler = NeighborSampler(g, [-1] * 3)
+    scored = np.arange(0, n, n // 20)
+    rows = _spy_rows(monkeypatch)
+    scored_inference(m, sampler, feat, CPU, scored[:2])  # compiles the kernels first
+    rows.clear()
+    tracemalloc.start()
+    try:
+        got = scored_inference(m, sampler, feat, CPU, scored)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert rows and max(rows) <= 20 * (1 + 4 + 16 + 64)  # the 2-hop ball of 20 vertices
+    assert peak < n, peak  # bytes: less than one byte per vertex
+    assert got.values.shape == (20, 5)
+    want = layerwise_inference(m, sampler, feat, CPU)[torch.from_numpy(scored)]
+    torch.testing.assert_close(got.values, want, rtol=1e-5, atol=1e-5)
+
+
+# -- a run: scope recorded, scored rows kept, N x C only on demand -------------------------------
+def sparse_data(n: int = 6000, f: int = 8, k: int = 3) -> GraphData:
+    rng = np.random.default_rng(0)
+    perm = rng.permutation(n)
+    return GraphData(ring_graph(n), rng.normal(size=(n, f)).astype(np.float32),
+                     rng.integers(0, k, n).astype(np.int64), np.sort(perm[:3000]),
+                     np.sort(perm[3000:3015]), np.sort(perm[3015:3030]), name="ring")
+
+
+def _cfg(out, **kw) -> TrainConfig:
+    base = {"epochs": 2, "hidden": 16, "fanouts": [3, 3], "batch_size": 512, "lr": 0.05,
+            "seed": 0, "device": "cpu", "out": str(out), "progress": False, "threads": 1,
+            "schedule": "random", "renumber": False}
+    base.update(kw)
+    return TrainConfig.of(**base)
+
+
+def test_a_run_records_its_scope_and_keeps_only_the_scored_rows(tmp_path, monkeypatch):
+    data = sparse_data()
+    rows = _spy_rows(monkeypatch)
+    whole_calls = []
+    real = inference.layerwise_inference
+    for mod in (tr, inference):
+        monkeypatch.setattr(mod, "layerwise_inference",
+                            lambda *a, **k: whole_calls.append(1) or real(*a, **k))
+    res = tr.train(_cfg(tmp_path / "run", data_root=str(tmp_path / "d")), data)
+    m = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    for e in m["epochs"]:
+        assert e["eval_scope"] == "scored" and e["eval_rows"][-1] == 30
+        assert e["eval_rows"] == sorted(e["eval_rows"], reverse=True)
+        assert e["eval_choice"]["scope"] == "scored" and len(e["eval_edges"]) == 2
+    assert max(rows) < data.num_nodes // 10 and not whole_calls  # nothing N-sized
+    assert res.scored.num_rows == 30 and np.array_equal(
+        res.scored.ids, np.union1d(data.val_idx, data.test_idx))
+    assert callable(res.whole)  # not computed by the run
+    lg = res.logits  # now: one whole-graph inference, in the caller's ids
+    assert whole_calls == [1] and lg.shape == (data.num_nodes, 3) and res.logits is lg
+    labels = torch.from_numpy(data.label)
+    assert tr.accuracy(lg, labels, data.test_idx) == m["test_acc"] == res.test_acc
+    torch.testing.assert_close(res.scored.take(data.val_idx),
+                               lg[torch.from_numpy(data.val_idx)], rtol=0, atol=0)
+
+
+def test_scopes_give_the_same_run(tmp_path):
+    """The same training, evaluated with each scope: the same scores and selection (a
+    renumbered run: the scored rows come back in the caller's ids)."""
+    data = community_data()
+    runs = {}
+    for scope in ("all", "scored", "auto"):
+        res = tr.train(_cfg(tmp_path / scope, eval_scope=scope, renumber=True, epochs=3,
+                            data_root=str(tmp_path / "d")), data)
+        m = json.loads((tmp_path / scope / "metrics.json").read_text())
+        assert all(e["eval_scope"] == (scope if scope != "auto" else e["eval_scope"])
+                   for e in m["epochs"])
+        runs[scope] = (res, m)
+    (a, ma), (b, mb) = runs["all"], runs["scored"]
+    assert mb["epochs"][0]["eval_rows"][-1] == np.union1d(data.val_idx, data.test_idx).size
+    assert ma["epochs"][0]["eval_rows"] == [data.num_nodes] * 2
+    for k in ("val_acc", "test_acc", "selected_epoch"):
+        assert ma[k] == mb[k] == runs["auto"][1][k], k
+    torch.testing.assert_close(a.scored.values, b.scored.values, rtol=1e-5, atol=1e-5)
+    assert np.array_equal(a.scored.ids, b.scored.ids)
+    torch.testing.assert_close(a.logits, b.logits, rtol=1e-5, atol=1e-5)
+
+
+def test_eval_scope_flag_is_checked(tmp_path, capsys):
+    with pytest.raises(ConfigError, match="unknown eval scope 'every'; known: auto, all, "
+                                          "scored"):
+        _cfg(tmp_path / "x", eval_scope="every").validate()
+    rc, out, err = run_cli(["train", "--dataset", "synthetic-tiny", "--eval-scope", "every",
+                            "--out", str(tmp_path / "y")], capsys)
+    assert rc == 2 and len([ln for ln in err.splitlines() if ln.strip()]) == 1, err
+    assert "eval scope" in err or "eval-scope" in err
+
+
+# -- predict streams --------------------------------------------------------------------------
+@pytest.mark.parametrize("shape, dtype", [((10,), np.int64), ((9, 3), np.float32),
+                                          ((0, 4), np.float32)])
+def test_write_rows_streams_a_permuted_npy(shape, dtype):
+    arr = np.arange(int(np.prod(shape)), dtype=dtype).reshape(shape)
+    order = np.random.default_rng(0).permutation(shape[0])
+    for o in (None, order):
+        f = io.BytesIO()
+        predict_mod.write_rows(f, torch.from_numpy(arr) if arr.ndim == 2 else arr, o,
+                               chunk_bytes=8)
+        f.seek(0)
+        got = np.load(f)
+        assert got.dtype == dtype and np.array_equal(got, arr if o is None else arr[o])
+
+
+def test_predict_writes_without_a_whole_permuted_copy(tmp_path, capsys, monkeypatch):
+    """`twopgraph predict` never builds the N-row result in original order in memory (no
+    to_original_order); the file holds it, and the logits' argmax is the class ids."""
+    data = community_data()
+    run = tmp_path / "run"
+    res = tr.train(_cfg(run, renumber=True, data_root=str(tmp_path / "d")), data)
+    want = res.logits.numpy()
+
+    def refuse(*a, **k):
+        raise AssertionError("predict permuted a whole copy")
+
+    monkeypatch.setattr(predict_mod, "to_original_order", refuse)
+    from twopgraph.config import PredictConfig
+    from twopgraph.predict import run_predict
+    monkeypatch.setattr(predict_mod, "_load_data",  # the run's data (passed from Python)
+                        lambda mc, d, *a: (data, str(tmp_path / "d"), True))
+    out_l, out_c = tmp_path / "lg.npy", tmp_path / "ids.npy"
+    for out, lg in ((out_l, True), (out_c, False)):
+        rec = run_predict(PredictConfig.of(checkpoint=str(run / "checkpoint.pt"),
+                                           out=str(out), logits=lg))
+        assert rec["rows"] == data.num_nodes
+    np.testing.assert_allclose(np.load(out_l), want, rtol=1e-5, atol=1e-5)
+    assert np.array_equal(np.load(out_c), np.load(out_l).argmax(1))
