@@ -9,6 +9,13 @@ exceed :data:`EVAL_CHUNK_BYTES` is halved. Each layer's N x d output goes where 
 memory available to this process (:func:`available_host_bytes`: ``MemAvailable`` and the
 process's own cgroup limit).
 
+When only some vertices are scored (a run's val + test), :func:`scored_inference` computes the
+last layer for them and each layer below for the full in-neighbourhood of the one above
+(:func:`plan_scope`'s levels): tables sized by those frontiers, not by N, the same logits up
+to float rounding. :func:`plan_scope` picks the scope of ``--eval-scope`` (``auto``: the
+cheaper by estimated rows + edges) and :func:`evaluate_scored` returns the scored rows
+(:class:`ScoredLogits`) either way.
+
 Scores of the logits on a split (:func:`score`): ``acc`` (:func:`accuracy`) or ``rocauc``
 (:func:`rocauc` of class 1's probability, two classes only); :func:`resolve_metric` turns
 ``--metric`` (``auto`` = ``rocauc`` for two classes) into one of them.

@@ -20,9 +20,13 @@ Outputs in ``out`` (written by :func:`train`):
   schedule given explicitly), and the process's ``peak_rss_mib`` / ``peak_pss_mib``; strict
   JSON (a NaN or infinity is written as null).
 
-Exact evaluation (:func:`layerwise_inference`) may keep its intermediate N x hidden tables in
-scratch files in ``out`` when host memory is short: anonymous files (no name in the folder,
-their space freed when evaluation ends, also when the process dies).
+Exact evaluation (:class:`RunEvaluator`, ``--eval-scope``: whole-graph
+:func:`layerwise_inference` or :func:`~twopgraph.inference.scored_inference` of the val and
+test vertices' L-hop neighbourhood; each evaluated epoch records ``eval_scope``, ``eval_rows``,
+``eval_edges``, ``eval_choice``) may keep its intermediate tables in scratch files in ``out``
+when host memory is short: anonymous files (no name in the folder, their space freed when
+evaluation ends, also when the process dies). The run keeps the selected model's logits of the
+scored vertices only; :attr:`TrainResult.logits` (N x C) is computed when first read.
 
 The run owns ``out`` while it runs (:class:`~twopgraph.rundir.RunDir`: a second run into it is
 refused; a run that fails before writing anything leaves no empty folder behind). A
