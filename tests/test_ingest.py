@@ -216,3 +216,22 @@ def test_ingested_store_reopens(tmp_path):
     coo_file(tmp_path / "g.npz")
     out = ingest(coo_npz(tmp_path / "g.npz"), tmp_path / "s", source=None)
     assert open_store(out).num_nodes == 40
+
+
+# -- compact structure ---------------------------------------------------------------------
+def test_npz_int64_indices_are_stored_as_int32(tmp_path):
+    from twopgraph.graph import CSRGraph, GraphData
+    g = CSRGraph.from_edges([0, 1, 2], [1, 2, 3], num_nodes=4, index_dtype=np.int64)
+    d = GraphData(g, np.zeros((4, 2), np.float32), np.array([0, 1, 0, 1]), np.array([0]),
+                  np.array([1]), np.array([2]))
+    d.save_npz(tmp_path / "g.npz")
+    data = load_dataset(str(tmp_path / "g.npz"), data_root=tmp_path, progress=False)
+    assert data.graph.indices.dtype == np.int32
+    np.testing.assert_array_equal(data.graph.indices, g.indices)
+    # an id that would wrap into range when narrowed is refused, not silently changed
+    bad = np.array(g.indices)
+    bad[0] = 2**32 + 1
+    np.savez(tmp_path / "bad.npz", indptr=g.indptr, indices=bad, feat=d.feat, label=d.label,
+             train_idx=d.train_idx, val_idx=d.val_idx, test_idx=d.test_idx)
+    with pytest.raises(GraphFormatError, match="out of range"):
+        load_dataset(str(tmp_path / "bad.npz"), data_root=tmp_path, progress=False)

@@ -593,6 +593,12 @@ def _convert_member(zf, member, key: str, npz: Path, w: _Writer, bar) -> None:
         if target is None:
             native = dtype.newbyteorder("=")
             target = native if native.type in _KEEP[key] else _FALLBACK[key]
+        narrow = None
+        if key == "indices" and np.issubdtype(dtype, np.integer) and \
+                np.dtype(dtype).itemsize > 4 and "indptr" in w.records:
+            n = int(w.records["indptr"]["shape"][0]) - 1
+            if n < 2**31:  # compact: half the bytes and bandwidth of int64 ids
+                target, narrow = np.int32, n
         if fortran and len(shape) == 2 and shape[1] > 1:
             # column-major on disk: rows are not contiguous; read it whole (rare)
             raw = np.frombuffer(f.read(), dtype=dtype)
@@ -600,7 +606,18 @@ def _convert_member(zf, member, key: str, npz: Path, w: _Writer, bar) -> None:
             w.put(key, shape, target, _row_chunks(arr))
         else:
             chunks = _member_chunks(f, shape, dtype, where)
+            if narrow is not None:
+                chunks = (_in_range(c, narrow, where) for c in chunks)
             w.put(key, shape, target, (_counted(c, bar) for c in chunks))
+
+
+def _in_range(chunk: np.ndarray, n: int, where: str) -> np.ndarray:
+    """``chunk`` of neighbour ids, checked to lie in ``[0, n)`` before it is narrowed to int32
+    (a wrapped id could otherwise pass validation)."""
+    if chunk.shape[0] and (chunk.min() < 0 or chunk.max() >= n):
+        raise GraphFormatError(f"{where}: neighbour ids out of range [0, {n}): min "
+                               f"{chunk.min()}, max {chunk.max()}")
+    return chunk
 
 
 def _counted(chunk, bar):
