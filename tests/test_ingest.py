@@ -235,3 +235,36 @@ def test_npz_int64_indices_are_stored_as_int32(tmp_path):
              train_idx=d.train_idx, val_idx=d.val_idx, test_idx=d.test_idx)
     with pytest.raises(GraphFormatError, match="out of range"):
         load_dataset(str(tmp_path / "bad.npz"), data_root=tmp_path, progress=False)
+
+
+def test_ingest_memory_is_bounded_by_a_chunk(tmp_path, monkeypatch):
+    """A deflated COO file with 16 MB of features and 4 MB of edges is ingested within a few
+    chunks of memory (256 KiB here); the control run with one chunk per array shows that the
+    bound is what fails when the chunking is removed."""
+    import tracemalloc
+    from twopgraph import ingest as ingest_mod
+    from twopgraph import store as store_mod
+    rng = np.random.default_rng(0)
+    n, e = 8192, 250_000
+    np.savez_compressed(tmp_path / "g.npz", edge_index=rng.integers(0, n, (2, e)),
+                        feat=rng.standard_normal((n, 512)).astype(np.float32),
+                        label=rng.integers(0, 4, n), train_idx=np.arange(100),
+                        val_idx=np.arange(100, 200), test_idx=np.arange(200, 300))
+
+    def peak(chunk: int, out: str) -> int:
+        monkeypatch.setattr(store_mod, "CHUNK_BYTES", chunk)
+        monkeypatch.setattr(ingest_mod, "CHUNK_BYTES", chunk)
+        raw = coo_npz(tmp_path / "g.npz")
+        tracemalloc.start()
+        try:
+            ingest(raw, tmp_path / out, source=None)
+            return tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    ingest(coo_npz(tmp_path / "g.npz"), tmp_path / "warm", source=None)  # compile kernels
+    small = peak(256 << 10, "small")
+    whole = peak(64 << 20, "whole")
+    assert small < 6 * 2**20, small
+    assert whole > 16 * 2**20, whole
+    a, b = open_store(tmp_path / "small"), open_store(tmp_path / "whole")
+    assert a.fingerprint() == b.fingerprint()
