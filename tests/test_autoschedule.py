@@ -77,7 +77,8 @@ def test_clustered_graph_chooses_locality():
     assert c.seconds >= 0
     rec = c.as_dict()
     assert set(rec) == {"schedule", "ratio", "locality_inputs_per_batch",
-                        "random_inputs_per_batch", "batches", "threshold", "seconds"}
+                        "random_inputs_per_batch", "batches", "threshold", "seconds", "basis"}
+    assert rec["basis"] == "clusters"
     json.dumps(rec)  # recorded in metrics.json as it is
 
 
@@ -139,10 +140,13 @@ def test_auto_loader_draws_the_batches_of_the_explicit_schedule(tmp_path, data_f
     data = data_fn()
     kw = dict(fanouts=[10, 10]) if expect == "random" else {}
     auto = _cfg(tmp_path, "a", schedule="auto", **kw)
-    parts = locality_for(data, ["auto"], auto).clustering.parts
+    prep = locality_for(data, ["auto"], auto)
+    # dense: the probe shows that clusters cannot pay, nothing is clustered
+    assert (prep.clustering is None) == (expect == "random")
+    parts = None if prep.clustering is None else prep.clustering.parts
     torch.manual_seed(0)
     before = torch.get_rng_state()
-    la = make_loader(auto, data, "cpu", parts=parts)
+    la = make_loader(auto, data, "cpu", parts=parts, schedule_choice=prep.schedule_choice)
     assert torch.equal(torch.get_rng_state(), before)  # dropout draws stay the same
     assert la.schedule == expect and la.schedule_choice["schedule"] == expect
     lx = make_loader(_cfg(tmp_path, "x", schedule=expect, **kw), data, "cpu", parts=parts)

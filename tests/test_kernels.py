@@ -384,6 +384,134 @@ def check_compact_rows(kernel, twin):
         assert (res[0] >= 0).all()
 
 
+# -- twopgraph.partition.coarsen -------------------------------------------------------------------
+def _lp_state(g, seed, coarse=False):
+    """Labels (some merged), vertex weights and label weights for the label-propagation
+    checks; ``coarse``: int64 edge weights too."""
+    rng = np.random.default_rng(seed)
+    n = g.num_nodes
+    labels = np.where(rng.random(n) < 0.4, rng.integers(0, max(1, n // 10), n),
+                      np.arange(n)).astype(np.int32)
+    vw = rng.integers(1, 4, n).astype(np.int32)
+    cw = np.bincount(labels, weights=vw, minlength=n).astype(np.int64)
+    ew = np.empty(0, np.int64)
+    if coarse:  # symmetric weights: the weight of (u, v) from the unordered pair
+        src = np.repeat(np.arange(n), g.degrees())
+        lo, hi = np.minimum(src, g.indices), np.maximum(src, g.indices)
+        ew = ((lo * 7919 + hi * 104729) % 9 + 1).astype(np.int64)
+    return labels, vw, cw, ew
+
+
+def check_lp_propose(kernel, twin):
+    for seed, g in graphs():
+        for coarse in (False, True):
+            labels, vw, cw, ew = _lp_state(g, seed, coarse)
+            members = np.arange(seed % 3, g.num_nodes, 2, dtype=np.int64)
+            for cap, max_visit in ((4, 0), (10**6, 0), (12, 3), (10**6, 5)):
+                key = np.uint64(mix_key(seed, cap, max_visit))
+                args = (g.indptr, g.indices, ew, labels, vw, cw, cap, members, key, max_visit)
+                a, b = kernel(*args), twin(*args)
+                np.testing.assert_array_equal(a, b)
+                assert (a >= 0).any() or cap == 4
+
+
+def check_lp_apply(kernel, twin):
+    for seed, g in graphs():
+        labels, vw, cw, ew = _lp_state(g, seed)
+        members = np.arange(g.num_nodes, dtype=np.int64)
+        targets = np.random.default_rng(seed).integers(-1, g.num_nodes // 10 + 1, g.num_nodes)
+        for cap in (5, 50):
+            got = []
+            for fn in (kernel, twin):
+                lab, w = labels.copy(), cw.copy()
+                moved = fn(members, targets, lab, vw, w, cap)
+                got.append((int(moved), lab, w))
+            assert got[0][0] == got[1][0] > 0
+            np.testing.assert_array_equal(got[0][1], got[1][1])
+            np.testing.assert_array_equal(got[0][2], got[1][2])
+            np.testing.assert_array_equal(got[0][2], np.bincount(got[0][1], weights=vw,
+                                                                 minlength=g.num_nodes))
+
+
+def check_subround_order(kernel, twin):
+    for n, nsub in ((0, 4), (1, 8), (100, 8), (1000, 3)):
+        res = []
+        for fn in (kernel, twin):
+            out, start = np.full(n, -1, np.int32), np.zeros(nsub + 1, np.int64)
+            fn(np.uint64(mix_key(n, nsub)), nsub, out, start)
+            res.append((out, start))
+        np.testing.assert_array_equal(res[0][0], res[1][0])
+        np.testing.assert_array_equal(res[0][1], res[1][1])
+        assert sorted(res[0][0].tolist()) == list(range(n))
+
+
+def check_group_by(kernel, twin):
+    rng = np.random.default_rng(0)
+    for n, num in ((0, 1), (50, 7), (1000, 100)):
+        cid = rng.integers(0, num, n).astype(np.int32)
+        for a, b in zip(kernel(cid, num), twin(cid, num)):
+            np.testing.assert_array_equal(a, b)
+
+
+def check_contract(kernel, twin):
+    from twopgraph.partition.coarsen import group_by_ref
+    rng = np.random.default_rng(1)
+    for seed, g in graphs():
+        for num in (1, 3, g.num_nodes // 7 + 1):
+            cid = rng.integers(0, num, g.num_nodes).astype(np.int32)
+            start, members = group_by_ref(cid, num)
+            a = kernel(g.indptr, g.indices, np.empty(0, np.int64), cid, start, members)
+            b = twin(g.indptr, g.indices, np.empty(0, np.int64), cid, start, members)
+            for x, y in zip(a, b):
+                np.testing.assert_array_equal(x, y)
+            # one more level: weighted input
+            c2 = (np.arange(num) % 2).astype(np.int64)
+            s2, m2 = group_by_ref(c2, 2)
+            for x, y in zip(kernel(a[0], a[1], a[2], c2, s2, m2),
+                            twin(a[0], a[1], a[2], c2, s2, m2)):
+                np.testing.assert_array_equal(x, y)
+            assert a[2].sum() == (cid[np.repeat(np.arange(g.num_nodes), g.degrees())]
+                                  != cid[g.indices]).sum()
+
+
+def check_heavy_edges(kernel, twin):
+    for seed, g in graphs():
+        _, _, _, ew = _lp_state(g, seed, coarse=True)
+        for keep in (1, 2, 5, 1000):
+            a = kernel(g.indptr, g.indices, ew, keep)
+            b = twin(g.indptr, g.indices, ew, keep)
+            for x, y in zip(a, b):
+                np.testing.assert_array_equal(x, y)
+            src = np.repeat(np.arange(g.num_nodes), np.diff(a[0]))
+            pairs = set(zip(src.tolist(), a[1].tolist()))
+            assert all((v, u) in pairs for u, v in pairs)  # symmetric
+
+
+def check_greedy_pack(kernel, twin):
+    for seed, g in graphs():
+        vw = np.random.default_rng(seed).integers(1, 5, g.num_nodes).astype(np.int64)
+        order = np.random.default_rng(seed).permutation(g.num_nodes).astype(np.int64)
+        for k in (1, 4, 17):
+            cap = int(np.ceil(vw.sum() / k * 1.05))
+            a = kernel(g.indptr, g.indices, np.empty(0, np.int64), vw, k, cap, order)
+            b = twin(g.indptr, g.indices, np.empty(0, np.int64), vw, k, cap, order)
+            np.testing.assert_array_equal(a, b)
+            assert a.min() >= 0 and a.max() < k
+
+
+def check_ball_seeds(kernel, twin):
+    for seed, g in graphs():
+        n = g.num_nodes
+        is_train = (np.random.default_rng(seed).random(n) < 0.3).astype(np.uint8)
+        starts = np.flatnonzero(is_train)[::7].astype(np.int64)
+        for count, limit in ((1, n), (10, n), (40, 30), (10**6, n)):
+            visited = np.zeros(n, np.uint8)
+            a = kernel(g.indptr, g.indices, is_train, starts, count, limit, visited)
+            b = twin(g.indptr, g.indices, is_train, starts, count, limit, visited)
+            np.testing.assert_array_equal(a, b)
+            assert not visited.any() and is_train[a].all() and len(set(a.tolist())) == len(a)
+
+
 CHECKS = {
     "twopgraph.rng.splitmix64": check_splitmix64,
     "twopgraph.rng.draw": check_draw,
@@ -405,6 +533,14 @@ CHECKS = {
     "twopgraph.partition.kernels.cluster_bfs_order": check_cluster_bfs_order,
     "twopgraph.partition.kernels.sparsify_csr": check_sparsify_csr,
     "twopgraph.partition.kernels.cut_edges": check_cut_edges,
+    "twopgraph.partition.coarsen.lp_propose": check_lp_propose,
+    "twopgraph.partition.coarsen.lp_apply": check_lp_apply,
+    "twopgraph.partition.coarsen.subround_order": check_subround_order,
+    "twopgraph.partition.coarsen.group_by": check_group_by,
+    "twopgraph.partition.coarsen.contract": check_contract,
+    "twopgraph.partition.coarsen.heavy_edges": check_heavy_edges,
+    "twopgraph.partition.coarsen.greedy_pack": check_greedy_pack,
+    "twopgraph.partition.coarsen.ball_seeds": check_ball_seeds,
     "twopgraph.dropout.relu_dropout_fwd": check_relu_dropout_fwd,
     "twopgraph.dropout.relu_dropout_bwd": check_relu_dropout_bwd,
 }

@@ -48,6 +48,7 @@ AMP_MODES = ("off", "bf16")
 SELECT_MODES = ("best-val", "last")
 METRICS = ("auto", "acc", "rocauc")
 EVAL_SCOPES = ("auto", "all", "scored")  # twopgraph.inference.EVAL_SCOPES
+CLUSTER_METHODS = ("auto", "metis", "coarsen", "lp")  # twopgraph.partition.cluster
 
 if TYPE_CHECKING:
     from .graph import GraphData
@@ -200,6 +201,13 @@ class SamplingConfig(Section):
                            "batches at start-up, else random; the decision and its figures are "
                            "logged and recorded in metrics.json)", result=True)
     num_clusters: int = _num_clusters()
+    cluster_method: str = option(
+        "auto", "how the clusters are computed: metis (METIS on the degree-capped graph) | "
+                "coarsen (multilevel label propagation down to a small weighted graph, METIS "
+                "on that, refined on the way back: time about linear in the edges, parallel, "
+                "memory a few arrays of N beyond the CSR) | lp (the coarsening with a greedy "
+                "packing, no METIS) | auto (metis below 64M directed edges, else coarsen)",
+        result=True)
     renumber: bool = option(True, "renumber the graph so that each cluster is one contiguous id "
                             "range (results stay in original ids)", negatable=True, result=True)
     balance: int = option(16, "locality: the next cluster of a batch is the best of this many "
@@ -222,6 +230,7 @@ class SamplingConfig(Section):
         if self.schedule != "auto":
             SCHEDULERS.check(self.schedule)
         _int_at_least(self, "num_clusters", 0, "(0 = automatic)")
+        _choice(self, "cluster_method", CLUSTER_METHODS)
         _int_at_least(self, "balance", 1)
         if not isinstance(self.renumber, bool):
             raise ConfigError(f"renumber must be true or false, got {self.renumber!r}")

@@ -51,6 +51,7 @@ KERNEL_MODULES = (
     "twopgraph.sampler.kernels",
     "twopgraph.cache.kernels",
     "twopgraph.partition.kernels",
+    "twopgraph.partition.coarsen",
     "twopgraph.dropout",
 )
 

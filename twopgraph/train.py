@@ -368,7 +368,7 @@ def resolve_sampler_device(choice: str, device, graph, share: float = 0.25,
 def make_loader(cfg: TrainConfig, data: GraphData, device, *, parts=None,
                 batch_size: int | None = None, sampler=None, wrap_scheduler=None,
                 threads: int | None = None, rows=None, feat=None,
-                combine_schedule_figures=None) -> Loader:
+                combine_schedule_figures=None, schedule_choice=None) -> Loader:
     """The training :class:`~twopgraph.loader.Loader` of ``cfg`` over ``data``: the sampler of
     ``--sampler-device`` (:func:`resolve_sampler_device`: ``neighbor`` on the host or
     ``device`` on the training GPU; unless ``sampler`` is given), the scheduler of ``cfg``
@@ -402,7 +402,12 @@ def make_loader(cfg: TrainConfig, data: GraphData, device, *, parts=None,
     plan = ThreadPlan.for_threads(threads, cfg.run.prefetch)
     torch_sampler = getattr(sampler, "device", None) is not None
     schedule, choice = s.schedule, None
-    if schedule == "auto":
+    if schedule == "auto" and schedule_choice is not None:
+        # decided before clustering (locality_for's probe: random, no clusters computed)
+        choice = schedule_choice
+        schedule = choice.schedule
+        log.info("%s", choice.describe())
+    elif schedule == "auto":
         if parts is None:
             raise ConfigError("--schedule auto compares the locality scheduler with random: "
                               "it needs the METIS cluster of every vertex (parts=, see "
@@ -632,7 +637,8 @@ def _train(cfg: TrainConfig, data: GraphData | None, device) -> TrainResult:
     prep = locality_for(data, [cfg.sampling.schedule], cfg)
     data = prep.data
     loader = make_loader(cfg, data, device,
-                         parts=None if prep.clustering is None else prep.clustering.parts)
+                         parts=None if prep.clustering is None else prep.clustering.parts,
+                         schedule_choice=prep.schedule_choice)
     feat = eval_features(data, loader)
     labels = loader.labels
     summary = data.summary()
@@ -749,13 +755,28 @@ def needs_clusters(schedule: str) -> bool:
 def locality_for(data: GraphData, schedules, cfg):
     """:func:`~twopgraph.partition.prepare_locality` for runs using ``schedules`` (scheduler
     names, or ``auto``) with the sampling options of ``cfg``: METIS clusters when one of them
-    needs them (:func:`needs_clusters`) or ``renumber``, cached under DATA_ROOT/clusters."""
+    needs them (:func:`needs_clusters`) or ``renumber``, cached under DATA_ROOT/clusters.
+    ``--schedule auto`` (with no other schedule in ``schedules``) first runs the cheap probe
+    :func:`~twopgraph.sampler.autoschedule.probe_schedule`: where it shows that clusters
+    cannot pay, nothing is clustered or renumbered and ``prep.schedule_choice`` holds the
+    decision (random) for :func:`make_loader`. It depends only on the data and ``cfg``, so
+    ``twopgraph predict`` (``schedules=[]``) takes the same decision on the same data."""
     from .datasets import resolve_data_root
+    from .sampler.autoschedule import probe_schedule
     s = cfg.sampling
-    return prepare_locality(
+    probe = None
+    if s.schedule == "auto" and all(n == "auto" for n in schedules) and s.fanouts is not None:
+        probe = probe_schedule(data.graph, data.train_idx, s.fanouts, s.batch_size,
+                               cfg.run.seed)
+        if probe.schedule != "random":
+            probe = None  # clusters may pay: cluster, then measure them (make_loader)
+    prep = prepare_locality(
         data, batch_size=s.batch_size, num_clusters=s.num_clusters,
-        need_clusters=any(needs_clusters(n) for n in schedules),
-        renumber_graph=s.renumber, cache_dir=resolve_data_root(cfg.data.data_root) / "clusters")
+        need_clusters=probe is None and any(needs_clusters(n) for n in schedules),
+        renumber_graph=probe is None and s.renumber,
+        cache_dir=resolve_data_root(cfg.data.data_root) / "clusters", method=s.cluster_method)
+    prep.schedule_choice = probe
+    return prep
 
 
 def _fmt(v) -> str:

@@ -75,6 +75,16 @@ FAST_METIS_EDGES = 16_000_000
 FAST_METIS_MAX_DEGREE = 6
 FAST_METIS_NITER = 3
 DEFAULT_METIS_NITER = 10
+# --cluster-method: ``metis`` (METIS on the degree-capped graph, as above; ``max_degree=None``:
+# on the full graph), ``coarsen`` (multilevel label propagation in numba down to a small
+# weighted graph, METIS on that, projection back with label-propagation refinement: see
+# :mod:`.coarsen`), ``lp`` (the same coarsening with part-sized clusters, a greedy packing
+# instead of METIS), ``auto`` (``metis`` below COARSEN_EDGES directed CSR entries, where it
+# takes seconds, else ``coarsen``).
+CLUSTER_METHODS = ("auto", "metis", "coarsen", "lp")
+COARSEN_EDGES = 64_000_000
+# bump when the coarsening's result changes for the same input (part of the cache key)
+COARSEN_VERSION = 1
 
 
 @dataclass(frozen=True)
@@ -92,6 +102,7 @@ class Clustering:
     seconds: float = 0.0
     from_cache: bool = False
     key: str = ""
+    method: str = "metis"
 
     def sizes(self) -> np.ndarray:
         """Vertices per cluster (int64, num_clusters)."""
@@ -100,11 +111,12 @@ class Clustering:
     def permute(self, perm: np.ndarray) -> "Clustering":
         """The same clustering for a renumbered graph (new vertex ``i`` = old ``perm[i]``)."""
         return Clustering(self.parts[perm], self.num_clusters, self.edge_cut, self.seconds,
-                          self.from_cache, self.key)
+                          self.from_cache, self.key, self.method)
 
     def summary(self) -> dict:
         sizes = self.sizes()
         return {"num_clusters": self.num_clusters, "edge_cut": self.edge_cut,
+                "cluster_method": self.method,
                 "metis_s": round(self.seconds, 3), "from_cache": self.from_cache,
                 "cluster_size_min": int(sizes.min()), "cluster_size_max": int(sizes.max())}
 
@@ -152,20 +164,45 @@ def sparsify(graph: CSRGraph, max_degree: int, seed: int = 0) -> CSRGraph:
     return CSRGraph(*kernels.sparsify_csr(graph.indptr, graph.indices, int(max_degree), salt))
 
 
+def resolve_method(graph: CSRGraph, method: str = "auto") -> str:
+    """The clustering method ``method`` (one of :data:`CLUSTER_METHODS`) runs on ``graph``:
+    ``auto`` is ``metis`` below :data:`COARSEN_EDGES` directed CSR entries, else
+    ``coarsen``. Raises :class:`ConfigError` for an unknown name."""
+    if method not in CLUSTER_METHODS:
+        raise ConfigError(f"cluster-method must be one of {', '.join(CLUSTER_METHODS)}, "
+                          f"got {method!r}")
+    if method == "auto":
+        return "metis" if graph.num_edges < COARSEN_EDGES else "coarsen"
+    return method
+
+
 def cluster_key(graph: CSRGraph, num_clusters: int, *, train_idx: np.ndarray | None = None,
                 seed: int = 0, ufactor: int = DEFAULT_UFACTOR,
-                max_degree: int | None = DEFAULT_METIS_MAX_DEGREE) -> str:
-    """The cache key of :func:`cluster_graph` with these arguments (no METIS run): the
+                max_degree: int | None = DEFAULT_METIS_MAX_DEGREE,
+                method: str = "auto") -> str:
+    """The cache key of :func:`cluster_graph` with these arguments (no clustering run): the
     fingerprint of the CSR content, ``train_idx``, ``num_clusters``, ``seed``, ``ufactor``,
-    the METIS settings actually used (``max_degree`` and refinement passes after the
-    large-graph adjustment) and :data:`CACHE_FORMAT`."""
-    max_degree, niter = _metis_settings(graph, max_degree)
+    the method actually used (``auto`` resolved: :func:`resolve_method`) with its settings --
+    for METIS ``max_degree`` and refinement passes after the large-graph adjustment, for the
+    coarsening methods :data:`COARSEN_VERSION` -- and :data:`CACHE_FORMAT`. (METIS keys carry
+    no method entry, so the caches of earlier versions, all METIS, stay valid.)"""
+    method = resolve_method(graph, method)
     if train_idx is not None:
         train_idx = np.asarray(train_idx, dtype=np.int64)
-    return fingerprint("metis-clusters", {
-        "graph": graph.fingerprint(), "num_clusters": int(num_clusters), "seed": int(seed),
-        "ufactor": int(ufactor), "max_degree": max_degree, "niter": niter,
-        "format": CACHE_FORMAT}, train_idx)
+    params = {"graph": graph.fingerprint(), "num_clusters": int(num_clusters),
+              "seed": int(seed), "ufactor": int(ufactor), "format": CACHE_FORMAT}
+    if method == "metis":
+        max_degree, niter = _metis_settings(graph, max_degree)
+        params.update(max_degree=max_degree, niter=niter)
+    else:
+        params.update(method=method, coarsen_version=COARSEN_VERSION,
+                      niter=DEFAULT_METIS_NITER if method == "coarsen" else None)
+    return fingerprint("metis-clusters", params, train_idx)
+
+
+def cache_path(cache_dir, key: str, method: str) -> Path:
+    """The cache file of a result of ``method`` (resolved) under ``key``."""
+    return Path(cache_dir) / f"{'metis' if method == 'metis' else method}-{key}.npz"
 
 
 def _metis_settings(graph: CSRGraph, max_degree: int | None) -> tuple[int | None, int]:
@@ -179,18 +216,24 @@ def _metis_settings(graph: CSRGraph, max_degree: int | None) -> tuple[int | None
 def cluster_graph(graph: CSRGraph, num_clusters: int, *, train_idx: np.ndarray | None = None,
                   seed: int = 0, ufactor: int = DEFAULT_UFACTOR,
                   max_degree: int | None = DEFAULT_METIS_MAX_DEGREE,
-                  cache_dir: str | os.PathLike | None = None) -> Clustering:
-    """METIS k-way partition of the symmetric ``graph`` into ``num_clusters`` clusters.
+                  cache_dir: str | os.PathLike | None = None,
+                  method: str = "auto") -> Clustering:
+    """Partition of the symmetric ``graph`` into ``num_clusters`` clusters with few cut edges.
 
+    ``method`` (:data:`CLUSTER_METHODS`): ``metis`` = METIS k-way; ``coarsen`` = multilevel
+    label propagation with METIS on the coarse graph (:mod:`.coarsen`; time about linear in
+    the edges, parallel, memory a few arrays of N beyond the CSR, which is only read);
+    ``lp`` = the coarsening alone with a greedy packing; ``auto`` = ``metis`` on graphs below
+    :data:`COARSEN_EDGES` directed edges, else ``coarsen``.
     ``train_idx`` (optional): also balance the number of training vertices per cluster.
-    ``seed`` is METIS' random seed; ``ufactor`` its imbalance tolerance (1/1000).
-    ``max_degree`` (None = off) sparsifies the graph METIS sees (see
+    ``seed`` is the random seed; ``ufactor`` the imbalance tolerance (1/1000).
+    ``max_degree`` (None = off; METIS only) sparsifies the graph METIS sees (see
     :data:`DEFAULT_METIS_MAX_DEGREE`; graphs of at least :data:`FAST_METIS_EDGES` edges get
     the fast settings, a cap of at most :data:`FAST_METIS_MAX_DEGREE` and
     :data:`FAST_METIS_NITER` refinement passes); the reported ``edge_cut`` is always on ``graph``.
     ``cache_dir`` (optional): read the result from / write it to this folder (see the module
-    docstring); without it METIS always runs. Raises :class:`ConfigError` for a bad
-    ``num_clusters``.
+    docstring); without it the clustering always runs. Raises :class:`ConfigError` for a bad
+    ``num_clusters`` or ``method``.
     """
     n = graph.num_nodes
     if isinstance(num_clusters, bool) or not isinstance(num_clusters, (int, np.integer)):
@@ -199,31 +242,56 @@ def cluster_graph(graph: CSRGraph, num_clusters: int, *, train_idx: np.ndarray |
         raise ConfigError(f"num-clusters must be in [1, {n}] (the number of vertices), "
                           f"got {num_clusters}")
     num_clusters = int(num_clusters)
+    method = resolve_method(graph, method)
     if train_idx is not None:
         train_idx = np.asarray(train_idx, dtype=np.int64)
     key = cluster_key(graph, num_clusters, train_idx=train_idx, seed=seed, ufactor=ufactor,
-                      max_degree=max_degree)
-    max_degree, niter = _metis_settings(graph, max_degree)
-    path = Path(cache_dir) / f"metis-{key}.npz" if cache_dir is not None else None
+                      max_degree=max_degree, method=method)
+    path = cache_path(cache_dir, key, method) if cache_dir is not None else None
     if path is not None and path.is_file():
         cached = _read_cache(path, n, num_clusters)
         if cached is not None:
             parts, cut, seconds = cached
             log.info("clusters: %d (edge cut %d) read from %s", num_clusters, cut, path)
-            return Clustering(parts, num_clusters, cut, seconds, True, key)
+            return Clustering(parts, num_clusters, cut, seconds, True, key, method)
     t = time.perf_counter()
-    metis_graph = graph if max_degree is None else sparsify(graph, max_degree, seed)
-    parts, cut = _metis(metis_graph, num_clusters, train_idx, seed, ufactor, niter)
-    if metis_graph is not graph:
-        del metis_graph
+    if method == "metis":
+        max_degree, niter = _metis_settings(graph, max_degree)
+        metis_graph = graph if max_degree is None else sparsify(graph, max_degree, seed)
+        parts, cut = _metis(metis_graph, num_clusters, train_idx, seed, ufactor, niter)
+        if metis_graph is not graph:
+            del metis_graph
+            cut = edge_cut(graph, parts)
+    else:
+        parts = _coarsen(graph, num_clusters, train_idx, seed, ufactor, method)
         cut = edge_cut(graph, parts)
     seconds = time.perf_counter() - t
-    log.info("clusters: METIS split %d vertices into %d clusters in %.1f s, edge cut %d "
-             "(%.1f%% of edges)", n, num_clusters, seconds, cut,
-             100.0 * cut / max(graph.num_edges // 2, 1))
+    log.info("clusters: %s split %d vertices into %d clusters in %.1f s, edge cut %d "
+             "(%.1f%% of edges)", "METIS" if method == "metis" else method, n, num_clusters,
+             seconds, cut, 100.0 * cut / max(graph.num_edges // 2, 1))
     if path is not None:
         _write_cache(path, parts, cut, num_clusters, seconds)
-    return Clustering(parts, num_clusters, cut, seconds, False, key)
+    return Clustering(parts, num_clusters, cut, seconds, False, key, method)
+
+
+def vertex_weights(n: int, train_idx) -> np.ndarray:
+    """The balance weights of the clustering (int32, N): 1 per vertex, and a training vertex
+    as much as all non-training vertices per training vertex on top, so training vertices
+    carry half of the total weight and a weight-balanced partition is also roughly balanced
+    in training vertices."""
+    vw = np.ones(n, dtype=np.int32)
+    if train_idx is not None and train_idx.shape[0]:
+        vw[train_idx] += max(1, -(-(n - train_idx.shape[0]) // train_idx.shape[0]))
+    return vw
+
+
+def _coarsen(graph: CSRGraph, k: int, train_idx, seed: int, ufactor: int, method: str):
+    from .coarsen import multilevel_partition
+    return multilevel_partition(graph.indptr, graph.indices,
+                                vertex_weights(graph.num_nodes, train_idx), k, seed=seed,
+                                ufactor=ufactor,
+                                initial="metis" if method == "coarsen" else "greedy",
+                                metis_niter=DEFAULT_METIS_NITER)
 
 
 def _metis(graph: CSRGraph, k: int, train_idx, seed: int, ufactor: int, niter: int):
@@ -236,11 +304,8 @@ def _metis(graph: CSRGraph, k: int, train_idx, seed: int, ufactor: int, niter: i
     adjncy = np.ascontiguousarray(graph.indices, dtype=idx)
     vweights = None
     if train_idx is not None and train_idx.shape[0]:
-        # One constraint (pymetis passes one weight per vertex): a training vertex weighs as
-        # much as all non-training vertices / #train, so training vertices carry half of the
-        # total weight and a balanced partition is also roughly balanced in training vertices.
-        vweights = np.ones(n, dtype=idx)
-        vweights[train_idx] += max(1, -(-(n - train_idx.shape[0]) // train_idx.shape[0]))
+        # One constraint (pymetis passes one weight per vertex): see vertex_weights.
+        vweights = vertex_weights(n, train_idx).astype(idx)
     opts = pymetis.Options(seed=int(seed), ufactor=int(ufactor), niter=int(niter))
     with metis_output_to_log():
         cut, parts = pymetis.part_graph(k, pymetis.CSRAdjacency(xadj, adjncy),

@@ -106,6 +106,8 @@ class LocalityPrep:
     perm: np.ndarray | None
     cluster_s: float = 0.0
     renumber_s: float = 0.0
+    #: a ``--schedule auto`` decision taken before clustering (train.locality_for), else None
+    schedule_choice: object = None
 
     def summary(self) -> dict:
         out = {"renumbered": self.perm is not None, "cluster_s": round(self.cluster_s, 3),
@@ -117,13 +119,15 @@ class LocalityPrep:
 
 def prepare_locality(data: GraphData, *, batch_size: int, num_clusters: int = 0,
                      need_clusters: bool = True, renumber_graph: bool = True,
-                     cache_dir=None, progress: bool = False) -> LocalityPrep:
+                     cache_dir=None, progress: bool = False,
+                     method: str = "auto") -> LocalityPrep:
     """Cluster ``data`` (when ``need_clusters`` or ``renumber_graph``) and renumber it.
 
     ``num_clusters`` 0 picks :func:`default_num_clusters` from the training set and
-    ``batch_size``. METIS balances training vertices across clusters, uses seed 0 (so runs with
-    different ``--seed`` share one cached clustering) and caches in ``cache_dir`` (with the
-    renumbered store of data read from a store: :func:`renumber`).
+    ``batch_size``. The clustering (``method``: see :func:`cluster_graph`) balances training
+    vertices across clusters, uses seed 0 (so runs with different ``--seed`` share one cached
+    clustering) and caches in ``cache_dir`` (with the renumbered store of data read from a
+    store: :func:`renumber`).
     """
     if not (need_clusters or renumber_graph):
         return LocalityPrep(data, None, None)
@@ -132,7 +136,8 @@ def prepare_locality(data: GraphData, *, batch_size: int, num_clusters: int = 0,
     k = num_clusters or default_num_clusters(data.num_nodes, int(data.train_idx.shape[0]),
                                              batch_size)
     t = time.perf_counter()
-    clustering = cluster_graph(data.graph, k, train_idx=data.train_idx, cache_dir=cache_dir)
+    clustering = cluster_graph(data.graph, k, train_idx=data.train_idx, cache_dir=cache_dir,
+                               method=method)
     cluster_s = time.perf_counter() - t
     if not renumber_graph:
         return LocalityPrep(data, clustering, None, cluster_s)

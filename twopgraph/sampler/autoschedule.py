@@ -48,6 +48,20 @@ from .stream import sampled_batches
 AUTO_THRESHOLD = 0.6
 #: batches of epoch 0 measured per scheduler (fewer when an epoch has fewer)
 AUTO_BATCHES = 8
+#: The probe before clustering (:func:`probe_locality`): batches of seeds that are close in
+#: the graph (a BFS ball of ``batch_size`` training vertices each, no clustering needed)
+#: against random batches. Where even balls need more than PROBE_THRESHOLD x random's input
+#: vertices, ``--schedule auto`` takes random without clustering or renumbering. Measured
+#: (fanouts and batch size of the defaults; ball ratio / the ratio of default clusters):
+#: synthetic-products-like 0.66 / 0.36-0.39, amazon_photo 0.62 / 0.95, coauthor_physics
+#: 0.66 / 0.75, the 40-community test graph 0.20 / 0.24 (all cluster, then measure, as
+#: before); skipped: synthetic-small 0.86 / 0.85, tolokers 0.89 / 0.97, twitch_de 0.96 /
+#: 0.98, cora 0.97 / 1.00, citeseer 0.93 / 1.00, actor 1.03 / 0.94, squirrel 1.40 / 0.96,
+#: R-MAT 1.13 / 1.00. Balls can be up to ~1.8x worse than clusters (hubs: products), so the
+#: threshold sits well above AUTO_THRESHOLD; a graph whose clusters would reach 0.6 has
+#: balls below it in every family measured.
+PROBE_THRESHOLD = 0.85
+PROBE_BATCHES = 4
 
 
 @dataclass
@@ -64,6 +78,9 @@ class ScheduleChoice:
     batches: int
     threshold: float
     seconds: float
+    #: what the locality figures measure: ``clusters`` (batches of whole clusters) or
+    #: ``probe`` (BFS balls of nearby seeds, :func:`probe_locality`: no clustering was done)
+    basis: str = "clusters"
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -71,6 +88,13 @@ class ScheduleChoice:
     def describe(self) -> str:
         """The log line of the decision."""
         op = "<=" if self.ratio <= self.threshold else ">"
+        if self.basis == "probe":
+            return (f"schedule auto -> {self.schedule} without clustering: batches of nearby "
+                    f"seeds (BFS balls) reach {self.locality_inputs_per_batch:,.0f} input "
+                    f"vertices, random {self.random_inputs_per_batch:,.0f} (ratio "
+                    f"{self.ratio:.2f} {op} {self.threshold:.2f}: clusters cannot pay), "
+                    f"measured on {self.batches} batch{'' if self.batches == 1 else 'es'} in "
+                    f"{self.seconds:.1f} s")
         return (f"schedule auto -> {self.schedule}: locality batches reach "
                 f"{self.locality_inputs_per_batch:,.0f} input vertices, random "
                 f"{self.random_inputs_per_batch:,.0f} (ratio {self.ratio:.2f} {op} "
@@ -125,6 +149,67 @@ def decide(figures: dict, threshold: float = AUTO_THRESHOLD) -> ScheduleChoice:
                           batches=int(min(figures["locality_batches"],
                                           figures["random_batches"])),
                           threshold=threshold, seconds=float(figures["seconds"]))
+
+
+def probe_locality(sampler, graph, train_idx, batch_size: int, seed: int = 0, *,
+                   batches: int = PROBE_BATCHES, workers: int = 1) -> dict:
+    """The figures of the probe before clustering: ``ball_inputs`` / ``random_inputs``
+    (input vertices summed over ``ball_batches`` / ``random_batches`` batches) and
+    ``seconds``. Ball ``b`` is :func:`~twopgraph.partition.coarsen.ball_seeds` from a training
+    vertex picked by a hash of (``seed``, ``b``); random batches are the first of epoch 0 of
+    the random scheduler (the keys training uses). Deterministic; touches no global random
+    state; costs ``2 x batches`` sampled batches."""
+    from ..partition.coarsen import ball_seeds
+    from ..rng import mix_key, splitmix64_ref
+    t = time.perf_counter()
+    train_idx = np.asarray(train_idx, dtype=np.int64)
+    sched = make_scheduler("random", train_idx, batch_size, seed=seed)
+    nb = min(batches, sched.num_batches)
+    out = {}
+    out["random_inputs"], out["random_batches"] = input_vertices(sched, sampler, nb, workers)
+    n = graph.num_nodes
+    is_train = np.zeros(n, dtype=np.uint8)
+    is_train[train_idx] = 1
+    visited = np.zeros(n, dtype=np.uint8)
+    count = min(batch_size, train_idx.shape[0])
+    # visit at most 16 x the vertices a ball of `count` seeds needs at the training density
+    limit = int(min(n, max(count, 16 * count * max(1, n // max(train_idx.shape[0], 1)))))
+    total = 0
+    for b in range(nb):
+        h = [splitmix64_ref(mix_key(seed, 0xBA11, b, i)) for i in range(64)]
+        starts = train_idx[np.asarray([x % train_idx.shape[0] for x in h], dtype=np.int64)]
+        seeds = ball_seeds(graph.indptr, graph.indices, is_train, starts, count, limit, visited)
+        mb = sampler.sample(seeds, mix_key(0xBA11, b), parallel=workers > 1)
+        total += int(mb.input_nodes.shape[0])
+    out["ball_inputs"], out["ball_batches"] = total, nb
+    out["seconds"] = time.perf_counter() - t
+    return out
+
+
+def decide_probe(figures: dict, threshold: float = PROBE_THRESHOLD) -> ScheduleChoice:
+    """The probe's :class:`ScheduleChoice` (``basis`` ``probe``): ``random`` when balls need
+    more than ``threshold`` x the input vertices of random batches (clustering cannot pay),
+    else ``locality`` (meaning: worth clustering and measuring, :func:`choose_schedule`)."""
+    ball = figures["ball_inputs"] / max(figures["ball_batches"], 1)
+    rnd = figures["random_inputs"] / max(figures["random_batches"], 1)
+    ratio = ball / rnd if rnd > 0 else 1.0
+    return ScheduleChoice(schedule="random" if ratio > threshold else "locality", ratio=ratio,
+                          locality_inputs_per_batch=ball, random_inputs_per_batch=rnd,
+                          batches=int(min(figures["ball_batches"], figures["random_batches"])),
+                          threshold=threshold, seconds=float(figures["seconds"]),
+                          basis="probe")
+
+
+def probe_schedule(graph, train_idx, fanouts, batch_size: int, seed: int = 0, *,
+                   batches: int = PROBE_BATCHES,
+                   threshold: float = PROBE_THRESHOLD) -> ScheduleChoice:
+    """:func:`probe_locality` with the host sampler of ``fanouts`` and ``seed``, then
+    :func:`decide_probe`; the decision is logged when it is random (clustering skipped)."""
+    from .neighbor import NeighborSampler
+    figures = probe_locality(NeighborSampler(graph, fanouts, seed=seed), graph, train_idx,
+                             batch_size, seed, batches=batches)
+    choice = decide_probe(figures, threshold)
+    return choice
 
 
 def choose_schedule(sampler, train_idx, batch_size: int, seed: int = 0, *, parts, labels=None,
