@@ -569,8 +569,9 @@ def scored_inference(model: BlockGNN, sampler, feat, device, scored,
                width: int):
         """``(a, b, block on the device, u, kd)`` of positions ``[a, b)`` of ``level``: ``u``
         the sorted distinct rows read (positions in ``below``, global ids when it is None),
-        ``kd`` the dst vertices' places in ``u``; halved while ``u`` exceeds
-        ``chunk_bytes``."""
+        ``kd`` the dst vertices' places in ``u``; a range whose ``u`` exceeds
+        ``chunk_bytes`` is cut at once into as many edge-balanced pieces as its rows need
+        (then again if a piece still exceeds it; halving would sort each edge ~log times)."""
         dst = level[a:b]
         offs, nbrs = _rows_of(graph, dst)
         if below is None:
@@ -580,10 +581,13 @@ def scored_inference(model: BlockGNN, sampler, feat, device, scored,
             p_dst = np.searchsorted(below, dst)
         u = sorted_unique(np.concatenate([p_src, p_dst]))
         if b - a > 1 and 4 * width * u.shape[0] > chunk_bytes:
-            mid = int(np.searchsorted(cum, (int(cum[a]) + int(cum[b])) // 2, side="right")) - 1
-            mid = min(max(mid, a + 1), b - 1)
-            yield from chunks(level, below, cum, a, mid, width)
-            yield from chunks(level, below, cum, mid, b, width)
+            k = min(b - a, max(2, -(-5 * 4 * width * u.shape[0] // (4 * chunk_bytes))))
+            del offs, nbrs, p_src, p_dst, u
+            goal = np.linspace(int(cum[a]), int(cum[b]), k + 1)[1:-1]
+            cuts = np.searchsorted(cum[a:b + 1], goal, side="right") - 1 + a
+            bounds = sorted({a, b, *np.clip(cuts, a + 1, b - 1).tolist()})
+            for lo, hi in itertools.pairwise(bounds):
+                yield from chunks(level, below, cum, lo, hi, width)
             return
         glob = u if below is None else below[u].astype(np.int64)
         block = Block(int(u.shape[0]), b - a, torch.from_numpy(offs),
