@@ -44,8 +44,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-DEFAULT_FAMILIES = ("real:coauthor_physics,real:amazon_photo,real:tolokers,"
-                    "synthetic:1000000:12000000,rmat:20:8,rgg:1000000:12,ba:1000000:6")
+DEFAULT_FAMILIES = ("real:amazon_photo,real:coauthor_physics,real:tolokers,"
+                    "synthetic:2449029:61859140,rmat:20:8,rgg:1000000:12,ba:1000000:6")
 DEFAULT_METHODS = "metis-full,metis,coarsen,lp"
 SHARED = ROOT.parent / "shared" / "datasets"
 
@@ -196,9 +196,13 @@ def worker(a) -> None:
     method = a.worker
     kw = {"method": "metis", "max_degree": None} if method == "metis-full" else {"method": method}
     # warm-up: compile (or load) every kernel of the method
+    from twopgraph.partition import coarsen
     rng = np.random.default_rng(0)
     tiny = CSRGraph.from_edges(rng.integers(0, 3000, 20000), rng.integers(0, 3000, 20000), 3000)
+    saved = coarsen.COARSE_MIN, coarsen.COARSE_PER_PART
+    coarsen.COARSE_MIN, coarsen.COARSE_PER_PART = 10, 1  # every level's kernels compile
     cluster_graph(tiny, 8, train_idx=np.arange(0, 3000, 7), **kw)
+    coarsen.COARSE_MIN, coarsen.COARSE_PER_PART = saved
     g, train, _ = load_graph(Path(a.graph))
     k = a.k or default_num_clusters(g.num_nodes, train.shape[0], 1024)
     base = _status("RssAnon")

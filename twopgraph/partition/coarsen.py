@@ -764,8 +764,8 @@ def _metis_weighted(level: Level, k: int, seed: int, ufactor: int, niter: int) -
     opts = pymetis.Options(seed=int(seed), ufactor=int(ufactor), niter=int(niter))
     with metis_output_to_log():
         _, parts = pymetis.part_graph(
-            k, xadj=np.ascontiguousarray(level.indptr, dtype=idx),
-            adjncy=np.ascontiguousarray(level.indices, dtype=idx),
+            k, pymetis.CSRAdjacency(np.ascontiguousarray(level.indptr, dtype=idx),
+                                    np.ascontiguousarray(level.indices, dtype=idx)),
             vweights=np.ascontiguousarray(np.maximum(level.vw, 1), dtype=idx),
             eweights=np.ascontiguousarray(ew, dtype=idx), options=opts, recursive=False)
     return np.asarray(parts, dtype=np.int64)
