@@ -5,7 +5,11 @@
 (METIS multi-constraint vertex weights ``[1, is_train]``), so every cluster contributes about
 the same number of seeds to an epoch.
 
-Cache format (one file per result, written atomically): ``<cache_dir>/metis-<key>.npz`` with
+``method`` ``coarsen`` (and ``lp``) computes the same contract at scale (:mod:`.coarsen`);
+``auto`` picks METIS on graphs below :data:`COARSEN_EDGES` directed edges, else ``coarsen``.
+
+Cache format (one file per result, written atomically): ``<cache_dir>/metis-<key>.npz``
+(``coarsen-<key>.npz``, ``lp-<key>.npz`` for the other methods) with
 ``parts`` (int32, N: the cluster of each vertex), ``edge_cut`` (undirected edges between
 clusters), ``num_clusters``, ``seconds`` (METIS wall time when it was computed) and
 ``format`` (:data:`CACHE_FORMAT`). ``key`` is :func:`cluster_key`: the provenance fingerprint
