@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 import tracemalloc
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -225,8 +226,9 @@ def sparse_data(n: int = 6000, f: int = 8, k: int = 3) -> GraphData:
     rng = np.random.default_rng(0)
     perm = rng.permutation(n)
     return GraphData(ring_graph(n), rng.normal(size=(n, f)).astype(np.float32),
-                     rng.integers(0, k, n).astype(np.int64), np.sort(perm[:3000]),
-                     np.sort(perm[3000:3015]), np.sort(perm[3015:3030]), name="ring")
+                     rng.integers(0, k, n).astype(np.int64), np.sort(perm[:n // 2]),
+                     np.sort(perm[n // 2:n // 2 + 15]), np.sort(perm[n // 2 + 15:n // 2 + 30]),
+                     name="ring")
 
 
 def _cfg(out, **kw) -> TrainConfig:
@@ -333,3 +335,90 @@ def test_predict_writes_without_a_whole_permuted_copy(tmp_path, capsys, monkeypa
         assert rec["rows"] == data.num_nodes
     np.testing.assert_allclose(np.load(out_l), want, rtol=1e-5, atol=1e-5)
     assert np.array_equal(np.load(out_c), np.load(out_l).argmax(1))
+
+
+# -- distributed evaluation: the same restriction over the ranks ------------------------------
+def _dist_eval_worker(rank, world, port, folder, result_dir):
+    """Rank ``rank``: :func:`evaluate_scores` of the saved weights with each scope and table
+    kind; records the figures and the rows of every hidden-layer table made (a failure: its
+    traceback in ``error-rank{rank}.txt``)."""
+    try:
+        _dist_eval(rank, world, port, folder, result_dir)
+    except BaseException:
+        import traceback
+        (Path(result_dir) / f"error-rank{rank}.txt").write_text(traceback.format_exc())
+        raise
+
+
+def _dist_eval(rank, world, port, folder, result_dir):
+    import os
+
+    from twopgraph.dist.env import DistEnv, process_group
+    from twopgraph.dist.evaluate import ReducedTables, SharedTables, evaluate_scores
+    from twopgraph.partition.selfdep import load_part
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    cpu = torch.device("cpu")
+    rows: list[int] = []
+    for cls in (SharedTables, ReducedTables):
+        def new(self, layer, width, n=None, orig=cls.new):
+            rows.append(self.n if n is None else n)
+            return orig(self, layer, width, n)
+        cls.new = new
+    out = {}
+    with process_group(DistEnv(rank, world, rank, world), cpu, 60):
+        part = load_part(folder, rank)
+        d = part.data
+        for name in ("sage", "gcn"):
+            model = build_model(name, d.num_features, 16, d.num_classes, 3)
+            model.load_state_dict(torch.load(Path(result_dir) / f"{name}.pt"))
+            for scope in ("all", "scored", "auto"):
+                for shared in (True, False):
+                    rows.clear()
+                    res = evaluate_scores(model, part, cpu, 300, scratch_dir=Path(result_dir),
+                                          shared=shared, scope=scope, metric="acc")
+                    out[name, scope, shared] = (res, list(rows))
+    torch.save(out, Path(result_dir) / f"dist-rank{rank}.pt")
+
+
+def test_distributed_evaluation_is_restricted_too(tmp_path):
+    """2 gloo ranks over a sparse graph: ``scored`` gives the whole graph's val/test accuracy
+    (correct / total, as every scope), its hidden tables (shared file or all-reduced) have the
+    levels' rows, not N, and ``auto`` takes it."""
+    import socket
+
+    import torch.multiprocessing as mp
+
+    from conftest import join_all
+    from twopgraph.partition.selfdep import partition_selfdep
+    data = sparse_data(3000)
+    partition_selfdep(data, 2, 2, tmp_path / "p", num_clusters=8)
+    sampler = NeighborSampler(data.graph, [-1] * 3)
+    want = {}
+    for i, name in enumerate(("sage", "gcn")):
+        m = _model(data.num_features, data.num_classes, name, 16, 3, seed=i)
+        torch.save(m.state_dict(), tmp_path / f"{name}.pt")
+        pred = layerwise_inference(m, sampler, data.feat, CPU).argmax(1).numpy()
+        want[name] = [float((pred[idx] == data.label[idx]).sum()) / idx.shape[0]
+                      for idx in (data.val_idx, data.test_idx)]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = mp.start_processes(_dist_eval_worker, args=(2, port, str(tmp_path / "p"),
+                                                      str(tmp_path)),
+                             nprocs=2, join=False, start_method="spawn")
+    join_all(ctx.processes)
+    errors = "".join(p.read_text() for p in sorted(tmp_path.glob("error-rank*.txt")))
+    assert [p.exitcode for p in ctx.processes] == [0, 0], errors
+    ranks = [torch.load(tmp_path / f"dist-rank{r}.pt", weights_only=False) for r in (0, 1)]
+    plan = plan_scope(_model(data.num_features, data.num_classes, "sage", 16, 3), data.graph,
+                      scored_ids(data.num_nodes, data.val_idx, data.test_idx), "scored",
+                      input_level=False)
+    for out in ranks:
+        for (name, scope, shared), (res, rows) in out.items():
+            assert [res["val_acc"], res["test_acc"]] == want[name], (name, scope, shared)
+            if scope == "all":
+                assert res["eval_scope"] == "all" and rows == [data.num_nodes] * 2
+            else:
+                assert res["eval_scope"] == "scored" and res["eval_rows"] == plan.rows
+                assert rows == plan.rows[:2] and max(rows) < data.num_nodes // 5

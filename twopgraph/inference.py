@@ -416,7 +416,8 @@ def _projects(conv) -> bool:
 
 
 def plan_scope(model: BlockGNN, graph, scored: np.ndarray, scope: str = "auto",
-               batch_edges: int = 4_000_000, ratio: float = SCOPE_RATIO) -> ScopePlan:
+               batch_edges: int = 4_000_000, ratio: float = SCOPE_RATIO, *,
+               input_level: bool | None = None) -> ScopePlan:
     """Decide between whole-graph (:func:`layerwise_inference`) and restricted
     (:func:`scored_inference`) exact inference of ``model`` on ``graph`` when only the
     vertices ``scored`` (:func:`scored_ids`) are scored.
@@ -427,13 +428,16 @@ def plan_scope(model: BlockGNN, graph, scored: np.ndarray, scope: str = "auto",
     ``sum_i (|V_i| + E(V_i))`` for ``scored``. ``auto`` takes ``scored`` when that is at most
     ``ratio`` x ``all``'s, and stops expanding (taking ``all``) as soon as the partial sum
     exceeds it, so planning costs at most ``ratio`` of one pass over the edges. Memory: the
-    levels, ``sum_i |V_i|`` ids (4 bytes each below 2**31 vertices)."""
+    levels, ``sum_i |V_i|`` ids (4 bytes each below 2**31 vertices). ``input_level``: whether
+    to expand to the input rows layer 0 projects (default: whether it projects; the
+    distributed evaluation never projects layer 0)."""
     if scope not in EVAL_SCOPES:
         raise ConfigError(f"unknown eval scope {scope!r}; known: {', '.join(EVAL_SCOPES)}")
     n, e = graph.num_nodes, int(graph.indptr[-1])
     convs = model.convs
     nl = len(convs)
-    input_level = _projects(convs[0])
+    if input_level is None:
+        input_level = _projects(convs[0])
     cost_all = nl * (n + e) + (n if input_level else 0)
     whole = ScopePlan("all", None, [n] * nl, [e] * nl)
     if scope == "all":

@@ -20,6 +20,13 @@ rows name. Where the rows come from:
   ``metric="rocauc"``) each rank's class-1 scores and labels of its val/test vertices are
   gathered (one value and one flag per vertex of the splits) and every rank ranks them all.
 
+With ``scope="scored"`` (``--eval-scope``; ``auto`` decides as
+:func:`~twopgraph.inference.plan_scope` does) only what the val/test predictions need is
+computed: every rank derives the same levels from the store's CSR and splits (``V_{L-1}`` =
+the val and test vertices, ``V_i`` = ``V_{i+1}`` and its in-neighbours), computes layer ``i``
+for its owned vertices of ``V_i``, and the shared file or all-reduced table of layer ``i`` has
+``|V_i|`` rows (indexed by position in the sorted level) instead of N.
+
 The result equals single-process :func:`~twopgraph.inference.layerwise_inference` on the whole
 graph (up to float rounding). Like it, a last layer that shrinks the width (hidden -> classes)
 is computed from per-vertex projections that the layer before writes (an N x 2C table for
@@ -43,11 +50,12 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from ..errors import ConfigError
 from ..models import BlockGNN
 from ..partition.selfdep import Part, _gather_rows
 from ..sampler.minibatch import Block
-from ..inference import (EVAL_CHUNK_BYTES, ONE_CLASS_KEY, edge_balanced_ranges,
-                         positive_scores, rocauc)
+from ..inference import (EVAL_CHUNK_BYTES, ONE_CLASS_KEY, ScopePlan, edge_balanced_ranges,
+                         plan_scope, positive_scores, rocauc, scored_ids)
 
 log = logging.getLogger("twopgraph")
 
@@ -77,16 +85,18 @@ class SharedTables:
         dist.broadcast_object_list(box, src=0)
         self.folder = Path(box[0])
 
-    def new(self, layer: int, width: int) -> np.ndarray:
-        """An empty (zero) ``n x width`` table, mapped read-write by every rank."""
+    def new(self, layer: int, width: int, rows: int | None = None) -> np.ndarray:
+        """An empty (zero) ``rows x width`` table (default ``n`` rows), mapped read-write by
+        every rank."""
+        rows = self.n if rows is None else int(rows)
         path = self.folder / f"layer{layer}.f32"
         if self.main:
             with open(path, "wb") as f:  # sparse: disk blocks come as rows are written
-                f.truncate(self.n * width * 4)
+                f.truncate(rows * width * 4)
         dist.barrier()
-        if self.n == 0 or width == 0:
-            return np.zeros((self.n, width), dtype=np.float32)
-        return np.memmap(path, dtype=np.float32, mode="r+", shape=(self.n, width))
+        if rows == 0 or width == 0:
+            return np.zeros((rows, width), dtype=np.float32)
+        return np.memmap(path, dtype=np.float32, mode="r+", shape=(rows, width))
 
     def publish(self, table: np.ndarray, layer: int) -> np.ndarray:
         """Wait until every rank wrote its rows of ``table`` (layer ``layer``); the previous
@@ -117,8 +127,8 @@ class ReducedTables:
     def __init__(self, n: int, device):
         self.n, self.device = int(n), device
 
-    def new(self, layer: int, width: int) -> np.ndarray:
-        return np.zeros((self.n, width), dtype=np.float32)
+    def new(self, layer: int, width: int, rows: int | None = None) -> np.ndarray:
+        return np.zeros((self.n if rows is None else int(rows), width), dtype=np.float32)
 
     def publish(self, table: np.ndarray, layer: int) -> np.ndarray:
         t = torch.from_numpy(table).to(self.device)
@@ -166,32 +176,48 @@ def _from_projection(conv, block: Block, table: np.ndarray, src: np.ndarray, row
 
 def evaluate_distributed(model: BlockGNN, part: Part, device, batch_edges: int = 4_000_000,
                          feat_dtype: torch.dtype | None = None, scratch_dir=None,
-                         shared: bool | None = None) -> tuple[float | None, float | None]:
+                         shared: bool | None = None,
+                         scope: str = "all") -> tuple[float | None, float | None]:
     """``(val_acc, test_acc)`` of ``model`` over all ranks' owned val/test vertices (the same
     on every rank). Features, rows and labels are read from ``part.store``; ``feat_dtype``
     is the dtype the features were trained in (None: the store's); ``scratch_dir`` holds the
     scratch folder of the hidden layers (default: the system's temporary folder); ``shared``
     forces (True) or refuses (False) the shared scratch, None = shared when every rank runs
-    on this machine. Every rank must call it (collective)."""
-    res = evaluate_scores(model, part, device, batch_edges, feat_dtype, scratch_dir, shared)
+    on this machine; ``scope``: ``--eval-scope`` (see :func:`evaluate_scores`). Every rank must
+    call it (collective)."""
+    res = evaluate_scores(model, part, device, batch_edges, feat_dtype, scratch_dir, shared,
+                          scope=scope)
     return res["val_acc"], res["test_acc"]
 
 
 def evaluate_scores(model: BlockGNN, part: Part, device, batch_edges: int = 4_000_000,
                     feat_dtype: torch.dtype | None = None, scratch_dir=None,
                     shared: bool | None = None, metric: str = "acc",
-                    warned: set | None = None) -> dict:
+                    warned: set | None = None, scope: str = "all",
+                    plans: dict | None = None) -> dict:
     """:func:`evaluate_distributed` with the run's ``metric`` (``acc`` | ``rocauc``): the
-    same on every rank, ``{"val_acc", "test_acc", "val_score", "test_score"}``. A split
-    with one class only has no ROC-AUC (None; rank 0 logs a warning, once per ``warned``
-    set). Collective."""
-    pred, pos = _last_layer(model, part, device, batch_edges, feat_dtype, scratch_dir, shared,
-                            keep_scores=metric == "rocauc")
+    same on every rank, ``{"val_acc", "test_acc", "val_score", "test_score"}`` and the
+    scope's record (``eval_scope``, ``eval_rows``, ``eval_edges``, ``eval_choice``; see
+    :func:`~twopgraph.inference.plan_scope`). A split with one class only has no ROC-AUC
+    (None; rank 0 logs a warning, once per ``warned`` set). ``scope``: ``--eval-scope``
+    (``auto`` | ``all`` | ``scored``: each layer only for the vertices the val/test
+    predictions need, tables sized by them); ``plans`` (a dict the caller keeps) holds the
+    plan between calls. Collective."""
+    plan = _plan(model, part, scope, batch_edges, plans)
+    pred, pos, ids = _last_layer(model, part, device, batch_edges, feat_dtype, scratch_dir,
+                                 shared, keep_scores=metric == "rocauc", plan=plan)
     store, owned = part.store, np.asarray(part.owned, dtype=np.int64)
+    order = np.argsort(ids, kind="stable")  # the rows of pred by global id
+    sorted_ids = ids[order]
     counts, mine = [], []
     for idx in (part.data.val_idx, part.data.test_idx):
-        at = np.array(part.owned_positions(idx), dtype=np.int64)  # a private copy
-        lab = np.asarray(store.label[owned[at]], dtype=np.int64)
+        g = owned[np.asarray(part.owned_positions(idx), dtype=np.int64)]
+        at = np.minimum(np.searchsorted(sorted_ids, g), max(sorted_ids.shape[0] - 1, 0))
+        if g.shape[0] and not np.array_equal(sorted_ids[at], g):
+            raise ConfigError(f"partition {part.index}: its val/test vertices are not the "
+                              f"dataset store's (repartition from the store)")
+        at = order[at] if g.shape[0] else g
+        lab = np.asarray(store.label[g], dtype=np.int64)
         counts += [float((pred[torch.from_numpy(at)] == torch.from_numpy(lab)).sum()),
                    float(at.shape[0])]
         if pos is not None:
@@ -199,7 +225,8 @@ def evaluate_scores(model: BlockGNN, part: Part, device, batch_edges: int = 4_00
     tot = torch.tensor(counts, dtype=torch.float64, device=device)
     dist.all_reduce(tot)
     c = tot.cpu().tolist()
-    res = {"val_acc": c[0] / c[1] if c[1] else None, "test_acc": c[2] / c[3] if c[3] else None}
+    res = {"val_acc": c[0] / c[1] if c[1] else None, "test_acc": c[2] / c[3] if c[3] else None,
+           **plan.record()}
     if metric == "acc":
         res.update(val_score=res["val_acc"], test_score=res["test_acc"])
         return res
@@ -221,22 +248,55 @@ def evaluate_scores(model: BlockGNN, part: Part, device, batch_edges: int = 4_00
     return res
 
 
+def _plan(model: BlockGNN, part: Part, scope: str, batch_edges: int,
+          plans: dict | None) -> ScopePlan:
+    """The :class:`~twopgraph.inference.ScopePlan` of ``scope`` for the whole dataset's val
+    and test vertices (read from the store: every rank computes the same plan, with no
+    collective), kept in ``plans`` when given."""
+    key = ("plan", scope, model.num_layers)
+    if plans is not None and key in plans:
+        return plans[key]
+    store = part.store
+    scored = scored_ids(part.num_global_nodes, store.val_idx, store.test_idx)
+    plan = plan_scope(model, store.graph, scored, scope, batch_edges, input_level=False)
+    if plans is not None:
+        plans[key] = plan
+    return plan
+
+
+def _owned_of(level: np.ndarray, owned_sorted: np.ndarray) -> np.ndarray:
+    """Positions in ``level`` (sorted global ids) of the vertices in ``owned_sorted``."""
+    pos = np.searchsorted(owned_sorted, level)
+    hit = pos < owned_sorted.shape[0]
+    hit[hit] = owned_sorted[pos[hit]] == level[hit]
+    return np.flatnonzero(hit)
+
+
 @torch.no_grad()
 def _last_layer(model: BlockGNN, part: Part, device, batch_edges: int,
                 feat_dtype: torch.dtype | None, scratch_dir, shared: bool | None,
-                keep_scores: bool = False) -> tuple[torch.Tensor, np.ndarray | None]:
-    """The predicted class of each owned vertex (int64, in ``part.owned`` order) and, with
-    ``keep_scores``, its class-1 score (:func:`~twopgraph.inference.positive_scores`,
-    float64); see :func:`evaluate_distributed`. Collective."""
+                keep_scores: bool = False, plan: ScopePlan | None = None
+                ) -> tuple[torch.Tensor, np.ndarray | None, np.ndarray]:
+    """The predicted class (int64) of the owned vertices the last layer computes -- every
+    owned vertex (in ``part.owned`` order) for a whole-graph ``plan`` (None: whole graph),
+    the owned scored ones (sorted) for a ``scored`` one -- and, with ``keep_scores``, their
+    class-1 scores (:func:`~twopgraph.inference.positive_scores`, float64), and their global
+    ids (int64); see :func:`evaluate_distributed`. With a ``scored`` plan layer ``i`` runs
+    for the owned vertices of ``plan.levels[i + 1]`` only and its table has that level's
+    rows (``|V_i| x width``, indexed by position in the level), not N. Collective."""
     was_training = model.training
     model.eval()
     store = part.store
     n, indptr, indices = part.num_global_nodes, store.graph.indptr, store.graph.indices
     owned = np.asarray(part.owned, dtype=np.int64)
-    deg_own = indptr[owned + 1] - indptr[owned]
-    cum = np.zeros(owned.shape[0] + 1, dtype=np.int64)
-    np.cumsum(deg_own, out=cum[1:])
-    del deg_own
+    levels = None if plan is None or plan.scope != "scored" else plan.levels
+    if levels is not None:
+        owned_sorted = np.sort(owned)
+        dsts = [np.asarray(v[_owned_of(v, owned_sorted)], dtype=np.int64) for v in levels[1:]]
+        at = [_owned_of(v, owned_sorted) for v in levels[1:]]  # where they go in the tables
+        del owned_sorted
+    else:
+        dsts, at = [owned] * model.num_layers, [None] * model.num_layers
     convs = model.convs
     # A last layer that shrinks the width (hidden -> classes) is computed from per-vertex
     # projections (SAGEConv/GCNConv.project), written by the layer before it: the table it
@@ -250,7 +310,6 @@ def _last_layer(model: BlockGNN, part: Part, device, batch_edges: int,
     # it reads, so a range's working memory stays about EVAL_CHUNK_BYTES.
     row_bytes = 4 * max(widths)
     edges = max(1, min(batch_edges, EVAL_CHUNK_BYTES // row_bytes))
-    bounds = edge_balanced_ranges(cum, edges) if owned.shape[0] else [0]
     if shared is None:
         shared = same_host()
     if shared:
@@ -260,34 +319,46 @@ def _last_layer(model: BlockGNN, part: Part, device, batch_edges: int,
                  "N x width table is all-reduced")
         tables = ReducedTables(n, device)
     table, dtype = store.feat, feat_dtype
+    below = None  # the ids of the table's rows (None: row = global id)
     preds, scores = [], []
     try:
         for i in range(model.num_layers):
             last = i == model.num_layers - 1
             project = fuse_last and i == model.num_layers - 2
-            out = None if last else tables.new(i, widths[i + 1])
+            mine = dsts[i]
+            out = None if last else tables.new(
+                i, widths[i + 1], None if levels is None else levels[i + 1].shape[0])
+            cum = np.zeros(mine.shape[0] + 1, dtype=np.int64)
+            np.cumsum(indptr[mine + 1] - indptr[mine], out=cum[1:])
+            bounds = edge_balanced_ranges(cum, edges) if mine.shape[0] else [0]
             for a, b in zip(bounds[:-1], bounds[1:]):
-                rows = owned[a:b]
+                rows = mine[a:b]
                 ptr, ind = _gather_rows(indptr, indices, rows)
                 src, inv = np.unique(ind, return_inverse=True)
                 block = Block(int(src.shape[0]), b - a, torch.from_numpy(ptr),
                               torch.from_numpy(inv.reshape(-1).astype(np.int64, copy=False)),
                               _degrees(indptr, src), _degrees(indptr, rows)).to(device)
+                # the table's rows of src and of the range's own vertices
+                t_src, t_dst = (src, rows) if below is None else \
+                    (np.searchsorted(below, src.astype(below.dtype, copy=False)),
+                     np.searchsorted(below, rows.astype(below.dtype, copy=False)))
                 if last and fuse_last:
-                    y = _from_projection(convs[i], block, table, src, rows, device)
+                    y = _from_projection(convs[i], block, table, t_src, t_dst, device)
                 else:
-                    y = model.layer(i, block, _rows(table, src, device, dtype),
-                                    _rows(table, rows, device, dtype))
+                    y = model.layer(i, block, _rows(table, t_src, device, dtype),
+                                    _rows(table, t_dst, device, dtype))
+                where = rows if at[i] is None else at[i][a:b]
                 if last:
                     preds.append(y.argmax(1).cpu())
                     if keep_scores:
                         scores.append(positive_scores(y))
                 elif project:
-                    out[rows] = torch.cat(convs[i + 1].project(y), dim=1).cpu().numpy()
+                    out[where] = torch.cat(convs[i + 1].project(y), dim=1).cpu().numpy()
                 else:
-                    out[rows] = y.cpu().numpy()
+                    out[where] = y.cpu().numpy()
             if not last:
                 table, dtype = tables.publish(out, i), None
+                below = None if levels is None else levels[i + 1]
         tables.finish()
     finally:
         del table
@@ -295,5 +366,6 @@ def _last_layer(model: BlockGNN, part: Part, device, batch_edges: int,
     model.train(was_training)
     pred = torch.cat(preds) if preds else torch.zeros(0, dtype=torch.int64)
     if not keep_scores:
-        return pred, None
-    return pred, (np.concatenate(scores) if scores else np.zeros(0, dtype=np.float64))
+        return pred, None, dsts[-1]
+    return pred, (np.concatenate(scores) if scores else np.zeros(0, dtype=np.float64)), \
+        dsts[-1]

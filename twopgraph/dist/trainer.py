@@ -373,11 +373,13 @@ def _run(cfg: TrainConfig, folder: Path, meta: dict, env: DistEnv, device, backe
                          combine_schedule_figures=lambda f: summed_over_ranks(f, world))
     progress = run.progress and env.is_main
     warned: set = set()  # the one-class ROC-AUC warning is logged once
+    plans: dict = {}  # the --eval-scope plan, made at the first evaluation
 
     def evaluate() -> dict:
         return evaluate_scores(model, part, device, run.eval_batch_edges,
                                feat_dtype=loader.features.dtype, scratch_dir=out,
-                               metric=metric, warned=warned)
+                               metric=metric, warned=warned, scope=run.eval_scope,
+                               plans=plans)
 
     extra = dict(distributed={"world_size": world, "backend": backend,
                               "batch_size_per_rank": local_bs},
