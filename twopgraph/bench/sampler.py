@@ -36,8 +36,11 @@ def run(cfg: BenchSamplerConfig) -> dict:
     data = prep.data
     parts = None if prep.clustering is None else prep.clustering.parts
     sampler = make_sampler("neighbor", data.graph, s.fanouts, seed=b.seed)
-    schedule, choice = s.schedule, None
-    if schedule == "auto":
+    schedule, choice = s.schedule, prep.schedule_choice  # the probe's: random, no clusters
+    if schedule == "auto" and choice is not None:
+        schedule = choice.schedule
+        log.info("%s", choice.describe())
+    elif schedule == "auto":
         choice = choose_schedule(sampler, data.train_idx, s.batch_size, b.seed, parts=parts,
                                  labels=data.label, balance=s.balance,
                                  workers=ThreadPlan.for_threads(b.threads).total)

@@ -295,7 +295,7 @@ def _coarsen(graph: CSRGraph, k: int, train_idx, seed: int, ufactor: int, method
                                 vertex_weights(graph.num_nodes, train_idx), k, seed=seed,
                                 ufactor=ufactor,
                                 initial="metis" if method == "coarsen" else "greedy",
-                                metis_niter=DEFAULT_METIS_NITER)
+                                metis_niter=DEFAULT_METIS_NITER, quiet=metis_output_to_log)
 
 
 def _metis(graph: CSRGraph, k: int, train_idx, seed: int, ufactor: int, niter: int):

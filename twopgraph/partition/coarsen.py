@@ -689,10 +689,11 @@ def multilevel_partition(indptr, indices, vw, k: int, *, seed: int = 0, ufactor:
                          initial: str = "metis", metis_niter: int = 10,
                          clusters_per_part: int = CLUSTERS_PER_PART,
                          fine_refine_rounds: int = FINE_REFINE_ROUNDS,
-                         stats: MultilevelStats | None = None) -> np.ndarray:
+                         stats: MultilevelStats | None = None, quiet=None) -> np.ndarray:
     """``k``-way partition (int64, N) of the symmetric CSR graph ``indptr``/``indices`` with
     vertex weights ``vw`` (int, N): see the module doc. ``initial``: ``metis`` (METIS on the
-    coarsest graph, ``ufactor``/``metis_niter`` its options) or ``greedy`` (clusters of up to a
+    coarsest graph, ``ufactor``/``metis_niter`` its options, ``quiet`` a context manager
+    around the call) or ``greedy`` (clusters of up to a
     whole part's weight, packed greedily in BFS order: no METIS). ``seed`` drives every hash."""
     stats = stats if stats is not None else MultilevelStats()
     n = indptr.shape[0] - 1
@@ -728,7 +729,7 @@ def multilevel_partition(indptr, indices, vw, k: int, *, seed: int = 0, ufactor:
             sparse = Level(*heavy_edges(top.indptr, top.indices, top.ew, METIS_KEEP_EDGES),
                            top.vw)
         stats.sizes.append((sparse.n, int(sparse.indices.shape[0])))
-        parts = _metis_weighted(sparse, k, seed, ufactor, metis_niter)
+        parts = _metis_weighted(sparse, k, seed, ufactor, metis_niter, quiet)
         del sparse
     else:
         from .kernels import cluster_bfs_order
@@ -752,17 +753,19 @@ def multilevel_partition(indptr, indices, vw, k: int, *, seed: int = 0, ufactor:
     return parts.astype(np.int64, copy=False)
 
 
-def _metis_weighted(level: Level, k: int, seed: int, ufactor: int, niter: int) -> np.ndarray:
-    """METIS k-way on a weighted (coarse) graph."""
+def _metis_weighted(level: Level, k: int, seed: int, ufactor: int, niter: int,
+                    quiet=None) -> np.ndarray:
+    """METIS k-way on a weighted (coarse) graph; ``quiet``: a context manager around the call
+    (``cluster.metis_output_to_log``: METIS' printf output goes to the log)."""
     if level.n <= k:
         return np.arange(level.n, dtype=np.int64)
-    import pymetis
+    import contextlib
 
-    from .cluster import metis_output_to_log
+    import pymetis
     idx = pymetis.zero_copy_dtype()
     ew = level.ew if level.ew.shape[0] else np.ones(level.indices.shape[0], dtype=np.int64)
     opts = pymetis.Options(seed=int(seed), ufactor=int(ufactor), niter=int(niter))
-    with metis_output_to_log():
+    with (quiet() if quiet is not None else contextlib.nullcontext()):
         _, parts = pymetis.part_graph(
             k, pymetis.CSRAdjacency(np.ascontiguousarray(level.indptr, dtype=idx),
                                     np.ascontiguousarray(level.indices, dtype=idx)),
