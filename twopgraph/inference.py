@@ -406,10 +406,6 @@ class ScopePlan:
         return {"eval_scope": self.scope, "eval_rows": list(self.rows),
                 "eval_edges": list(self.edges), "eval_choice": self.choice}
 
-    def table_rows(self) -> int:
-        """Rows of the widest-held set of tables: the largest level."""
-        return max(self.rows) if self.rows else 0
-
 
 def _projects(conv) -> bool:
     return conv.in_dim > conv.out_dim and hasattr(conv, "project")
@@ -542,7 +538,7 @@ def scored_inference(model: BlockGNN, sampler, feat, device, scored,
     The last layer runs for the scored vertices ``V_{L-1}``, layer ``i`` for ``V_i = V_{i+1}
     and all its in-neighbours`` (:func:`plan_scope`'s levels; computed here unless ``plan``
     gives them), each over its sorted ids in ranges of about ``batch_edges`` edges, a range
-    halved while its distinct src rows exceed ``chunk_bytes``. A range gathers its dst rows of
+    cut into pieces while its distinct src rows exceed ``chunk_bytes``. A range gathers its dst rows of
     the CSR, maps the src ids onto positions in the layer below's table (a sorted search),
     reads those distinct rows -- through ``feat`` (as :func:`layerwise_inference` takes it)
     for layer 0 -- and runs the conv on the block relabelled onto them; degrees are the

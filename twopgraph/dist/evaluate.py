@@ -292,8 +292,8 @@ def _last_layer(model: BlockGNN, part: Part, device, batch_edges: int,
     levels = None if plan is None or plan.scope != "scored" else plan.levels
     if levels is not None:
         owned_sorted = np.sort(owned)
-        dsts = [np.asarray(v[_owned_of(v, owned_sorted)], dtype=np.int64) for v in levels[1:]]
         at = [_owned_of(v, owned_sorted) for v in levels[1:]]  # where they go in the tables
+        dsts = [np.asarray(v[p], dtype=np.int64) for v, p in zip(levels[1:], at)]
         del owned_sorted
     else:
         dsts, at = [owned] * model.num_layers, [None] * model.num_layers
