@@ -129,7 +129,7 @@ LAYERS = [
     {"twopgraph", "twopgraph.__main__", "twopgraph.errors", "twopgraph.registry",
      "twopgraph.jit", "twopgraph.rng", "twopgraph.fingerprint", "twopgraph.graph",
      "twopgraph.metrics", "twopgraph.protocols", "twopgraph.synthetic", "twopgraph.datasets",
-     "twopgraph.rundir", "twopgraph.store", "twopgraph.csrbuild", "twopgraph.ingest"},
+     "twopgraph.rundir", "twopgraph.store", "twopgraph.csrbuild", "twopgraph.ingest", "twopgraph.papers"},
     {"twopgraph.sampler", "twopgraph.sampler.autoschedule", "twopgraph.cache",
      "twopgraph.partition", "twopgraph.models", "twopgraph.dropout"},
     {"twopgraph.config", "twopgraph.loader"},
