@@ -15,6 +15,9 @@ stage in a process of its own, measured from outside:
 * ``train``: ``twopgraph train --epochs 1`` (defaults otherwise); ``epoch`` and ``eval``
   (exact evaluation) are its ``metrics.json`` figures.
 
+With ``--cap-gib G`` every stage runs inside a cgroup v1 memory group of G GiB (page cache
+included, reclaimable); the cgroup's peak, failures and OOM kills are reported too.
+
 Per stage: wall seconds, peak anonymous memory (``Pss_Anon`` summed over the process tree,
 sampled every 0.2 s from ``/proc/PID/smaps_rollup``), peak PSS, and bytes written
 (``/proc/PID/io`` ``write_bytes`` of the stage's processes). Between consecutive scales, the
@@ -158,7 +161,8 @@ def one_scale(scale: float, work: Path, a, env: dict) -> dict:
                   "--no-progress", *a.train_flags.split()],
     }
     for stage in a.stages.split(","):
-        res = run_stage(cmds[stage], env, log_path=logs / f"{stage}.log")
+        res = run_stage(cmds[stage], env, log_path=logs / f"{stage}.log",
+                        cgroup_bytes=int(a.cap_gib * 2**30) if a.cap_gib else None)
         rec["stages"][stage] = res
         print(f"[scale {scale:g}] {stage}: {json.dumps(res)}", flush=True)
         if res["rc"] != 0:
@@ -250,6 +254,8 @@ def main(argv=None) -> int:
     p.add_argument("--compress", action="store_true", help="deflate data.npz's members")
     p.add_argument("--fresh", action="store_true", help="rewrite the raw files")
     p.add_argument("--train-flags", default="", help="extra flags for the train stage")
+    p.add_argument("--cap-gib", type=float, default=None,
+                   help="run every stage inside a memory cgroup of this many GiB (root)")
     a = p.parse_args(argv)
     out = a.out or a.root
     out.mkdir(parents=True, exist_ok=True)
