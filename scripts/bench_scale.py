@@ -145,8 +145,9 @@ def one_scale(scale: float, work: Path, a, env: dict) -> dict:
     prelude = ("import sys, logging; logging.basicConfig(level=logging.INFO, format="
                "'%%(asctime)s %%(message)s'); sys.path.insert(0, %r); "
                "from twopgraph.datasets import load_dataset; "
-               "from twopgraph.jit import configure_threading; configure_threading(); d = load_dataset('ogbn-papers100M', data_root=%r, "
-               "progress=False); " % (str(ROOT), r))
+               "from twopgraph.jit import configure_threading; configure_threading(); "
+               "d = load_dataset('ogbn-papers100M', data_root=%r, progress=False); "
+               % (str(ROOT), r))
     cluster = ("from twopgraph.config import TrainConfig; from twopgraph.train import "
                "locality_for; cfg = TrainConfig.of(dataset='ogbn-papers100M', data_root=%r, "
                "schedule='locality', renumber=%s); cfg, _ = cfg.resolved(d.num_nodes); "
