@@ -402,8 +402,11 @@ def test_pss_monitor_keeps_the_peak(tmp_path):
     assert base is not None and base > 0
     with PssMonitor(interval=0.01) as mon:
         block = np.ones(64 << 20, dtype=np.uint8)  # 64 MiB, touched
-        # held for 1 s: the thread waits PSS_COST_RATIO x a read (a few ms here) between reads
-        time.sleep(1.0)
+        # held until the thread has seen it (it waits PSS_COST_RATIO x a read between reads:
+        # a few ms on a quiet machine, longer under load), at most 20 s
+        deadline = time.monotonic() + 20
+        while (mon._peak or 0) < base + 48 and time.monotonic() < deadline:
+            time.sleep(0.05)
         del block
         time.sleep(0.05)
     assert mon.peak_mib >= base + 48 and mon._thread is None
