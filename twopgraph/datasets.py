@@ -80,7 +80,7 @@ OGB_DATASETS = {
     "ogbn-products": "OGB co-purchase graph: 2.45M nodes, 61.9M edges, 100 features, "
                      "47 classes",
     "ogbn-papers100M": "OGB citation graph: 111M nodes, 1.6B edges, 128 features, 172 classes "
-                       "(~60 GiB in RAM)",
+                       "(57 GB of features; ingested streaming from OGB's raw files)",
 }
 
 
