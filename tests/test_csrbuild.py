@@ -46,6 +46,23 @@ def test_matches_scipy(tmp_path, n, e, chunk):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["indices.npy", "indptr.npy"]
 
 
+@pytest.mark.parametrize("budget", [4, 40, 4000, 10**9])
+def test_scatter_in_row_ranges_gives_the_same_csr(tmp_path, budget):
+    """A scatter budget of a few bytes (one pass per range of rows) builds the same CSR."""
+    from twopgraph.csrbuild import scatter_ranges
+    s, d = edges_with_faults(300, 4000, seed=5)
+    csr = build_csr(s, d, 300, tmp_path, chunk_edges=777, scatter_bytes=budget)
+    indptr, indices = scipy_csr(s, d, 300)
+    np.testing.assert_array_equal(csr.indptr, indptr)
+    np.testing.assert_array_equal(csr.indices, indices)
+    assert csr.changes["entries"] == indices.shape[0]
+    ip = np.array([0, 5, 5, 12, 13, 20])
+    r = scatter_ranges(ip, 6)
+    assert r[0][0] == 0 and r[-1][1] == 5 and all(a[1] == b[0] for a, b in zip(r, r[1:]))
+    assert all(ip[hi] - ip[lo] <= 6 or hi == lo + 1 for lo, hi in r)
+    assert scatter_ranges(ip, None) == [(0, 5)]
+
+
 def test_counts_what_changed(tmp_path):
     # 0->1 twice, 1->0 once (a reverse pair), 2->2 (loop), 2->3 once (gets a reverse entry)
     s, d = np.array([0, 0, 1, 2, 2]), np.array([1, 1, 0, 2, 3])

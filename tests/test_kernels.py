@@ -355,6 +355,20 @@ def check_scatter_edges(kernel, twin):
             np.testing.assert_array_equal(outs[0], outs[1])
 
 
+def check_scatter_edges_range(kernel, twin):
+    for n, s, d in _edge_lists():
+        indptr, _ = _scattered(n, s, d, np.int32)
+        for lo, hi in ((0, n), (0, n // 2), (n // 3, n), (n // 2, n // 2 + 1)):
+            outs = []
+            for fn in (kernel, twin):
+                out = np.full(int(indptr[-1]), 99, dtype=np.int32)
+                pos = indptr[:-1].copy()
+                fn(s, d, pos, out, lo, hi)
+                outs.append((out, pos))
+            np.testing.assert_array_equal(outs[0][0], outs[1][0])
+            np.testing.assert_array_equal(outs[0][1], outs[1][1])
+
+
 def check_sort_dedup_rows(kernel, twin):
     for dtype in (np.int32, np.int64):
         for n, s, d in _edge_lists():
@@ -519,6 +533,7 @@ CHECKS = {
     "twopgraph.graph.csr_violations": check_csr_violations,
     "twopgraph.csrbuild.count_degrees": check_count_degrees,
     "twopgraph.csrbuild.scatter_edges": check_scatter_edges,
+    "twopgraph.csrbuild.scatter_edges_range": check_scatter_edges_range,
     "twopgraph.csrbuild.sort_dedup_rows": check_sort_dedup_rows,
     "twopgraph.csrbuild.compact_rows": check_compact_rows,
     "twopgraph.sampler.kernels.sample_neighbors": check_sample_neighbors,

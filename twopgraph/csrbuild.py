@@ -10,7 +10,11 @@ a second copy of the CSR, in memory:
    every vertex in both directions (``deg``: N int64);
 2. **scatter** (chunks again): each edge is written into its two rows of a scratch ``.npy``
    file (memory-mapped, 2E entries of the index dtype); a reverse entry is stored as
-   ``-(u + 1)`` so that the next step can tell which entries the input gave;
+   ``-(u + 1)`` so that the next step can tell which entries the input gave. With
+   ``scatter_bytes`` the rows are taken in ranges whose slots span at most that many bytes,
+   one pass over the edges per range, so the part of the file being written stays in memory
+   (random writes into a file larger than the memory left would write pages back and read
+   them again many times); the result is the same;
 3. **sort and dedup** (parallel over rows): each row is sorted and repeats are merged in place;
    the forward entries of the row count the distinct directed pairs of the input;
 4. **compact** (parallel over rows): the distinct entries are copied into the final
@@ -84,12 +88,15 @@ def index_dtype(num_nodes: int) -> np.dtype:
 
 
 def build_csr(src, dst, num_nodes: int, folder, *, chunk_edges: int = CHUNK_EDGES,
-              progress=None, what: str = "edge list") -> BuiltCSR:
+              progress=None, what: str = "edge list",
+              scatter_bytes: int | None = None) -> BuiltCSR:
     """Build the symmetric, deduplicated, row-sorted CSR of the edges ``src[i] -> dst[i]`` into
     ``folder/indptr.npy`` and ``folder/indices.npy`` (see the module docstring for the steps
     and their memory). ``src``/``dst`` are 1-D integer arrays of one length (memory maps
     welcome: they are read ``chunk_edges`` at a time, twice). ``progress`` is called as
-    ``progress(stage, done, total)`` (edges or rows). An id outside ``[0, num_nodes)`` is a
+    ``progress(stage, done, total)`` (edges or rows). ``scatter_bytes`` (None: no limit)
+    bounds the bytes of scratch file one scatter pass writes (see the module docstring;
+    about ``2E x 4 / scatter_bytes`` passes over the edges). An id outside ``[0, num_nodes)`` is a
     one-line :class:`GraphFormatError` naming ``what``, the edge and the id; a write failure
     (full disk) an :class:`OutputError`; in both cases the files written so far are removed.
     """
@@ -129,9 +136,22 @@ def build_csr(src, dst, num_nodes: int, folder, *, chunk_edges: int = CHUNK_EDGE
         # 2. scatter both directions into the scratch file (reverse entries as -(u+1))
         out = _open(scratch, total, itype)
         pos = indptr0[:-1].copy()
-        for a in range(0, e, step):
-            scatter_edges(_ids(src[a:a + step]), _ids(dst[a:a + step]), pos, out)
-            report("scatter", min(a + step, e), e)
+        ranges = scatter_ranges(indptr0, scatter_bytes // itype.itemsize
+                                if scatter_bytes else None)
+        if len(ranges) > 1:
+            log.info("%s: scattering %s CSR entries in %d passes (a window of %s MiB of the "
+                     "scratch file at a time)", what, f"{total:,}", len(ranges),
+                     f"{scatter_bytes / 2**20:,.0f}")
+        for k, (lo, hi) in enumerate(ranges):
+            for a in range(0, e, step):
+                s, d = _ids(src[a:a + step]), _ids(dst[a:a + step])
+                if len(ranges) == 1:
+                    scatter_edges(s, d, pos, out)
+                else:
+                    scatter_edges_range(s, d, pos, out, lo, hi)
+                report("scatter", k * e + min(a + step, e), len(ranges) * e)
+            if len(ranges) > 1:
+                out.flush()
         del pos
         # 3. sort and merge every row in place; deg becomes the distinct count
         forward = sort_dedup_rows(indptr0, out, deg)
@@ -168,6 +188,22 @@ def build_csr(src, dst, num_nodes: int, folder, *, chunk_edges: int = CHUNK_EDGE
     log.debug("built the CSR of %s in %.1f s: %s", what, time.perf_counter() - t0,
               built.describe())
     return built
+
+
+def scatter_ranges(indptr: np.ndarray, max_entries: int | None) -> list[tuple[int, int]]:
+    """Row ranges ``[lo, hi)`` covering every row whose slots hold at most ``max_entries``
+    entries each (a row larger than that is a range of its own); one range without a limit."""
+    n = indptr.shape[0] - 1
+    if max_entries is None or int(indptr[-1]) <= max_entries:
+        return [(0, n)]
+    out, lo = [], 0
+    while lo < n:
+        hi = int(np.searchsorted(indptr, int(indptr[lo]) + max(1, int(max_entries)),
+                                 side="right")) - 1
+        hi = min(n, max(hi, lo + 1))
+        out.append((lo, hi))
+        lo = hi
+    return out
 
 
 def _ids(chunk) -> np.ndarray:
@@ -249,6 +285,34 @@ def scatter_edges_ref(src, dst, pos, out):
     rank = np.arange(rows.shape[0]) - np.repeat(np.cumsum(counts) - counts, counts)
     out[starts + rank] = vals
     pos += counts
+
+
+@njit(cache=True, nogil=True)
+def scatter_edges_range(src, dst, pos, out, lo, hi):
+    """:func:`scatter_edges` restricted to the entries of rows ``lo <= row < hi`` (the other
+    entries of each edge are written by the pass of their own range)."""
+    for i in range(src.shape[0]):
+        u, v = src[i], dst[i]
+        if u == v:
+            continue
+        if lo <= u < hi:
+            out[pos[u]] = v
+            pos[u] += 1
+        if lo <= v < hi:
+            out[pos[v]] = -(u + 1)
+            pos[v] += 1
+
+
+def scatter_edges_range_ref(src, dst, pos, out, lo, hi):
+    src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
+    full = out.copy()
+    before = pos.copy()
+    scatter_edges_ref(src, dst, pos, full)
+    keep = np.zeros(pos.shape[0], dtype=bool)
+    keep[lo:hi] = True
+    for v in np.flatnonzero(keep):
+        out[before[v]:pos[v]] = full[before[v]:pos[v]]
+    pos[~keep] = before[~keep]
 
 
 @njit(cache=True, nogil=True)
@@ -335,5 +399,6 @@ def compact_rows_ref(indptr0, entries, indptr, out):
 
 register(count_degrees, count_degrees_ref)
 register(scatter_edges, scatter_edges_ref)
+register(scatter_edges_range, scatter_edges_range_ref)
 register(sort_dedup_rows, sort_dedup_rows_ref)
 register(compact_rows, compact_rows_ref)

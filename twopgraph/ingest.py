@@ -56,6 +56,7 @@ import numpy as np
 from .csrbuild import build_csr
 from .errors import GraphFormatError, OutputError
 from .graph import SPLITS
+from .metrics import available_host_bytes
 from .store import CHUNK_BYTES, _member_chunks, _progress, _read_header, _Writer
 
 log = logging.getLogger("twopgraph")
@@ -63,6 +64,8 @@ log = logging.getLogger("twopgraph")
 #: What reading a damaged or truncated raw file raises (zip, gzip, zlib, pandas' parser).
 READ_ERRORS = (OSError, EOFError, ValueError, zipfile.BadZipFile, zlib.error, KeyError,
                IndexError, UnicodeDecodeError)
+#: The smallest scatter window of the CSR builder (bytes of scratch file written per pass).
+SCATTER_MIN_BYTES = 256 << 20
 #: The split files' names in OGB's layout, by the store's split names.
 OGB_SPLIT_FILES = {"train_idx": "train", "val_idx": "valid", "test_idx": "test"}
 
@@ -564,7 +567,11 @@ def ingest(raw: RawDataset, folder, *, source: dict | None, progress: bool = Fal
             with stages.stage("edges"):
                 src, dst = raw.edges(w.scratch)
             with stages.stage("csr"):
-                csr = build_csr(src, dst, n, w.tmp, what=raw.edges_where)
+                # half the memory this process can still fill: the scratch window in memory
+                avail = available_host_bytes()
+                budget = None if avail is None else max(SCATTER_MIN_BYTES, avail // 2)
+                csr = build_csr(src, dst, n, w.tmp, what=raw.edges_where,
+                                scatter_bytes=budget)
                 del src, dst
                 w.scratch("edge_index.npy").unlink(missing_ok=True)
                 w.adopt("indptr", csr.indptr_path)
