@@ -72,6 +72,9 @@ class BuiltCSR:
     indptr_path: Path
     indices_path: Path
     changes: dict = field(default_factory=dict)
+    #: ``{phase: {"seconds", "written_mib"}}`` of count, scatter, sort, compact (bytes this
+    #: process wrote to storage during the phase, from ``/proc/self/io``; None elsewhere).
+    phases: dict = field(default_factory=dict)
 
     def describe(self) -> str:
         """One line: what symmetrising changed."""
@@ -115,7 +118,18 @@ def build_csr(src, dst, num_nodes: int, folder, *, chunk_edges: int = CHUNK_EDGE
     final = folder / "indices.npy"
     ipath = folder / "indptr.npy"
     t0 = time.perf_counter()
-    report = progress or (lambda *a: None)
+    phases: dict = {}
+    mark = [time.perf_counter(), _written()]
+
+    def report(stage, done, total):
+        if progress is not None:
+            progress(stage, done, total)
+        if done == total and stage not in phases:
+            now, w = time.perf_counter(), _written()
+            phases[stage] = {"seconds": round(now - mark[0], 3),
+                             "written_mib": None if w is None or mark[1] is None
+                             else round((w - mark[1]) / 2**20, 1)}
+            mark[:] = [now, w]
     try:
         # 1. degrees (both directions), self loops, ranges
         deg = np.zeros(n, dtype=np.int64)
@@ -184,9 +198,11 @@ def build_csr(src, dst, num_nodes: int, folder, *, chunk_edges: int = CHUNK_EDGE
     changes = {"edges": e, "self_loops": loops, "duplicates": e - loops - int(forward),
                "added": entries - int(forward), "entries": entries}
     built = BuiltCSR(np.load(ipath, mmap_mode="r"), np.load(final, mmap_mode="r"), ipath,
-                     final, changes)
-    log.debug("built the CSR of %s in %.1f s: %s", what, time.perf_counter() - t0,
-              built.describe())
+                     final, changes, phases)
+    log.info("built the CSR of %s in %.1f s (%s)", what, time.perf_counter() - t0,
+             ", ".join(f"{k} {v['seconds']:.1f} s" + (f", wrote {v['written_mib']:,.0f} MiB"
+                                                     if v["written_mib"] else "")
+                       for k, v in phases.items()))
     return built
 
 
@@ -204,6 +220,18 @@ def scatter_ranges(indptr: np.ndarray, max_entries: int | None) -> list[tuple[in
         out.append((lo, hi))
         lo = hi
     return out
+
+
+def _written() -> int | None:
+    """Bytes this process has caused to be written to storage (``/proc/self/io``)."""
+    try:
+        with open("/proc/self/io") as f:
+            for line in f:
+                if line.startswith("write_bytes:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return None
 
 
 def _ids(chunk) -> np.ndarray:

@@ -577,6 +577,7 @@ def ingest(raw: RawDataset, folder, *, source: dict | None, progress: bool = Fal
                 w.adopt("indptr", csr.indptr_path)
                 w.adopt("indices", csr.indices_path)
                 changes = csr.changes
+                csr_phases = csr.phases
                 del csr
             log.info("%s: %s", raw.name, _describe(changes))
             with stages.stage("features"):
@@ -598,7 +599,8 @@ def ingest(raw: RawDataset, folder, *, source: dict | None, progress: bool = Fal
                     w.put_array(key, ids)
             meta = {"name": raw.name, "num_classes": num_classes, "source": source,
                     "derived": None,
-                    "ingest": {"changes": changes, "seconds": stages.seconds}}
+                    "ingest": {"changes": changes, "seconds": stages.seconds,
+                               "csr_phases": csr_phases}}
             with stages.stage("validate"):
                 try:
                     out = w.commit(meta, validate=True, undirected=True)
