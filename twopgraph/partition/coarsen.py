@@ -91,6 +91,22 @@ def _slot(label, mask):
 
 
 @njit(inline="always", cache=True)
+def _table_add(tkeys, tvals, touched, nt, key, mask, w):
+    """Add ``w`` to ``key``'s value in the open-addressing table ``tkeys``/``tvals`` (empty
+    slots -1), recording a new slot in ``touched[nt]``; returns the new ``nt``."""
+    s = _slot(key, mask)
+    while tkeys[s] != -1 and tkeys[s] != key:
+        s = (s + 1) & mask
+    if tkeys[s] == -1:
+        tkeys[s] = key
+        tvals[s] = 0
+        touched[nt] = s
+        nt += 1
+    tvals[s] += w
+    return nt
+
+
+@njit(inline="always", cache=True)
 def _mask_for(d):
     """Mask of the hash table for ``d`` keys: a power of two >= 2 d (at least 4), minus 1."""
     size = 4
@@ -140,19 +156,8 @@ def lp_propose(indptr, indices, ew, labels, vw, cw, cap, members, key, max_visit
                 u = indices[j]
                 if u == v:
                     continue
-                lab = np.int64(labels[u])
-                s = _slot(lab, mask)
-                while tkeys[s] != -1 and tkeys[s] != lab:
-                    s = (s + 1) & mask
-                if tkeys[s] == -1:
-                    tkeys[s] = lab
-                    tvals[s] = 0
-                    touched[nt] = s
-                    nt += 1
-                if weighted:
-                    tvals[s] += ew[j]
-                else:
-                    tvals[s] += 1
+                nt = _table_add(tkeys, tvals, touched, nt, np.int64(labels[u]), mask,
+                                ew[j] if weighted else 1)
             wv = vw[v]
             own_conn = 0
             best = -1
@@ -302,18 +307,7 @@ def _row(indptr, indices, ew, cid, start, members, c, tkeys, tvals, touched, num
             d = np.int64(cid[indices[j]])
             if d == c:
                 continue
-            s = _slot(d, mask)
-            while tkeys[s] != -1 and tkeys[s] != d:
-                s = (s + 1) & mask
-            if tkeys[s] == -1:
-                tkeys[s] = d
-                tvals[s] = 0
-                touched[nt] = s
-                nt += 1
-            if weighted:
-                tvals[s] += ew[j]
-            else:
-                tvals[s] += 1
+            nt = _table_add(tkeys, tvals, touched, nt, d, mask, ew[j] if weighted else 1)
     return nt
 
 
