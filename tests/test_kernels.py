@@ -341,32 +341,32 @@ def _scattered(n, s, d, dtype):
     return indptr, out
 
 
+def _scatter_with(fn, s, d, indptr, dtype, *bounds):
+    """``fn``'s scatter of the edges into slots by ``indptr``: ``(out, pos)``."""
+    out = np.full(int(indptr[-1]), 99, dtype=dtype)
+    pos = indptr[:-1].copy()
+    fn(s, d, pos, out, *bounds)
+    return out, pos
+
+
 def check_scatter_edges(kernel, twin):
     for dtype in (np.int32, np.int64):
         for n, s, d in _edge_lists():
             indptr, _ = _scattered(n, s, d, dtype)
-            outs = []
-            for fn in (kernel, twin):
-                out = np.full(int(indptr[-1]), 99, dtype=dtype)
-                pos = indptr[:-1].copy()
-                fn(s, d, pos, out)
-                np.testing.assert_array_equal(pos, indptr[1:])
-                outs.append(out)
-            np.testing.assert_array_equal(outs[0], outs[1])
+            (o1, p1), (o2, p2) = (_scatter_with(fn, s, d, indptr, dtype) for fn in (kernel, twin))
+            np.testing.assert_array_equal(p1, indptr[1:])
+            np.testing.assert_array_equal(p2, indptr[1:])
+            np.testing.assert_array_equal(o1, o2)
 
 
 def check_scatter_edges_range(kernel, twin):
     for n, s, d in _edge_lists():
         indptr, _ = _scattered(n, s, d, np.int32)
         for lo, hi in ((0, n), (0, n // 2), (n // 3, n), (n // 2, n // 2 + 1)):
-            outs = []
-            for fn in (kernel, twin):
-                out = np.full(int(indptr[-1]), 99, dtype=np.int32)
-                pos = indptr[:-1].copy()
-                fn(s, d, pos, out, lo, hi)
-                outs.append((out, pos))
-            np.testing.assert_array_equal(outs[0][0], outs[1][0])
-            np.testing.assert_array_equal(outs[0][1], outs[1][1])
+            (o1, p1), (o2, p2) = (_scatter_with(fn, s, d, indptr, np.int32, lo, hi)
+                                  for fn in (kernel, twin))
+            np.testing.assert_array_equal(o1, o2)
+            np.testing.assert_array_equal(p1, p2)
 
 
 def check_sort_dedup_rows(kernel, twin):

@@ -20,7 +20,8 @@ a second copy of the CSR, in memory:
 4. **compact** (parallel over rows): the distinct entries are copied into the final
    ``indices`` file (skipped, the scratch file renamed, when nothing was merged).
 
-Memory: about ``3 x 8 N`` bytes (degrees, write positions, ``indptr``) plus one chunk of
+Memory: about ``4 x 8 N`` bytes (degrees, write positions or per-row counts, the two
+``indptr``) plus one chunk of
 edges (``16 x CHUNK_EDGES`` bytes) -- it must hold per-vertex counters; everything that
 grows with ``E`` lives in files (the page cache holds what fits and writes back the rest).
 Disk: the scratch file and the final ``indices`` (``2E`` entries each, at most), in the

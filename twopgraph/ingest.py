@@ -323,7 +323,7 @@ def ogb_raw(name: str, folder, *, split: str, num_classes: int = -1) -> RawDatas
     split folder's name (ogb's ``master.csv`` column ``split``). Only sizes are read here."""
     folder = Path(folder)
     raw = folder / "raw"
-    fix = f"delete {folder} to download it afresh"
+    fix = ""  # the caller (datasets) names the fix: delete the folder or download by hand
     if (raw / "data.npz").is_file():
         return _ogb_binary(name, folder, split, num_classes, fix)
     if (raw / "edge.csv.gz").is_file():
@@ -531,7 +531,6 @@ class _Stages:
             from tqdm import tqdm
             self.bar = tqdm(total=len(self.STAGES), desc=f"ingest {name}", unit="stage",
                             file=sys.stderr, leave=False)
-        self._t = time.perf_counter()
 
     @contextlib.contextmanager
     def stage(self, what: str):

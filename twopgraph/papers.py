@@ -292,7 +292,7 @@ def write_ogb_raw(spec: PapersSpec, folder, *, compress: bool = False, progress=
                 e += src.shape[0]
         say("data.npz")
         method = zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED
-        part = raw / ".data.npz.tmp"
+        part = raw / ".data.npz.tmp"  # renamed when complete
         with zipfile.ZipFile(part, "w", compression=method, allowZip64=True) as zf:
             def edge_rows():
                 for p in tmp:
@@ -311,7 +311,7 @@ def write_ogb_raw(spec: PapersSpec, folder, *, compress: bool = False, progress=
             write_npy_member(zf, "num_edges_list", (1,), np.int64, [np.array([e])])
         part.replace(raw / "data.npz")
     finally:
-        for p in tmp:
+        for p in (*tmp, raw / ".data.npz.tmp"):  # nothing half-written stays behind
             p.unlink(missing_ok=True)
     say("labels")
     label = model.labels().astype(np.float32)
