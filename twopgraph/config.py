@@ -256,9 +256,33 @@ class CacheConfig(Section):
                                        "reads")
     cache_gb: float | None = option(None, "cache budget in GiB (instead of --cache-ratio)")
     feat_dtype: str = _feat_dtype()
+    host_cache: str = option("auto", "host row cache of a memory-mapped feature table larger "
+                             "than memory: the best-ranked rows packed in anonymous memory, the "
+                             "others read from the store. auto (degree rank, when the table "
+                             "does not fit in half the memory left; else none) | none | a "
+                             "cache policy's name (degree, presample, layer: its static rank "
+                             "picks the rows)")
+    readahead: str = option("auto", "read-ahead of a memory-mapped feature table: on (the "
+                            "sampling workers advise each batch's rows, MADV_WILLNEED, and "
+                            "the map is MADV_RANDOM) | off (page faults read as the kernel "
+                            "decides) | auto (on when the table exceeds half the memory left)")
+    host_cache_gb: float | None = option(None, "host row cache size in GiB",
+                                         show_default="half the memory left after the "
+                                         "memory-mapped graph structure (memory cgroup limit "
+                                         "included); the other half stays for batches and "
+                                         "page cache")
 
     def validate(self):
         CACHE_POLICIES.check(self.cache_policy)
+        if self.host_cache != "auto" and self.host_cache not in CACHE_POLICIES:
+            raise ConfigError(f"host-cache must be auto or a cache policy "
+                              f"({', '.join(CACHE_POLICIES.names())}), got {self.host_cache!r}")
+        _choice(self, "readahead", ("auto", "on", "off"))
+        if self.host_cache_gb is not None and not (
+                _is_number(self.host_cache_gb) and math.isfinite(self.host_cache_gb)
+                and self.host_cache_gb >= 0):
+            raise ConfigError(f"host-cache-gb must be a finite number >= 0, "
+                              f"got {self.host_cache_gb!r}")
         _choice(self, "feat_dtype", FEAT_DTYPES)
         if self.cache_ratio is not None and self.cache_gb is not None:
             raise ConfigError("give --cache-ratio or --cache-gb, not both")

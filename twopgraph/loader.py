@@ -77,7 +77,9 @@ class EpochStats:
     ``readahead_ranges`` / ``readahead_bytes``: page ranges of a memory-mapped feature table
     the sampling workers advised the kernel to read ahead, and their bytes (whole pages; the
     source's ``advise``, :class:`~twopgraph.cache.readahead.Readahead`; 0 when the table is
-    not a memory map).
+    not a memory map). ``host_cache_hits`` / ``host_cache_lookups``: rows the gathers found in
+    the host row cache (:class:`~twopgraph.cache.hostrows.HostRowCache`) and rows they looked
+    up there (0 without one).
     """
 
     num_batches: int = 0
@@ -93,6 +95,8 @@ class EpochStats:
     load_s: float = 0.0
     readahead_ranges: int = 0
     readahead_bytes: int = 0
+    host_cache_hits: int = 0
+    host_cache_lookups: int = 0
 
     @property
     def input_nodes_per_batch(self) -> float:
@@ -262,11 +266,17 @@ class Loader:
                   stats: EpochStats) -> Iterator[tuple[MiniBatch, object]]:
         stats.row_bytes = src.row_bytes
         stats.cache_budget_rows = src.budget
+        rc = getattr(getattr(src, "host", None), "row_cache", None)
         for mb in batches:
             t = time.perf_counter()
             before = src.counters.copy()
+            rc_before = None if rc is None else rc.counts()
             mb.features, ready = src.gather(mb.input_nodes)
             stats.load_s += time.perf_counter() - t
+            if rc is not None:
+                hits, lookups = rc.counts()
+                stats.host_cache_hits += hits - rc_before[0]
+                stats.host_cache_lookups += lookups - rc_before[1]
             c = src.counters - before
             stats.feature_rows += c.feature_rows
             stats.cache_hits += c.cache_hits

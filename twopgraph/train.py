@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import io
 import logging
+import os
 import pickle
 import time
 import zipfile
@@ -57,7 +58,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .cache import PolicyContext, build_feature_source
+from .cache import PolicyContext, attach_host_cache, build_feature_source
 from .cache.feature_cache import activation_reserve_bytes, feat_dtype, resolve_budget
 from .cache.host import HostFeatures, host_tensor
 from .cache.readahead import worth_reading_ahead
@@ -83,7 +84,7 @@ from .inference import (  # noqa: F401 (API)
 )
 from .jit import configure_threading, thread_count
 from .loader import HostIdSampler, Loader, ThreadPlan
-from .metrics import peak_rss_mib, process_pss_monitor, write_json
+from .metrics import available_host_bytes, peak_rss_mib, process_pss_monitor, write_json
 from .models import build_model
 from .partition import prepare_locality, to_original_order
 from .protocols import SCHEDULERS
@@ -452,10 +453,21 @@ def make_loader(cfg: TrainConfig, data: GraphData, device, *, parts=None,
     source_kw = {} if rows is None else {"rows": rows}
     table = data.feat if feat is None else feat
     # Read-ahead (and MADV_RANDOM) only for a table that does not stay in the page cache.
-    source_kw["readahead"] = worth_reading_ahead(int(table.nbytes))
+    source_kw["readahead"] = (c.readahead == "on" or c.readahead == "auto"
+                              and worth_reading_ahead(int(table.nbytes)))
     with thread_count(plan.total):  # pre-sampling (presample policy) may use every thread
         features = build_feature_source(c.cache_policy, table, ctx, device, ratio=ratio,
                                         gb=gb, dtype=c.feat_dtype, **source_kw)
+        # A memory-mapped table larger than memory: its best rows in a host row cache
+        # (half of what the structure leaves; the other half for batches and page cache)
+        hc = attach_host_cache(features, c.host_cache, ctx, gb=c.host_cache_gb,
+                               structure_bytes=int(data.graph.indptr.nbytes
+                                                   + data.graph.indices.nbytes),
+                               rows=rows, available=_available_per_rank())
+    if hc is not None:
+        log.info("host row cache: %d of %d rows (%s, %s policy) in %.1f s; the others are "
+                 "read from the store", hc.num_rows, features.host.num_rows,
+                 human_bytes(hc.nbytes), hc.policy, hc.fill_s)
     if c.cache_policy != "none" and features.budget == 0:
         log.warning("cache policy %s has a budget of 0 rows on %s: every row is copied; give "
                     "--cache-ratio or --cache-gb to build a cache", c.cache_policy, device)
@@ -465,6 +477,26 @@ def make_loader(cfg: TrainConfig, data: GraphData, device, *, parts=None,
     loader.schedule = schedule
     loader.schedule_choice = None if choice is None else choice.as_dict()
     return loader
+
+
+def _available_per_rank() -> int | None:
+    """Host memory this process may still fill, shared evenly by the ranks of a machine
+    (``LOCAL_WORLD_SIZE``, set by torchrun; each rank sizes its own host row cache)."""
+    avail = available_host_bytes()
+    try:
+        ranks = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    except ValueError:
+        ranks = 1
+    return None if avail is None else avail // ranks
+
+
+def host_cache_record(loader: Loader) -> dict | None:
+    """The ``host_cache`` figures of ``metrics.json``
+    (:meth:`~twopgraph.cache.hostrows.HostRowCache.record`: rows, bytes, policy, fill seconds,
+    hits and lookups of every gather so far, training and evaluation), None without one."""
+    host = getattr(loader.features, "host", None)
+    rc = getattr(host, "row_cache", None)
+    return None if rc is None else rc.record()
 
 
 def eval_features(data: GraphData, loader: Loader):
@@ -643,7 +675,8 @@ def _train(cfg: TrainConfig, data: GraphData | None, device) -> TrainResult:
     labels = loader.labels
     summary = data.summary()
     info = {"dataset": summary, "schedule": loader.schedule,
-            "schedule_choice": loader.schedule_choice, "defaults": defaults}
+            "schedule_choice": loader.schedule_choice, "defaults": defaults,
+            "host_cache": host_cache_record(loader)}
     warned: set = set()  # the one-class ROC-AUC warning is logged once
     evaluator = RunEvaluator(loader.sampler, feat, device, scored_vertices(data),
                              run.eval_batch_edges, run.eval_scope, out)
@@ -669,6 +702,7 @@ def _train(cfg: TrainConfig, data: GraphData | None, device) -> TrainResult:
             save_checkpoint(out, model, opt, signature, epochs_log,
                             torch_rng=torch.get_rng_state(), config=cfg.flat(),
                             selected=sel.record(), **rebuild)
+            info["host_cache"] = host_cache_record(loader)
             write_metrics(out, cfg, device, loader.plan, epochs_log, sel, **info)
 
         if sel.epoch is None:  # resumed a finished run of a checkpoint without a selection
@@ -679,6 +713,7 @@ def _train(cfg: TrainConfig, data: GraphData | None, device) -> TrainResult:
         if sel.logits is None:  # selected before a resume: evaluate its weights again
             model.load_state_dict(sel.state)
             sel.logits = evaluator(model)
+    info["host_cache"] = host_cache_record(loader)
     write_metrics(out, cfg, device, loader.plan, epochs_log, sel, final=True, **info)
     log.info("%s", final_line(sel, out / METRICS))
     f = sel.figures

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import inspect
 
+import numpy as np
 import torch
 
 from ..errors import ConfigError
@@ -36,8 +37,9 @@ from .base import CachePolicy, PolicyContext
 from .directory import CacheDirectory, GatherPlan, replay
 from .feature_cache import FEAT_DTYPES, FeatureCache, feat_dtype, resolve_budget
 from .host import HostFeatures, HostTable, Staging
+from .hostrows import HostRowCache, host_cache_rows
 from .optimal import belady_min
-from .readahead import Readahead
+from .readahead import Readahead, find_mmap
 
 
 def make_policy(name: str, ctx: PolicyContext, **options) -> CachePolicy:
@@ -71,3 +73,44 @@ def build_feature_source(policy: str, feat, ctx: PolicyContext, device, *,
         return HostFeatures(feat, device, dtype=tdtype, rows=rows, readahead=readahead)
     return FeatureCache(feat, make_policy(policy, ctx, **options), budget, device,
                         dtype=tdtype, out_dtype=torch.float32, rows=rows, readahead=readahead)
+
+
+def attach_host_cache(source, setting: str, ctx: PolicyContext, *, gb: float | None = None,
+                      structure_bytes: int = 0, reserve_bytes: int = 0, rows=None,
+                      available: int | None = None, progress=None) -> HostRowCache | None:
+    """Give ``source`` (a :class:`HostFeatures` or :class:`FeatureCache`) a
+    :class:`~twopgraph.cache.hostrows.HostRowCache` by ``--host-cache`` ``setting``: ``none``
+    (never), ``auto`` (``degree``, sized by :func:`~twopgraph.cache.hostrows.host_cache_rows`
+    from ``available`` bytes -- default :func:`~twopgraph.metrics.available_host_bytes` --
+    ``structure_bytes`` and ``reserve_bytes``, when the memory-mapped table does not fit in
+    memory) or a registered cache policy's name, whose static rank (``initial_rows``, built
+    from ``ctx``) picks the rows; ``gb`` sizes it in GiB instead. Only a table that is a
+    memory map gets one (an in-memory table has nothing to gain). ``rows`` is the source's
+    row map (ids of ``ctx`` -> host rows). The cache built, or None."""
+    if setting == "none":
+        return None
+    host = source.host
+    if host.array is None or find_mmap(host.array) is None:
+        return None
+    table_bytes = int(host.array.nbytes)
+    row_bytes = int(host.array.shape[1] * host.array.itemsize)
+    n = int(host.num_rows)
+    if gb is not None:
+        k = min(n, int(gb * 2**30) // max(1, row_bytes))
+    else:
+        if available is None:
+            from ..metrics import available_host_bytes
+            available = available_host_bytes()
+        k = host_cache_rows(table_bytes, row_bytes, n, structure_bytes, reserve_bytes,
+                            available)
+    if k <= 0:
+        return None
+    policy = "degree" if setting == "auto" else setting
+    ranked = np.asarray(make_policy(policy, ctx).initial_rows(k), dtype=np.int64)[:k]
+    if ranked.shape[0] == 0:
+        return None
+    picked = ranked if rows is None else np.asarray(rows, dtype=np.int64)[ranked]
+    cache = HostRowCache(host.array, picked, host.readahead, policy=policy,
+                         progress=progress)
+    host.attach_row_cache(cache)
+    return cache

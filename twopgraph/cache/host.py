@@ -125,6 +125,12 @@ class HostTable:
         self.dtype = self.tensor.dtype if dtype is None else dtype
         self.row_bytes = self.num_features * torch.empty(0, dtype=self.dtype).element_size()
         self.readahead = Readahead(array, enabled=readahead) if array is not None else None
+        self.row_cache = None  # a HostRowCache over this table (attach_row_cache)
+
+    def attach_row_cache(self, cache) -> None:
+        """Serve the rows ``cache`` (a :class:`~twopgraph.cache.hostrows.HostRowCache`
+        filled from this table) holds from it, and read ahead only the others."""
+        self.row_cache = cache
 
     def host_rows(self, ids: np.ndarray) -> np.ndarray:
         """The host rows of ids ``ids`` (int64)."""
@@ -136,8 +142,14 @@ class HostTable:
         into ``out`` (``len(ids) x F``) when given; ``advise`` reads their pages ahead first
         (uncounted: for reads no sampling worker announced, e.g. exact evaluation)."""
         host = np.ascontiguousarray(self.host_rows(ids), dtype=np.int64)
+        rc = self.row_cache
         if advise and self.readahead is not None:
-            self.readahead.advise(host, count=False)
+            self.readahead.advise(host if rc is None else rc.misses(host), count=False)
+        if rc is not None:  # hits from the row cache, misses from the table
+            if out is None:
+                t = rc.take(host, self.tensor)
+                return t if t.dtype == self.dtype else t.to(self.dtype)
+            return rc.take(host, self.tensor, out)
         index = torch.from_numpy(host)
         if out is None:
             t = torch.index_select(self.tensor, 0, index)
@@ -162,7 +174,10 @@ class HostTable:
         """Read-ahead of the rows of ``ids``; ``(ranges, bytes)`` advised."""
         if self.readahead is None or not self.readahead.active:
             return 0, 0
-        return self.readahead.advise(self.host_rows(_as_ids(ids)))
+        host = self.host_rows(_as_ids(ids))
+        if self.row_cache is not None:  # cached rows are not read from the table
+            host = self.row_cache.misses(host)
+        return self.readahead.advise(host)
 
 
 class HostFeatures:

@@ -81,7 +81,7 @@ PARTITION_KEYS = ("dataset", "num_clusters", "renumber")
 SUM_KEYS = ("num_batches", "num_seeds", "feature_rows", "cache_hits", "h2d_bytes",
             "cache_fill_bytes", "cache_budget_rows", "activation_reserve_bytes",
             "remote_graph_requests", "remote_feature_bytes", "halo_input_rows",
-            "readahead_ranges", "readahead_bytes")
+            "readahead_ranges", "readahead_bytes", "host_cache_hits", "host_cache_lookups")
 MAX_KEYS = ("epoch_s", "sample_s", "load_s", "compute_s")
 # "[.../third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error ...": raised by gloo itself
 _GLOO_ERROR = re.compile(r"\[[^\]]*gloo/[^\]]*:\d+\]")
