@@ -156,9 +156,10 @@ def test_training_with_a_host_cache_is_training_without(tmp_path):
     runs = {}
     for hc in ("none", "degree"):
         out = tmp_path / hc
+        size = [] if hc == "none" else ["--host-cache-gb", "0.00005"]
         assert main(["train", "--dataset", "synthetic-tiny", "--data-root", str(tmp_path / "d"),
                      "--epochs", "1", "--batch-size", "256", "--out", str(out), "--no-progress",
-                     "--host-cache", hc, "--host-cache-gb", "0.00005"]) == 0
+                     "--host-cache", hc, *size]) == 0
         runs[hc] = json.loads((out / "metrics.json").read_text())
     none, deg = runs["none"], runs["degree"]
     assert none["host_cache"] is None
@@ -172,7 +173,31 @@ def test_training_with_a_host_cache_is_training_without(tmp_path):
 def test_bad_host_cache_flags(tmp_path, capsys):
     from twopgraph.cli import main
     for flags, msg in ((["--host-cache", "lru"], "host-cache must be auto or a cache policy"),
-                       (["--host-cache-gb", "-1"], "host-cache-gb must be")):
+                       (["--host-cache", "degree", "--host-cache-gb", "-1"],
+                        "host-cache-gb must be"),
+                       (["--host-cache-gb", "1"], "give --host-cache auto or a policy")):
         assert main(["train", "--dataset", "synthetic-tiny", "--out", str(tmp_path / "o"),
                      *flags]) == 2
         assert msg in capsys.readouterr().err
+
+
+def test_readahead_flag(tmp_path, capsys):
+    """``--readahead on`` advises a memory-mapped table even when it fits (auto would not),
+    ``off`` never does; the same training either way."""
+    from twopgraph.cache.readahead import _CAN_ADVISE
+    from twopgraph.cli import main
+    got = {}
+    for ra in ("on", "off", "auto"):
+        out = tmp_path / ra
+        assert main(["train", "--dataset", "synthetic-tiny", "--data-root", str(tmp_path / "d"),
+                     "--epochs", "1", "--batch-size", "256", "--out", str(out), "--no-progress",
+                     "--readahead", ra]) == 0
+        got[ra] = json.loads((out / "metrics.json").read_text())
+    ranges = {k: m["epochs"][0]["readahead_ranges"] for k, m in got.items()}
+    assert ranges["off"] == ranges["auto"] == 0  # the tiny table fits: auto is off
+    assert (ranges["on"] > 0) == _CAN_ADVISE
+    assert got["on"]["test_acc"] == got["off"]["test_acc"] == got["auto"]["test_acc"]
+    capsys.readouterr()
+    assert main(["train", "--dataset", "synthetic-tiny", "--out", str(tmp_path / "x"),
+                 "--readahead", "maybe"]) == 2
+    assert "unknown readahead 'maybe'" in capsys.readouterr().err

@@ -256,12 +256,14 @@ class CacheConfig(Section):
                                        "reads")
     cache_gb: float | None = option(None, "cache budget in GiB (instead of --cache-ratio)")
     feat_dtype: str = _feat_dtype()
-    host_cache: str = option("auto", "host row cache of a memory-mapped feature table larger "
+    host_cache: str = option("none", "host row cache of a memory-mapped feature table larger "
                              "than memory: the best-ranked rows packed in anonymous memory, the "
-                             "others read from the store. auto (degree rank, when the table "
-                             "does not fit in half the memory left; else none) | none | a "
-                             "cache policy's name (degree, presample, layer: its static rank "
-                             "picks the rows)")
+                             "others read from the store. none | auto (degree rank, when the "
+                             "table does not fit in half the memory left) | a cache policy's "
+                             "name (degree, presample, layer: its static rank picks the rows). "
+                             "Off by default: it took memory from the page cache and did not "
+                             "pay on any graph measured (scripts/bench_outofcore.py, "
+                             "scripts/bench_gather.py)")
     readahead: str = option("auto", "read-ahead of a memory-mapped feature table: on (the "
                             "sampling workers advise each batch's rows, MADV_WILLNEED, and "
                             "the map is MADV_RANDOM) | off (page faults read as the kernel "
@@ -278,6 +280,9 @@ class CacheConfig(Section):
             raise ConfigError(f"host-cache must be auto or a cache policy "
                               f"({', '.join(CACHE_POLICIES.names())}), got {self.host_cache!r}")
         _choice(self, "readahead", ("auto", "on", "off"))
+        if self.host_cache == "none" and self.host_cache_gb is not None:
+            raise ConfigError("--host-cache-gb sizes a host row cache: give --host-cache auto "
+                              "or a policy (degree, presample, ...) with it")
         if self.host_cache_gb is not None and not (
                 _is_number(self.host_cache_gb) and math.isfinite(self.host_cache_gb)
                 and self.host_cache_gb >= 0):
