@@ -45,7 +45,7 @@ def child(a) -> None:
     from twopgraph.loader import Loader
     from twopgraph.sampler import make_sampler, make_scheduler
     configure_threading()
-    data = load_dataset(a.dataset, a.data_root, progress=False)
+    data = load_dataset(a.dataset, a.data_root, progress=False, store_dtype=a.store_dtype)
     fanouts = [int(x) for x in a.fanouts.split(",")]
     sampler = make_sampler("neighbor", data.graph, fanouts, seed=0)
     sched = make_scheduler("random", data.train_idx, a.batch_size, seed=0)
@@ -84,6 +84,8 @@ def main(argv=None) -> int:
     p.add_argument("--host-cache-gb", default="0,0.25",
                    help="comma list of host row cache sizes (GiB; 0 = none), each run capped")
     p.add_argument("--policy", default="degree", help="cache policy ranking the cached rows")
+    p.add_argument("--store-dtype", default="float32", help="store feature type (float16: "
+                   "half the page cache)")
     p.add_argument("--fanouts", default="15,10,5")
     p.add_argument("--batch-size", type=int, default=1024)
     p.add_argument("--batches", type=int, default=0, help="stop after this many (0 = epoch)")
@@ -103,13 +105,14 @@ def main(argv=None) -> int:
     env = dict(os.environ, TWOPGRAPH_DATA=a.data_root)
     r = Runner(out / "logs", env, 1.0, commands=[])
     prep = r.run("prepare", twopgraph_cmd("info", "--dataset", a.dataset, "--data-root",
-                                          a.data_root, "--json"))
+                                          a.data_root, "--store-dtype", a.store_dtype, "--json"))
     if prep["rc"] != 0:
         raise SystemExit(f"prepare failed: {prep.get('error')}")
     sizes = [float(x) for x in a.host_cache_gb.split(",") if x.strip()]
     rows = []
     base = [sys.executable, str(Path(__file__).resolve()), "--child", "--dataset", a.dataset,
             "--data-root", a.data_root, "--cap-gib", str(a.cap_gib), "--policy", a.policy,
+            "--store-dtype", a.store_dtype,
             "--fanouts", a.fanouts, "--batch-size", str(a.batch_size), "--batches",
             str(a.batches), "--threads", str(a.threads)]
     for i, (gb, capped) in enumerate([(0.0, False)] + [(g, True) for g in sizes]):
@@ -130,7 +133,8 @@ def main(argv=None) -> int:
     for row in rows[1:]:
         if ref and row.get("epoch_s"):
             row["ratio"] = row["epoch_s"] / ref
-    print_table(f"{a.dataset}: gather epoch, cap {a.cap_gib} GiB, policy {a.policy}",
+    print_table(f"{a.dataset} ({a.store_dtype} store): gather epoch, cap {a.cap_gib} GiB, "
+                f"policy {a.policy}",
                 [("cap_gib", "cap GiB"), ("host_cache_gb", "host cache GiB"),
                  ("epoch_s", "epoch s"), ("ratio", "/ uncapped"), ("load_s", "gather s"),
                  ("sample_s", "sample s"), ("rows_per_batch", "rows/batch"),

@@ -66,7 +66,7 @@ def build_parser(unset: tuple[str, ...] = ()) -> argparse.ArgumentParser:
         exclude=BenchCacheConfig.EXCLUDE)
 
     add_section_arguments(sub.add_parser("datasets", help="list known and cached datasets"),
-                          DataConfig, exclude=("dataset", "symmetrize"))
+                          DataConfig, exclude=("dataset", "symmetrize", "store_dtype"))
     i = sub.add_parser("info", help="statistics of a dataset (generates/converts it if needed)")
     add_section_arguments(i, DataConfig, required=("dataset",))
     i.add_argument("--json", action="store_true", help="print JSON")
@@ -143,7 +143,7 @@ def cmd_datasets(a) -> int:
 
 def cmd_info(a) -> int:
     from .datasets import dataset_path
-    data = DataConfig(a.dataset, a.data_root, a.symmetrize).validate().load()
+    data = DataConfig(a.dataset, a.data_root, a.symmetrize, a.store_dtype).validate().load()
     info = data.summary()
     path = dataset_path(a.dataset, a.data_root)
     info["path"] = str(path) if path is not None else None

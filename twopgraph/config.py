@@ -49,6 +49,7 @@ SELECT_MODES = ("best-val", "last")
 METRICS = ("auto", "acc", "rocauc")
 EVAL_SCOPES = ("auto", "all", "scored")  # twopgraph.inference.EVAL_SCOPES
 CLUSTER_METHODS = ("auto", "metis", "coarsen", "lp")  # twopgraph.partition.cluster
+STORE_DTYPES = ("float32", "float16")  # twopgraph.datasets.STORE_DTYPES
 
 if TYPE_CHECKING:
     from .graph import GraphData
@@ -171,10 +172,16 @@ class DataConfig(Section):
                               "edge u->v also as v->u; self loops and duplicate edges dropped; "
                               "one log line says what changed; the file is not rewritten); "
                               "without it such a dataset is refused")
+    store_dtype: str = option("float32", "type of the features kept in the dataset's store: "
+                              "float32 | float16 (half the disk and page cache, so a table "
+                              "twice the memory can stay in it; a store of its own, "
+                              "converted once; features beyond +-65504 are refused; the "
+                              "model computes in float32 on the rounded values)", result=True)
 
     def validate(self):
         if not isinstance(self.dataset, str) or not self.dataset.strip():
             raise ConfigError("--dataset must name a dataset or a file")
+        _choice(self, "store_dtype", STORE_DTYPES)
         if not isinstance(self.symmetrize, bool):
             raise ConfigError(f"symmetrize must be true or false, got {self.symmetrize!r}")
         return self
@@ -184,7 +191,7 @@ class DataConfig(Section):
         :func:`twopgraph.datasets.load_dataset`."""
         from .datasets import load_dataset
         return load_dataset(self.dataset, self.data_root, progress=progress,
-                            symmetrize=self.symmetrize)
+                            symmetrize=self.symmetrize, store_dtype=self.store_dtype)
 
 
 @dataclass
@@ -544,6 +551,9 @@ class TrainConfig(Config):
             if self.dist.partitions is not None:
                 raise ConfigError("--sampler-device cuda is not available with --partitions "
                                   "(the partition sampler runs on the host); use cpu or auto")
+        if self.dist.partitions is not None and self.data.store_dtype != "float32":
+            raise ConfigError("--store-dtype float16 is not available with --partitions yet "
+                              "(a partition reads the float32 store it was made from)")
         return self
 
 
@@ -668,6 +678,12 @@ class PartitionConfig(Config):
 
     data: DataConfig = field(default_factory=DataConfig)
     partition: PartitionOptions = field(default_factory=PartitionOptions)
+
+    def validate(self):
+        super().validate()
+        if self.data.store_dtype != "float32":
+            raise ConfigError("--store-dtype float16 is not available for partitions yet")
+        return self
 
 
 @dataclass

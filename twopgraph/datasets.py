@@ -52,8 +52,8 @@ import numpy as np
 from .errors import ConfigError, GraphFormatError, OutputError, TwopgraphError
 from .graph import CSRGraph, GraphData, atomic_write_bytes
 from .ingest import coo_npz, ingest, is_coo_npz, ogb_raw, read_ogb_split, source_record
-from .store import (NotUndirected, convert_npz, is_store, open_store, read_store_meta,
-                    write_store)
+from .store import (NotUndirected, convert_npz, half_checked, is_store, open_store,
+                    read_store_meta, write_store)
 
 log = logging.getLogger("twopgraph")
 
@@ -94,7 +94,7 @@ def resolve_data_root(arg: str | os.PathLike | None = None) -> Path:
 
 
 def load_dataset(name: str, data_root=None, progress: bool = True,
-                 symmetrize: bool = False) -> GraphData:
+                 symmetrize: bool = False, store_dtype: str = "float32") -> GraphData:
     """Load dataset ``name`` (see the module docstring for how names resolve).
 
     ``data_root`` defaults to :func:`resolve_data_root`; ``progress`` shows progress bars on
@@ -107,32 +107,43 @@ def load_dataset(name: str, data_root=None, progress: bool = True,
     (``--symmetrize``) repairs the graph instead: every entry u->v becomes the edge {u, v},
     self loops and duplicates are dropped, and one log line says what changed (the file is
     not rewritten). Generated and converted datasets are undirected already.
+
+    ``store_dtype`` (``--store-dtype``) is the type of the features in the store:
+    ``float32``, or ``float16`` (half the disk and page cache; a store of its own,
+    ``<name>-<hash>-float16``, converted from the same source; features beyond float16's
+    range are refused). A store folder given by path is used as it is.
     """
     if not isinstance(name, str) or not name:
         raise ConfigError(f"dataset name must be a non-empty string, got {name!r}")
+    if store_dtype not in STORE_DTYPES:
+        raise ConfigError(f"unknown store dtype {store_dtype!r}; known: "
+                          f"{', '.join(STORE_DTYPES)}")
     root = resolve_data_root(data_root)
     presets = _synthetic_presets()
     papers = _papers_spec(name)
     if papers is not None:
-        data = load_papers(papers, root, progress)
+        data = load_papers(papers, root, progress, store_dtype=store_dtype)
     elif name in presets:
-        data = load_synthetic(presets[name], root / f"{name}.npz", progress, stored=True)
+        data = load_synthetic(presets[name], root / f"{name}.npz", progress, stored=True,
+                              store_dtype=store_dtype)
     elif is_store(Path(name).expanduser()):
-        return open_store(Path(name).expanduser(), check_symmetric=not symmetrize) \
-            if not symmetrize else _symmetrized(
-                open_store(Path(name).expanduser(), check_symmetric=False), name)
+        data = open_store(Path(name).expanduser(), check_symmetric=not symmetrize)
+        if store_dtype != "float32" and data.feat.dtype != np.dtype(store_dtype):
+            raise ConfigError(f"{name} is a store of {data.feat.dtype} features: "
+                              f"--store-dtype applies to datasets twopgraph converts")
+        return _symmetrized(data, name) if symmetrize else data
     elif name.endswith(".npz"):
         path = _npz_file(name, root)
         if path is None:
             raise TwopgraphError(f"dataset file not found: {name} (also looked in {root})"
                                  f"{_did_you_mean(name, root)}")
-        return _read_npz(path, None, symmetrize, root, progress)
+        return _read_npz(path, None, symmetrize, root, progress, store_dtype)
     elif name in OGB_DATASETS:
-        data = _load_ogb(name, root, progress)
+        data = _load_ogb(name, root, progress, store_dtype)
     else:
         path = root / f"{name}.npz"
         if path.is_file():
-            return _read_npz(path, name, symmetrize, root, progress)
+            return _read_npz(path, name, symmetrize, root, progress, store_dtype)
         hint = _did_you_mean(name, root)
         raise ConfigError(f"unknown dataset {name!r}{hint}{' K' if hint else '; k'}nown: "
                           f"{', '.join(_known_names(root))}, a path to a .npz file or a store "
@@ -148,14 +159,16 @@ def _papers_spec(name: str):
     return parse_preset(name)
 
 
-def load_papers(spec, data_root=None, progress: bool = False) -> GraphData:
+def load_papers(spec, data_root=None, progress: bool = False,
+                store_dtype: str = "float32") -> GraphData:
     """The store of the papers-shaped preset ``spec`` (:mod:`twopgraph.papers`), generated
     straight into ``<data root>/stores/synthetic-papers-<scale>-<hash>/`` in chunks on first
     use (one copy: no ``.npz``); reused while its spec and generator version match."""
     root = resolve_data_root(data_root)
     from .papers import papers_raw
     fp = spec.fingerprint()
-    folder = root / STORES_DIR / f"synthetic-papers-{spec.scale:g}-{fp[:8]}".replace("/", "_")
+    folder = root / STORES_DIR / (f"synthetic-papers-{spec.scale:g}-{fp[:8]}".replace("/", "_")
+                                  + _dtype_suffix(store_dtype))
     if is_store(folder):
         try:
             meta = read_store_meta(folder)
@@ -166,7 +179,7 @@ def load_papers(spec, data_root=None, progress: bool = False) -> GraphData:
     log.info("generating %s (%s vertices, ~%s directed edges) into %s", spec.name,
              f"{spec.num_nodes:,}", f"{spec.num_edges:,}", folder)
     try:
-        ingest(papers_raw(spec), folder, progress=progress,
+        ingest(papers_raw(spec), folder, progress=progress, feat_dtype=store_dtype,
                source={"spec_fingerprint": fp, "spec": spec.name})
     except OutputError as e:
         raise TwopgraphError(f"cannot write the dataset store of {spec.name}: {e}; choose a "
@@ -174,16 +187,26 @@ def load_papers(spec, data_root=None, progress: bool = False) -> GraphData:
     return open_store(folder, name=spec.name)
 
 
-def store_folder(npz, data_root=None, stem: str | None = None) -> Path:
+def store_folder(npz, data_root=None, stem: str | None = None,
+                 dtype: str = "float32") -> Path:
     """Where the store converted from the ``.npz`` at ``npz`` lives: ``<data root>/stores/
     <stem>-<8 hex digits of the file's path>`` (two files of one name do not collide; ``stem``
-    defaults to the file's, an OGB dataset's is its name). The path is taken relative to the
-    data root when the file lies inside it, so a data root copied or mounted elsewhere keeps
-    finding its stores."""
+    defaults to the file's, an OGB dataset's is its name), ``-float16`` appended for a store
+    of float16 features (``dtype``). The path is taken relative to the data root when the
+    file lies inside it, so a data root copied or mounted elsewhere keeps finding its
+    stores."""
     import hashlib
     root = resolve_data_root(data_root)
     tag = hashlib.blake2b(_source_key(npz, root).encode(), digest_size=4).hexdigest()
-    return root / STORES_DIR / f"{stem or Path(npz).stem}-{tag}"
+    return root / STORES_DIR / f"{stem or Path(npz).stem}-{tag}{_dtype_suffix(dtype)}"
+
+
+#: ``--store-dtype``: the types a store may keep its features in.
+STORE_DTYPES = ("float32", "float16")
+
+
+def _dtype_suffix(dtype: str) -> str:
+    return "" if dtype == "float32" else f"-{dtype}"
 
 
 def _fresh(meta: dict, path: Path, root: Path) -> bool:
@@ -219,10 +242,11 @@ def _source_key(npz, root: Path) -> str:
 
 
 def _stored(npz: Path, root: Path, name: str | None, symmetrize: bool = False,
-            progress: bool = False) -> GraphData:
-    """The memory-mapped store of ``npz``: reused when it was converted from this very file
-    (path, size and modification time), else converted (streaming) first."""
-    folder = store_folder(npz, root)
+            progress: bool = False, store_dtype: str = "float32") -> GraphData:
+    """The memory-mapped store of ``npz`` (features as ``store_dtype``): reused when it was
+    converted from this very file (path, size and modification time), else converted
+    (streaming) first."""
+    folder = store_folder(npz, root, dtype=store_dtype)
     if is_store(folder):
         try:
             if _fresh(read_store_meta(folder), npz, root):
@@ -235,10 +259,12 @@ def _stored(npz: Path, root: Path, name: str | None, symmetrize: bool = False,
     try:
         if is_coo_npz(npz):  # the COO exchange format: edges, symmetrised while ingested
             ingest(coo_npz(npz, name), folder, progress=progress,
-                   source=source_record([npz], _source_key(npz, root)))
+                   source=source_record([npz], _source_key(npz, root)),
+                   feat_dtype=None if store_dtype == "float32" else store_dtype)
         else:
             convert_npz(npz, folder, progress=progress, name=name,
-                        source_key=_source_key(npz, root))
+                        source_key=_source_key(npz, root),
+                        feat_dtype=None if store_dtype == "float32" else store_dtype)
     except OutputError as e:  # a read-only (shared) data root: read the file into memory
         log.warning("cannot write the dataset store of %s (%s): reading it into memory "
                     "instead (no shared memory-mapped copy; give a writable --data-root or "
@@ -267,7 +293,7 @@ def dataset_path(name: str, data_root=None) -> Path | None:
     return path if path.is_file() else None
 
 
-def dataset_identity(name: str, data_root=None) -> dict:
+def dataset_identity(name: str, data_root=None, store_dtype: str = "float32") -> dict:
     """What identifies dataset ``name`` without loading it (nothing is generated, converted or
     downloaded): ``name`` (the name it loads under: a ``.npz`` path's stem), ``path`` (the
     ``.npz`` it is read from, resolved; None if there is none yet), ``store`` (its store folder,
@@ -288,7 +314,7 @@ def dataset_identity(name: str, data_root=None) -> dict:
     if path is None or not path.is_file():
         return ident
     ident["path"] = str(path.resolve())
-    store = _store_of_source(name, path, root)
+    store = _store_of_source(name, path, root, store_dtype)
     if is_store(store):
         with contextlib.suppress(TwopgraphError, OSError):
             meta = read_store_meta(store)
@@ -297,11 +323,12 @@ def dataset_identity(name: str, data_root=None) -> dict:
     return ident
 
 
-def _store_of_source(name: str, path: Path, root: Path) -> Path:
+def _store_of_source(name: str, path: Path, root: Path, dtype: str = "float32") -> Path:
     """The store folder of the source file ``path`` of dataset ``name``: OGB raw files give
-    ``stores/<name>-<hash>``, every other file ``stores/<file stem>-<hash>``."""
+    ``stores/<name>-<hash>``, every other file ``stores/<file stem>-<hash>`` (``-float16``
+    after either for ``dtype`` float16)."""
     ogb = name in OGB_DATASETS and path.name != OGB_CACHE_FILE
-    return store_folder(path, root, stem=name if ogb else None)
+    return store_folder(path, root, stem=name if ogb else None, dtype=dtype)
 
 
 def same_dataset(ident: dict, source: dict) -> bool:
@@ -437,10 +464,11 @@ def _did_you_mean(name: str, root: Path) -> str:
 
 
 def _read_npz(path: Path, name: str | None, symmetrize: bool, root: Path,
-              progress: bool = False) -> GraphData:
+              progress: bool = False, store_dtype: str = "float32") -> GraphData:
     """A user's ``.npz`` through its store (converted once, validated then), or with
     ``symmetrize`` made undirected after (the store keeps the file's graph)."""
-    data = _stored(path, root, name if name is not None else path.stem, symmetrize, progress)
+    data = _stored(path, root, name if name is not None else path.stem, symmetrize, progress,
+                   store_dtype)
     if not symmetrize:
         return data
     try:
@@ -473,7 +501,7 @@ def _npz_file(name: str, root: Path) -> Path | None:
 
 
 def load_synthetic(spec, path: str | os.PathLike, progress: bool = False,
-                   stored: bool = False) -> GraphData:
+                   stored: bool = False, store_dtype: str = "float32") -> GraphData:
     """The dataset of :class:`~twopgraph.synthetic.SyntheticSpec` ``spec``: read from the
     cache ``path`` (``.npz``) if it was made from this spec, else generated and cached there.
 
@@ -488,7 +516,7 @@ def load_synthetic(spec, path: str | os.PathLike, progress: bool = False,
     regenerated. ``GraphData.name`` is the spec's name. An unwritable folder raises
     :class:`TwopgraphError`. ``stored`` returns the memory-mapped store of the cache
     (:func:`store_folder`, written from the generated arrays or converted from the ``.npz``)
-    instead of arrays in memory.
+    instead of arrays in memory, with its features as ``store_dtype``.
     """
     from .synthetic import GENERATOR_VERSION, generate, spec_fingerprint, spec_summary
     path = Path(path)
@@ -502,7 +530,8 @@ def load_synthetic(spec, path: str | os.PathLike, progress: bool = False,
         if have == want:
             if stored:
                 try:
-                    return _stored(path, path.parent, spec.name, progress=progress)
+                    return _stored(path, path.parent, spec.name, progress=progress,
+                                   store_dtype=store_dtype)
                 except GraphFormatError as e:
                     log.warning("dataset cache %s is damaged, rebuilding it (%s)", path,
                                 str(e).removeprefix(f"{path}: "))
@@ -528,6 +557,8 @@ def load_synthetic(spec, path: str | os.PathLike, progress: bool = False,
     except OSError as e:
         raise TwopgraphError(f"cannot write dataset cache {path} ({e.strerror or e}); "
                              f"choose a writable --data-root or ${DATA_ROOT_ENV}") from e
+    if stored and store_dtype != "float32":  # converted from the cache just written
+        return _stored(path, path.parent, spec.name, progress=progress, store_dtype=store_dtype)
     return _store_of(data, path, path.parent, spec.name, progress) if stored else data
 
 
@@ -595,7 +626,7 @@ def _ogb_source(name: str, root: Path) -> Path:
     return raw / ("data.npz" if name in OGB_BINARY else "edge.csv.gz")
 
 
-def _load_ogb(name: str, root: Path, progress: bool) -> GraphData:
+def _load_ogb(name: str, root: Path, progress: bool, store_dtype: str = "float32") -> GraphData:
     """The store of OGB dataset ``name``: reused while its raw files are unchanged, else
     ingested from the raw files straight into the store (:mod:`twopgraph.ingest`: streaming,
     bounded memory; never ogb's in-memory processing), downloaded first by ogb's own download
@@ -605,7 +636,7 @@ def _load_ogb(name: str, root: Path, progress: bool) -> GraphData:
     cache = folder / OGB_CACHE_FILE
     if cache.is_file():  # written by an older twopgraph: still a valid dataset
         try:
-            return _stored(cache, root, name, progress=progress)
+            return _stored(cache, root, name, progress=progress, store_dtype=store_dtype)
         except GraphFormatError as e:
             log.warning("dataset cache %s is damaged, ingesting the raw files instead (%s)",
                         cache, str(e).removeprefix(f"{cache}: "))
@@ -618,21 +649,21 @@ def _load_ogb(name: str, root: Path, progress: bool) -> GraphData:
             f"and re-download it; if it holds a complete {name} download, create the empty file "
             f"{release}, otherwise remove the folder to download afresh")
     src = _ogb_source(name, root)
-    if not src.is_file() and is_store(_store_of_source(name, src, root)):
+    if not src.is_file() and is_store(_store_of_source(name, src, root, store_dtype)):
         # ingested before, raw files deleted since (papers100M's take 57 GB): the store is
         # the dataset now
         try:
-            return open_store(_store_of_source(name, src, root), name=name)
+            return open_store(_store_of_source(name, src, root, store_dtype), name=name)
         except GraphFormatError as e:
             log.warning("dataset store of %s is damaged and its raw files are gone (%s)",
                         name, e)
     if not src.is_file():
         processed = folder / "processed" / "data_processed"
         if processed.is_file():
-            return _ogb_processed_store(name, root, meta, processed, progress)
+            return _ogb_processed_store(name, root, meta, processed, progress, store_dtype)
         _download_ogb(name, root, meta, progress)
         src = _ogb_source(name, root)
-    store = _store_of_source(name, src, root)
+    store = _store_of_source(name, src, root, store_dtype)
     if is_store(store):
         try:
             if _fresh(read_store_meta(store), src, root):
@@ -646,7 +677,7 @@ def _load_ogb(name: str, root: Path, progress: bool) -> GraphData:
     try:
         raw = ogb_raw(name, folder, split=meta["split"], num_classes=int(meta["num classes"]))
         ingest(raw, store, source=source_record(raw.files, _source_key(src, root)),
-               progress=progress)
+               progress=progress, feat_dtype=None if store_dtype == "float32" else store_dtype)
     except OutputError as e:
         raise TwopgraphError(f"cannot write the dataset store of {name}: {e}; choose a "
                              f"writable --data-root or ${DATA_ROOT_ENV}") from None
@@ -661,7 +692,7 @@ OGB_BINARY = frozenset({"ogbn-papers100M"})
 
 
 def _ogb_processed_store(name: str, root: Path, meta: dict, processed: Path,
-                         progress: bool) -> GraphData:
+                         progress: bool, store_dtype: str = "float32") -> GraphData:
     """A store from ogb's own ``processed/data_processed`` (read into memory: what an earlier
     ogb run left when the raw files are gone)."""
     graph, labels = _read_ogb_processed(processed)
@@ -673,7 +704,10 @@ def _ogb_processed_store(name: str, root: Path, meta: dict, processed: Path,
     st = processed.stat()
     source = {"path": str(processed.resolve()), "key": _source_key(processed, root),
               "size": st.st_size, "mtime_ns": st.st_mtime_ns}
-    folder = store_folder(processed, root, stem=name)
+    folder = store_folder(processed, root, stem=name, dtype=store_dtype)
+    if store_dtype != "float32":  # in memory already (ogb's processed file)
+        feat = next(half_checked([np.asarray(data.feat)], f"{name} features"))
+        data.feat = feat.astype(np.float16)
     if is_store(folder):
         with contextlib.suppress(GraphFormatError):
             if _fresh(read_store_meta(folder), processed, root):

@@ -57,7 +57,8 @@ from .csrbuild import build_csr
 from .errors import GraphFormatError, OutputError
 from .graph import SPLITS
 from .metrics import available_host_bytes
-from .store import CHUNK_BYTES, _member_chunks, _progress, _read_header, _Writer
+from .store import (CHUNK_BYTES, _member_chunks, _progress, _read_header, _Writer,
+                    half_checked)
 
 log = logging.getLogger("twopgraph")
 
@@ -591,7 +592,10 @@ def ingest(raw: RawDataset, folder, *, source: dict | None, progress: bool = Fal
                         for c in raw.feat_chunks():
                             bar.update(c.nbytes)
                             yield c
-                    w.put("feat", (n, raw.feat_shape[1]), target, chunks())
+                    feats = chunks()
+                    if target == np.float16:
+                        feats = half_checked(feats, f"{raw.name} features")
+                    w.put("feat", (n, raw.feat_shape[1]), target, feats)
             with stages.stage("labels"):
                 label = raw.labels()
                 w.put_array("label", label)

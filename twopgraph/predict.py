@@ -184,7 +184,8 @@ def _load_data(mc: ModelCheckpoint, data: GraphData | None, dataset: str | None,
         sym = (rec["symmetrize"] if dataset is None else False) if symmetrize is None \
             else symmetrize
         from .datasets import load_dataset
-        data = load_dataset(name, root, progress=False, symmetrize=sym)
+        data = load_dataset(name, root, progress=False, symmetrize=sym,
+                            store_dtype=rec.get("store_dtype", "float32"))
     else:
         if not isinstance(data, GraphData):
             raise ConfigError(f"data must be a GraphData, got {type(data).__name__}")

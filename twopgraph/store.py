@@ -493,13 +493,32 @@ _KEEP = {"indices": (np.int32, np.int64), "feat": (np.float32, np.float16)}
 _FALLBACK = {"indices": np.int64, "feat": np.float32}
 
 
+#: Largest finite float16 value: features beyond it are refused, not stored as infinity.
+HALF_MAX = float(np.finfo(np.float16).max)
+
+
+def half_checked(chunks, where: str):
+    """``chunks`` of features on their way into a float16 store, each checked to lie within
+    float16's range (+-65504): a larger value would be stored as an infinity."""
+    for c in chunks:
+        if c.dtype != np.float16 and c.size:
+            big = float(np.max(np.abs(c), initial=0.0))
+            if big > HALF_MAX:
+                raise GraphFormatError(f"{where}: a feature of magnitude {big:g} does not fit "
+                                       f"float16 (largest {HALF_MAX:g}); keep --store-dtype "
+                                       f"float32 or scale the features")
+        yield c
+
+
 def convert_npz(npz, folder, *, progress: bool = False, name: str | None = None,
-                source_key: str | None = None) -> Path:
+                source_key: str | None = None, feat_dtype=None) -> Path:
     """Convert the DESIGN.md ``.npz`` at ``npz`` into a store at ``folder``, streaming: each
     member is read and written in chunks (an ``.npz`` larger than memory converts), then the
     store is validated once. Any problem is a one-line :class:`GraphFormatError` naming the
     file; nothing is left at ``folder`` then. ``source_key`` is recorded with the file's
-    path, size and mtime (the data root's key for it). Returns the folder."""
+    path, size and mtime (the data root's key for it). ``feat_dtype`` (``float16``) stores the
+    features in that type instead of the file's (float32 or float16 kept, others float32).
+    Returns the folder."""
     from .graph import REQUIRED_KEYS
     npz = Path(npz)
     st = _check_npz(npz)
@@ -524,7 +543,7 @@ def convert_npz(npz, folder, *, progress: bool = False, name: str | None = None,
             for key in ARRAYS:
                 if key not in members:
                     continue
-                _convert_member(zf, members[key], key, npz, w, bar)
+                _convert_member(zf, members[key], key, npz, w, bar, feat_dtype)
         meta = {"name": name if name is not None else npz.stem, "num_classes": num_classes,
                 "source": source, "derived": None}
         try:
@@ -560,7 +579,8 @@ def _scalar(zf, member, npz) -> int:
         return int(next(_member_chunks(f, (1,), dtype, f"{npz}:num_classes"))[0])
 
 
-def _convert_member(zf, member, key: str, npz: Path, w: _Writer, bar) -> None:
+def _convert_member(zf, member, key: str, npz: Path, w: _Writer, bar,
+                    feat_dtype=None) -> None:
     where = f"{npz}: '{key}'"
     try:
         f = zf.open(member)
@@ -593,6 +613,9 @@ def _convert_member(zf, member, key: str, npz: Path, w: _Writer, bar) -> None:
         if target is None:
             native = dtype.newbyteorder("=")
             target = native if native.type in _KEEP[key] else _FALLBACK[key]
+        half = key == "feat" and feat_dtype is not None and np.dtype(feat_dtype) == np.float16
+        if half:
+            target = np.dtype(np.float16)
         narrow = None
         if key == "indices" and np.issubdtype(dtype, np.integer) and \
                 np.dtype(dtype).itemsize > 4 and "indptr" in w.records:
@@ -603,11 +626,14 @@ def _convert_member(zf, member, key: str, npz: Path, w: _Writer, bar) -> None:
             # column-major on disk: rows are not contiguous; read it whole (rare)
             raw = np.frombuffer(f.read(), dtype=dtype)
             arr = raw.reshape(shape[::-1]).T
-            w.put(key, shape, target, _row_chunks(arr))
+            chunks = _row_chunks(arr)
+            w.put(key, shape, target, half_checked(chunks, where) if half else chunks)
         else:
             chunks = _member_chunks(f, shape, dtype, where)
             if narrow is not None:
                 chunks = (_in_range(c, narrow, where) for c in chunks)
+            if half:
+                chunks = half_checked(chunks, where)
             w.put(key, shape, target, (_counted(c, bar) for c in chunks))
 
 

@@ -169,15 +169,16 @@ def model_record(cfg: TrainConfig, num_features: int, num_classes: int) -> dict:
 
 
 def dataset_record(dataset: str | None, data_root, symmetrize: bool, name: str,
-                   fingerprint: str, num_nodes: int) -> dict:
+                   fingerprint: str, num_nodes: int, store_dtype: str = "float32") -> dict:
     """Which data a model was trained on (checkpoint key ``dataset``; what ``twopgraph
     predict`` loads by default and compares with): ``dataset`` (the name or path to load,
     None for a caller's :class:`GraphData`), the data root resolved to an absolute path,
-    ``symmetrize``, the data's ``name``, content ``fingerprint`` and ``num_nodes``."""
+    ``symmetrize``, the data's ``name``, content ``fingerprint``, ``num_nodes`` and
+    ``store_dtype`` (``--store-dtype``; absent in older checkpoints: float32)."""
     from .datasets import resolve_data_root
     return {"dataset": dataset, "data_root": str(resolve_data_root(data_root).absolute()),
             "symmetrize": bool(symmetrize), "name": name, "fingerprint": fingerprint,
-            "num_nodes": int(num_nodes)}
+            "num_nodes": int(num_nodes), "store_dtype": store_dtype}
 
 
 class Selection:
@@ -654,7 +655,8 @@ def _train(cfg: TrainConfig, data: GraphData | None, device) -> TrainResult:
     rebuild = {"model_spec": model_record(cfg, data.num_features, data.num_classes),
                "dataset": dataset_record(cfg.data.dataset if named else None,
                                          cfg.data.data_root, cfg.data.symmetrize, data.name,
-                                         data.fingerprint(), data.num_nodes)}
+                                         data.fingerprint(), data.num_nodes,
+                                         cfg.data.store_dtype)}
     ckpt = read_checkpoint(out / CHECKPOINT, signature, run.epochs) if run.resume else None
     if cfg.sampling.batch_size > data.train_idx.shape[0]:
         log.warning("batch size %d exceeds the %d training vertices: one batch per epoch",
