@@ -322,6 +322,78 @@ def sorted_unique(a: np.ndarray) -> np.ndarray:
     return s[np.concatenate([[True], s[1:] != s[:-1]])]
 
 
+#: A level whose ids cover at least this share of the graph's vertices is indexed by a
+#: position map of all N vertices (one int32 per vertex: no larger than the level's own id
+#: table then, give or take this factor) instead of a binary search per neighbour.
+DENSE_LEVEL = 1 / 8
+
+
+#: :meth:`LevelIndex.union` sorts a chunk's ids when they number under 1/SORT_SHARE of the
+#: level's rows, else marks them in a |level|-entry array (a linear scan of it per chunk).
+SORT_SHARE = 256
+
+
+class LevelIndex:
+    """Positions of vertex ids in ``level`` (sorted distinct ids of a layer's table, over a
+    graph of ``n`` vertices): a binary search while the level is sparse, an N-entry position
+    map (int32; built once) when it holds at least :data:`DENSE_LEVEL` of the vertices -- the
+    same positions, a gather instead of ~log2(|level|) cache misses per id. :meth:`union` and
+    :meth:`places` map a chunk's src and dst positions onto their sorted distinct union, by a
+    sort and a search for a small chunk, by a mark array and a slot map of ``|level|``
+    entries (kept) for a large one."""
+
+    def __init__(self, level: np.ndarray | None, n: int, dense: bool | None = None):
+        # level None: all n vertices, position = id; its N-entry mark array is used only
+        # when ``dense`` says the rows read are a dense share of the graph
+        self.level, self.n = level, n
+        self.size = n if level is None else int(level.shape[0])
+        self.dense = level.shape[0] >= DENSE_LEVEL * n if dense is None else dense
+        self.pos: np.ndarray | None = None  # built on first use
+        self.mark: np.ndarray | None = None
+        self.slot: np.ndarray | None = None
+
+    def positions(self, ids: np.ndarray) -> np.ndarray:
+        """Positions (int64) of ``ids`` (all present in the level)."""
+        if self.level is None:
+            return ids.astype(np.int64)
+        if self.dense:  # a map of all N: no larger than 8 x this level's own ids
+            if self.pos is None:
+                m = self.level.shape[0]
+                self.pos = np.full(self.n, -1, dtype=np.int32 if m < 2**31 else np.int64)
+                self.pos[self.level] = np.arange(m, dtype=self.pos.dtype)
+            return self.pos[ids].astype(np.int64)
+        level = self.level  # same dtypes: a mixed search would convert all of it every time
+        return np.searchsorted(level, ids.astype(level.dtype, copy=False))
+
+    def union(self, p_src: np.ndarray, p_dst: np.ndarray) -> np.ndarray:
+        """The sorted distinct positions (int64) of ``p_src`` and ``p_dst``."""
+        m = self.size
+        if SORT_SHARE * (p_src.shape[0] + p_dst.shape[0]) < m or (
+                self.level is None and not self.dense):
+            return sorted_unique(np.concatenate([p_src, p_dst]))
+        if self.mark is None:
+            self.mark = np.zeros(m, dtype=bool)
+            self.slot = np.empty(m, dtype=np.int32 if m < 2**31 else np.int64)
+        mark = self.mark
+        mark[p_src] = True
+        mark[p_dst] = True
+        u = np.flatnonzero(mark)
+        mark[u] = False
+        return u
+
+    def places(self, u: np.ndarray, *pos: np.ndarray) -> list[np.ndarray]:
+        """The places (int64) in ``u`` (:meth:`union` of them) of each array of ``pos``."""
+        if self.mark is None or SORT_SHARE * sum(x.shape[0] for x in pos) < self.size:
+            return [np.searchsorted(u, x) for x in pos]
+        slot = self.slot
+        slot[u] = np.arange(u.shape[0], dtype=slot.dtype)
+        return [slot[x].astype(np.int64) for x in pos]
+
+    def ids(self, u: np.ndarray) -> np.ndarray:
+        """The vertex ids (int64) at positions ``u``."""
+        return u if self.level is None else self.level[u].astype(np.int64)
+
+
 def scored_ids(n: int, *splits) -> np.ndarray:
     """The sorted distinct vertices of ``splits`` (id arrays, duplicates and any order
     allowed; None skipped) as :func:`id_dtype` ids; an id outside ``[0, n)`` is a one-line
@@ -539,14 +611,16 @@ def scored_inference(model: BlockGNN, sampler, feat, device, scored,
     and all its in-neighbours`` (:func:`plan_scope`'s levels; computed here unless ``plan``
     gives them), each over its sorted ids in ranges of about ``batch_edges`` edges, a range
     cut into pieces while its distinct src rows exceed ``chunk_bytes``. A range gathers its dst rows of
-    the CSR, maps the src ids onto positions in the layer below's table (a sorted search),
+    the CSR, maps the src ids onto positions in the layer below's table (:class:`LevelIndex`),
     reads those distinct rows -- through ``feat`` (as :func:`layerwise_inference` takes it)
     for layer 0 -- and runs the conv on the block relabelled onto them; degrees are the
     sampler's (the full graph's: GCN's normalisation is exact). A layer that shrinks the
     width is computed from projections as in :func:`layerwise_inference` (layer 0's of the
     input rows ``levels[0]``). Every table is sized by its level, ``|V_i| x width`` float32,
     kept where :func:`table_place` says; nothing of size N is made (ids int32 below 2**31
-    vertices). Returns a :class:`ScoredLogits` of the distinct scored vertices
+    vertices) except, for a level holding at least :data:`DENSE_LEVEL` of the vertices, its
+    int32 position map (4 N bytes, at most 8x that level's own ids). Returns a
+    :class:`ScoredLogits` of the distinct scored vertices
     (``|V_{L-1}| x C`` float32 on the host)."""
     was_training = model.training
     model.eval()
@@ -565,7 +639,7 @@ def scored_inference(model: BlockGNN, sampler, feat, device, scored,
         where = place or table_place(4 * rows * sum(widths), device)
         return [EvalTable(rows, w, where, device, scratch_dir) for w in widths]
 
-    def chunks(level: np.ndarray, below: np.ndarray | None, cum: np.ndarray, a: int, b: int,
+    def chunks(level: np.ndarray, below: LevelIndex, cum: np.ndarray, a: int, b: int,
                width: int):
         """``(a, b, block on the device, u, kd)`` of positions ``[a, b)`` of ``level``: ``u``
         the sorted distinct rows read (positions in ``below``, global ids when it is None),
@@ -574,12 +648,8 @@ def scored_inference(model: BlockGNN, sampler, feat, device, scored,
         (then again if a piece still exceeds it; halving would sort each edge ~log times)."""
         dst = level[a:b]
         offs, nbrs = _rows_of(graph, dst)
-        if below is None:
-            p_src, p_dst = nbrs.astype(np.int64), dst.astype(np.int64)
-        else:  # (same dtypes: a mixed search would convert all of `below` every time)
-            p_src = np.searchsorted(below, nbrs.astype(below.dtype, copy=False))
-            p_dst = np.searchsorted(below, dst)
-        u = sorted_unique(np.concatenate([p_src, p_dst]))
+        p_src, p_dst = below.positions(nbrs), below.positions(dst)
+        u = below.union(p_src, p_dst)
         if b - a > 1 and 4 * width * u.shape[0] > chunk_bytes:
             k = min(b - a, max(2, -(-5 * 4 * width * u.shape[0] // (4 * chunk_bytes))))
             del offs, nbrs, p_src, p_dst, u
@@ -589,14 +659,17 @@ def scored_inference(model: BlockGNN, sampler, feat, device, scored,
             for lo, hi in itertools.pairwise(bounds):
                 yield from chunks(level, below, cum, lo, hi, width)
             return
-        glob = u if below is None else below[u].astype(np.int64)
+        l_src, l_dst = below.places(u, p_src, p_dst)
+        glob = below.ids(u)
         block = Block(int(u.shape[0]), b - a, torch.from_numpy(offs),
-                      torch.from_numpy(np.searchsorted(u, p_src)), _degree_of(sampler, glob),
+                      torch.from_numpy(l_src), _degree_of(sampler, glob),
                       _degree_of(sampler, dst))
-        yield a, b, block.to(device), u, torch.from_numpy(np.searchsorted(u, p_dst)).to(device)
+        yield a, b, block.to(device), u, torch.from_numpy(l_dst).to(device)
 
     src = _row_source(feat, device)
-    proj, below = None, None
+    # layer 0 without projections reads global ids (marked in an N-entry array only when
+    # its dst level is dense: its input rows are then denser still)
+    proj, below = None, LevelIndex(None, n, dense=levels[1].shape[0] >= DENSE_LEVEL * n)
     if levels[0] is not None:  # layer 0 projects: each input row of the neighbourhood once
         rows0 = levels[0]
         step = max(1, chunk_bytes // (4 * max(1, convs[0].in_dim)))
@@ -606,7 +679,7 @@ def scored_inference(model: BlockGNN, sampler, feat, device, scored,
             parts = convs[0].project(src.read(rows0[a:b].astype(np.int64)).to(device))
             for t, p in zip(proj, parts):
                 t.write(a, b, p)
-        src, below = None, rows0
+        src, below = None, LevelIndex(rows0, n)
     for i, conv in enumerate(convs):
         level = levels[i + 1]
         cum = _prefix_degrees(graph.indptr, level)
@@ -634,7 +707,7 @@ def scored_inference(model: BlockGNN, sampler, feat, device, scored,
             src, proj = None, out
         else:
             src, proj = out[0], None
-        below = level
+        below = LevelIndex(level, n)
     model.train(was_training)
     return ScoredLogits(src.result(), levels[-1].astype(np.int64))
 
