@@ -8,8 +8,10 @@ holding a run without ``--resume``/``--overwrite`` or not writable, a ``--datase
 not the one of ``--partitions``, a full disk)
 prints one line ``twopgraph: error: ...`` on stderr and exits with code 2; no traceback, no
 output files. Exit codes: 0 ok, 2 user error, 3 training diverged (non-finite loss:
-``metrics.json`` says ``"status": "diverged"``), 130 interrupted. Anything else is a bug and
-keeps its traceback.
+``metrics.json`` says ``"status": "diverged"``), 130 interrupted (SIGINT), 128 + N stopped by
+signal N (SIGTERM 143, SIGHUP 129: one line ``twopgraph: stopped by SIGTERM``; a training run's
+``metrics.json`` says ``"status": "interrupted"``, its lock is released and its last checkpoint
+kept). Anything else is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -17,11 +19,12 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import signal
 import sys
 
 from .config import (BenchCacheConfig, BenchSamplerConfig, DataConfig, PartitionConfig,
                      PredictConfig, TrainConfig, add_section_arguments)
-from .errors import TwopgraphError
+from .errors import Stopped, TwopgraphError
 
 log = logging.getLogger("twopgraph")
 
@@ -203,6 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(message)s", datefmt="%H:%M:%S", stream=sys.stderr)
     key = (args.command, args.bench) if args.command == "bench" else args.command
+    previous = _stop_on_signals()
     try:
         from .jit import configure_threading
         configure_threading()  # before any parallel kernel: numba picks its layer at the first
@@ -210,6 +214,37 @@ def main(argv: list[str] | None = None) -> int:
     except TwopgraphError as e:  # exit_code: 2, or 3 for TrainingDiverged
         print(f"twopgraph: error: {e}", file=sys.stderr)
         return e.exit_code
+    except Stopped as e:
+        print(f"twopgraph: {e}{_RESUME_HINT.get(args.command, '')}", file=sys.stderr)
+        return e.exit_code
     except KeyboardInterrupt:
         print("twopgraph: interrupted", file=sys.stderr)
         return 130
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+#: Signals that stop a command at its next safe point (:class:`~twopgraph.errors.Stopped`):
+#: what ``kill``, ``timeout``, batch schedulers and a closed terminal send. SIGINT stays
+#: Python's ``KeyboardInterrupt`` (exit 130).
+STOP_SIGNALS = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGHUP") if hasattr(signal, n))
+_RESUME_HINT = {"train": " (the checkpoint of the last completed epoch is kept: rerun with "
+                         "--resume to continue)"}
+
+
+def _stop_on_signals() -> dict:
+    """Install the :data:`STOP_SIGNALS` handlers (main thread only); the previous handlers.
+    The first signal raises :class:`~twopgraph.errors.Stopped`; later ones are ignored so
+    that the unwinding (lock release, metrics, temporary files) is not cut short."""
+    import threading
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    fired = []
+
+    def handler(signum, frame):
+        if not fired:
+            fired.append(signum)
+            raise Stopped(signum)
+
+    return {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}

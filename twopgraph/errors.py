@@ -43,3 +43,24 @@ class TrainingDiverged(TwopgraphError):
                  loss: float | None = None):
         super().__init__(message)
         self.epoch, self.step, self.loss = epoch, step, loss
+
+
+class Stopped(BaseException):
+    """A stop signal (SIGTERM, SIGHUP) arrived: raised in the main thread at the next safe
+    point (between Python bytecodes) by the CLI's handler, unwinding like ``KeyboardInterrupt``
+    (locks released, temporary files removed, ``metrics.json`` marked ``interrupted``). A
+    ``BaseException``, so no ``except Exception`` swallows it. The CLI exits with
+    ``128 + signum``."""
+
+    def __init__(self, signum: int):
+        import signal
+        self.signum = int(signum)
+        try:
+            self.name = signal.Signals(self.signum).name
+        except ValueError:
+            self.name = f"signal {self.signum}"
+        super().__init__(f"stopped by {self.name}")
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum

@@ -63,7 +63,7 @@ from .cache.feature_cache import activation_reserve_bytes, feat_dtype, resolve_b
 from .cache.host import HostFeatures, host_tensor
 from .cache.readahead import worth_reading_ahead
 from .config import TrainConfig, describe_defaults, resolve_device
-from .errors import ConfigError, TrainingDiverged, TwopgraphError
+from .errors import ConfigError, Stopped, TrainingDiverged, TwopgraphError
 from .fingerprint import run_fingerprint
 from .graph import GraphData, atomic_write_bytes
 from .inference import (  # noqa: F401 (API)
@@ -679,10 +679,36 @@ def _train(cfg: TrainConfig, data: GraphData | None, device) -> TrainResult:
     info = {"dataset": summary, "schedule": loader.schedule,
             "schedule_choice": loader.schedule_choice, "defaults": defaults,
             "host_cache": host_cache_record(loader)}
-    warned: set = set()  # the one-class ROC-AUC warning is logged once
     evaluator = RunEvaluator(loader.sampler, feat, device, scored_vertices(data),
                              run.eval_batch_edges, run.eval_scope, out)
 
+    try:
+        _epochs(cfg, data, device, model, opt, loader, evaluator, sel, metric, labels,
+                epochs_log, start_epoch, signature, rebuild, info, out)
+    except (KeyboardInterrupt, Stopped):  # the checkpoint of the last epoch stays
+        if epochs_log:  # (before the first epoch: nothing to record, no folder left)
+            info["host_cache"] = host_cache_record(loader)
+            write_metrics(out, cfg, device, loader.plan, epochs_log, sel,
+                          status="interrupted", **info)
+        raise
+    info["host_cache"] = host_cache_record(loader)
+    write_metrics(out, cfg, device, loader.plan, epochs_log, sel, final=True, **info)
+    log.info("%s", final_line(sel, out / METRICS))
+    f = sel.figures
+    # The N x C logits in the caller's ids only when asked for (TrainResult.logits): the
+    # scored rows are at hand; the others take one more whole-graph inference.
+    whole = WholeLogits(cfg, data, device, sel.state, sel.logits, prep.perm, out)
+    return TrainResult(f["val_acc"], f["test_acc"], epochs_log, out, whole, f["val_score"],
+                       f["test_score"], metric, sel.epoch,
+                       scored=_in_original_ids(sel.logits, prep.perm))
+
+
+def _epochs(cfg, data, device, model, opt, loader, evaluator, sel, metric, labels,
+            epochs_log, start_epoch, signature, rebuild, info, out) -> None:
+    """The epochs of :func:`_train` from ``start_epoch``: train, evaluate, select,
+    checkpoint and ``metrics.json`` after each; then the selection's logits."""
+    run = cfg.run
+    warned: set = set()  # the one-class ROC-AUC warning is logged once
     with loader.plan.applied():
         for epoch in range(start_epoch, run.epochs):
             try:
@@ -715,16 +741,6 @@ def _train(cfg: TrainConfig, data: GraphData | None, device) -> TrainResult:
         if sel.logits is None:  # selected before a resume: evaluate its weights again
             model.load_state_dict(sel.state)
             sel.logits = evaluator(model)
-    info["host_cache"] = host_cache_record(loader)
-    write_metrics(out, cfg, device, loader.plan, epochs_log, sel, final=True, **info)
-    log.info("%s", final_line(sel, out / METRICS))
-    f = sel.figures
-    # The N x C logits in the caller's ids only when asked for (TrainResult.logits): the
-    # scored rows are at hand; the others take one more whole-graph inference.
-    whole = WholeLogits(cfg, data, device, sel.state, sel.logits, prep.perm, out)
-    return TrainResult(f["val_acc"], f["test_acc"], epochs_log, out, whole, f["val_score"],
-                       f["test_score"], metric, sel.epoch,
-                       scored=_in_original_ids(sel.logits, prep.perm))
 
 
 def diverged(epoch: int, step: int, loss: float, opt, what: str = "") -> TrainingDiverged:
