@@ -130,31 +130,60 @@ class EvalTable:
 
 
 class Relabel:
-    """The sorted distinct src ids ``u`` of a dst range's whole-graph block (the range's own
-    vertices included) and the block's src ids relabelled onto positions in ``u``. Large
-    blocks use an N-byte mark array and an N-entry position map (int32 while N < 2**31)
-    kept across chunks; small ones sort."""
+    """The sorted distinct ids ``u`` of a chunk's src (and dst) ids in ``[0, n)`` and their
+    places in ``u``. Large chunks use an n-byte mark array and an n-entry position map
+    (int32 while n < 2**31) kept across chunks; small ones -- or all, without ``marks`` --
+    sort and search. :meth:`__call__` serves a dst range of the whole-graph block,
+    :meth:`union` + :meth:`places` any id arrays (the places computed only once the chunk is
+    kept)."""
 
-    def __init__(self, n: int):
-        self.n = n
+    def __init__(self, n: int, marks: bool = True):
+        self.n, self.marks = n, marks
         self.mark: np.ndarray | None = None
         self.pos: np.ndarray | None = None
+        self._marked = False  # how the last union was made
 
-    def __call__(self, idx: np.ndarray, a: int, b: int) -> tuple[np.ndarray, np.ndarray, int]:
-        if 16 * (idx.shape[0] + b - a) < self.n:  # sorting beats a scan of all N
-            s = np.sort(np.concatenate([idx, np.arange(a, b, dtype=np.int64)]))
-            u = s[np.concatenate([[True], s[1:] != s[:-1]])]  # (np.unique: ~10x slower)
-            return u, np.searchsorted(u, idx), int(np.searchsorted(u, a))
+    def _uses_marks(self, count: int) -> bool:
+        return self.marks and 16 * count >= self.n  # else sorting beats a scan of all n
+
+    def _arrays(self):
         if self.mark is None:
             self.mark = np.zeros(self.n, dtype=bool)
             self.pos = np.empty(self.n, dtype=np.int32 if self.n < 2 ** 31 else np.int64)
-        mark, pos = self.mark, self.pos
+        return self.mark, self.pos
+
+    def __call__(self, idx: np.ndarray, a: int, b: int) -> tuple[np.ndarray, np.ndarray, int]:
+        if not self._uses_marks(idx.shape[0] + b - a):
+            u = sorted_unique(np.concatenate([idx, np.arange(a, b, dtype=np.int64)]))
+            return u, np.searchsorted(u, idx), int(np.searchsorted(u, a))
+        mark, pos = self._arrays()
         mark[idx] = True
         mark[a:b] = True
         u = np.flatnonzero(mark)
         mark[u] = False
         pos[u] = np.arange(u.shape[0], dtype=pos.dtype)
         return u, pos[idx].astype(np.int64), int(pos[a])
+
+    def union(self, *parts: np.ndarray) -> np.ndarray:
+        """The sorted distinct ids (int64) of ``parts``."""
+        self._marked = self._uses_marks(sum(x.shape[0] for x in parts))
+        if not self._marked:
+            return sorted_unique(np.concatenate(parts))
+        mark, _ = self._arrays()
+        for x in parts:
+            mark[x] = True
+        u = np.flatnonzero(mark)
+        mark[u] = False
+        return u
+
+    def places(self, u: np.ndarray, *parts: np.ndarray) -> list[np.ndarray]:
+        """The places (int64) in ``u`` -- the last :meth:`union`, of these ``parts`` -- of
+        each of ``parts``."""
+        if not self._marked:
+            return [np.searchsorted(u, x) for x in parts]
+        pos = self.pos
+        pos[u] = np.arange(u.shape[0], dtype=pos.dtype)
+        return [pos[x].astype(np.int64) for x in parts]
 
 
 def relabel_on_device(indices: torch.Tensor, a: int, b: int):
@@ -328,29 +357,21 @@ def sorted_unique(a: np.ndarray) -> np.ndarray:
 DENSE_LEVEL = 1 / 8
 
 
-#: :meth:`LevelIndex.union` sorts a chunk's ids when they number under 1/SORT_SHARE of the
-#: level's rows, else marks them in a |level|-entry array (a linear scan of it per chunk).
-SORT_SHARE = 256
-
-
 class LevelIndex:
     """Positions of vertex ids in ``level`` (sorted distinct ids of a layer's table, over a
-    graph of ``n`` vertices): a binary search while the level is sparse, an N-entry position
-    map (int32; built once) when it holds at least :data:`DENSE_LEVEL` of the vertices -- the
-    same positions, a gather instead of ~log2(|level|) cache misses per id. :meth:`union` and
-    :meth:`places` map a chunk's src and dst positions onto their sorted distinct union, by a
-    sort and a search for a small chunk, by a mark array and a slot map of ``|level|``
-    entries (kept) for a large one."""
+    graph of ``n`` vertices; None: all ``n`` vertices, position = id): a binary search while
+    the level is sparse, an N-entry position map (int32; built once) when it holds at least
+    :data:`DENSE_LEVEL` of the vertices -- the same positions, a gather instead of
+    ~log2(|level|) cache misses per id. ``relabel`` (a :class:`Relabel` over the level's
+    positions) maps a chunk onto its distinct rows; for ``level`` None its n-entry arrays are
+    used only when ``dense`` says the rows read are a dense share of the graph."""
 
     def __init__(self, level: np.ndarray | None, n: int, dense: bool | None = None):
-        # level None: all n vertices, position = id; its N-entry mark array is used only
-        # when ``dense`` says the rows read are a dense share of the graph
         self.level, self.n = level, n
-        self.size = n if level is None else int(level.shape[0])
         self.dense = level.shape[0] >= DENSE_LEVEL * n if dense is None else dense
+        size = n if level is None else int(level.shape[0])
+        self.relabel = Relabel(size, marks=level is not None or self.dense)
         self.pos: np.ndarray | None = None  # built on first use
-        self.mark: np.ndarray | None = None
-        self.slot: np.ndarray | None = None
 
     def positions(self, ids: np.ndarray) -> np.ndarray:
         """Positions (int64) of ``ids`` (all present in the level)."""
@@ -364,30 +385,6 @@ class LevelIndex:
             return self.pos[ids].astype(np.int64)
         level = self.level  # same dtypes: a mixed search would convert all of it every time
         return np.searchsorted(level, ids.astype(level.dtype, copy=False))
-
-    def union(self, p_src: np.ndarray, p_dst: np.ndarray) -> np.ndarray:
-        """The sorted distinct positions (int64) of ``p_src`` and ``p_dst``."""
-        m = self.size
-        if SORT_SHARE * (p_src.shape[0] + p_dst.shape[0]) < m or (
-                self.level is None and not self.dense):
-            return sorted_unique(np.concatenate([p_src, p_dst]))
-        if self.mark is None:
-            self.mark = np.zeros(m, dtype=bool)
-            self.slot = np.empty(m, dtype=np.int32 if m < 2**31 else np.int64)
-        mark = self.mark
-        mark[p_src] = True
-        mark[p_dst] = True
-        u = np.flatnonzero(mark)
-        mark[u] = False
-        return u
-
-    def places(self, u: np.ndarray, *pos: np.ndarray) -> list[np.ndarray]:
-        """The places (int64) in ``u`` (:meth:`union` of them) of each array of ``pos``."""
-        if self.mark is None or SORT_SHARE * sum(x.shape[0] for x in pos) < self.size:
-            return [np.searchsorted(u, x) for x in pos]
-        slot = self.slot
-        slot[u] = np.arange(u.shape[0], dtype=slot.dtype)
-        return [slot[x].astype(np.int64) for x in pos]
 
     def ids(self, u: np.ndarray) -> np.ndarray:
         """The vertex ids (int64) at positions ``u``."""
@@ -649,7 +646,7 @@ def scored_inference(model: BlockGNN, sampler, feat, device, scored,
         dst = level[a:b]
         offs, nbrs = _rows_of(graph, dst)
         p_src, p_dst = below.positions(nbrs), below.positions(dst)
-        u = below.union(p_src, p_dst)
+        u = below.relabel.union(p_src, p_dst)
         if b - a > 1 and 4 * width * u.shape[0] > chunk_bytes:
             k = min(b - a, max(2, -(-5 * 4 * width * u.shape[0] // (4 * chunk_bytes))))
             del offs, nbrs, p_src, p_dst, u
@@ -659,7 +656,7 @@ def scored_inference(model: BlockGNN, sampler, feat, device, scored,
             for lo, hi in itertools.pairwise(bounds):
                 yield from chunks(level, below, cum, lo, hi, width)
             return
-        l_src, l_dst = below.places(u, p_src, p_dst)
+        l_src, l_dst = below.relabel.places(u, p_src, p_dst)
         glob = below.ids(u)
         block = Block(int(u.shape[0]), b - a, torch.from_numpy(offs),
                       torch.from_numpy(l_src), _degree_of(sampler, glob),
