@@ -59,7 +59,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from bench_cluster import gen_ba, gen_rgg, gen_rmat  # noqa: E402
-from bench_memory import (MIB, Chunked, MemCgroup, Runner, drop_caches,  # noqa: E402
+from bench_memory import (MIB, MemCgroup, Runner, drop_caches,  # noqa: E402
                           machine, print_table, read_metrics, twopgraph_cmd, wide_features,
                           wide_spec, write_npz_streaming)
 

@@ -122,17 +122,17 @@ def test_when_no_cache_is_built(mapped, cdata):
     nbytes = mapped.nbytes
     assert attach_host_cache(HostFeatures(mapped), "auto", ctx, available=2 * nbytes) is None
     got = attach_host_cache(HostFeatures(mapped), "auto", ctx, available=nbytes // 2,
-                            structure_bytes=nbytes // 8, reserve_bytes=nbytes // 8)
+                            structure_bytes=2 * (nbytes // 8))
     assert got is not None and got.policy == "degree"
     assert got.num_rows == int(0.5 * (nbytes // 2 - 2 * (nbytes // 8))) // (mapped.shape[1] * 4)
 
 
 def test_host_cache_rows():
-    assert host_cache_rows(100, 10, 10, 0, 0, None) == 0
-    assert host_cache_rows(100, 10, 10, 0, 0, 200) == 0  # fits
-    assert host_cache_rows(100, 10, 10, 0, 0, 199) == 9
-    assert host_cache_rows(100, 10, 10, 60, 60, 100) == 0  # nothing left
-    assert host_cache_rows(10**6, 10, 10, 0, 0, 1000) == 10  # at most every row
+    assert host_cache_rows(100, 10, 10, 0, None) == 0
+    assert host_cache_rows(100, 10, 10, 0, 200) == 0  # fits
+    assert host_cache_rows(100, 10, 10, 0, 199) == 9
+    assert host_cache_rows(100, 10, 10, 120, 100) == 0  # nothing left
+    assert host_cache_rows(10**6, 10, 10, 0, 1000) == 10  # at most every row
 
 
 def test_loader_counts_host_cache_hits_per_epoch(mapped, cdata):

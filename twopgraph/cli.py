@@ -21,6 +21,7 @@ import json
 import logging
 import signal
 import sys
+import threading
 
 from .config import (BenchCacheConfig, BenchSamplerConfig, DataConfig, PartitionConfig,
                      PredictConfig, TrainConfig, add_section_arguments)
@@ -237,7 +238,6 @@ def _stop_on_signals() -> dict:
     """Install the :data:`STOP_SIGNALS` handlers (main thread only); the previous handlers.
     The first signal raises :class:`~twopgraph.errors.Stopped`; later ones are ignored so
     that the unwinding (lock release, metrics, temporary files) is not cut short."""
-    import threading
     if threading.current_thread() is not threading.main_thread():
         return {}
     fired = []

@@ -179,7 +179,7 @@ def load_papers(spec, data_root=None, progress: bool = False,
     log.info("generating %s (%s vertices, ~%s directed edges) into %s", spec.name,
              f"{spec.num_nodes:,}", f"{spec.num_edges:,}", folder)
     try:
-        ingest(papers_raw(spec), folder, progress=progress, feat_dtype=store_dtype,
+        ingest(papers_raw(spec), folder, progress=progress, feat_dtype=_converted(store_dtype),
                source={"spec_fingerprint": fp, "spec": spec.name})
     except OutputError as e:
         raise TwopgraphError(f"cannot write the dataset store of {spec.name}: {e}; choose a "
@@ -207,6 +207,12 @@ STORE_DTYPES = ("float32", "float16")
 
 def _dtype_suffix(dtype: str) -> str:
     return "" if dtype == "float32" else f"-{dtype}"
+
+
+def _converted(dtype: str) -> str | None:
+    """What the converters take as ``feat_dtype`` for ``--store-dtype`` ``dtype``: None for
+    float32 (the source's float32 or float16 kept, anything else float32), else ``dtype``."""
+    return None if dtype == "float32" else dtype
 
 
 def _fresh(meta: dict, path: Path, root: Path) -> bool:
@@ -260,11 +266,11 @@ def _stored(npz: Path, root: Path, name: str | None, symmetrize: bool = False,
         if is_coo_npz(npz):  # the COO exchange format: edges, symmetrised while ingested
             ingest(coo_npz(npz, name), folder, progress=progress,
                    source=source_record([npz], _source_key(npz, root)),
-                   feat_dtype=None if store_dtype == "float32" else store_dtype)
+                   feat_dtype=_converted(store_dtype))
         else:
             convert_npz(npz, folder, progress=progress, name=name,
                         source_key=_source_key(npz, root),
-                        feat_dtype=None if store_dtype == "float32" else store_dtype)
+                        feat_dtype=_converted(store_dtype))
     except OutputError as e:  # a read-only (shared) data root: read the file into memory
         log.warning("cannot write the dataset store of %s (%s): reading it into memory "
                     "instead (no shared memory-mapped copy; give a writable --data-root or "
@@ -677,7 +683,7 @@ def _load_ogb(name: str, root: Path, progress: bool, store_dtype: str = "float32
     try:
         raw = ogb_raw(name, folder, split=meta["split"], num_classes=int(meta["num classes"]))
         ingest(raw, store, source=source_record(raw.files, _source_key(src, root)),
-               progress=progress, feat_dtype=None if store_dtype == "float32" else store_dtype)
+               progress=progress, feat_dtype=_converted(store_dtype))
     except OutputError as e:
         raise TwopgraphError(f"cannot write the dataset store of {name}: {e}; choose a "
                              f"writable --data-root or ${DATA_ROOT_ENV}") from None

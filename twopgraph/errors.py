@@ -7,6 +7,8 @@ keeps its traceback.
 
 from __future__ import annotations
 
+import signal
+
 
 class TwopgraphError(ValueError):
     """Bad input from the user (arguments, files, configuration). Message is one line."""
@@ -53,7 +55,6 @@ class Stopped(BaseException):
     ``128 + signum``."""
 
     def __init__(self, signum: int):
-        import signal
         self.signum = int(signum)
         try:
             self.name = signal.Signals(self.signum).name

@@ -84,7 +84,7 @@ from .inference import (  # noqa: F401 (API)
 )
 from .jit import configure_threading, thread_count
 from .loader import HostIdSampler, Loader, ThreadPlan
-from .metrics import available_host_bytes, peak_rss_mib, process_pss_monitor, write_json
+from .metrics import peak_rss_mib, process_pss_monitor, write_json
 from .models import build_model
 from .partition import prepare_locality, to_original_order
 from .protocols import SCHEDULERS
@@ -676,23 +676,55 @@ def _train(cfg: TrainConfig, data: GraphData | None, device) -> TrainResult:
     feat = eval_features(data, loader)
     labels = loader.labels
     summary = data.summary()
-    info = {"dataset": summary, "schedule": loader.schedule,
-            "schedule_choice": loader.schedule_choice, "defaults": defaults,
-            "host_cache": host_cache_record(loader)}
+    static = {"dataset": summary, "schedule": loader.schedule,
+              "schedule_choice": loader.schedule_choice, "defaults": defaults}
+
+    def info() -> dict:  # the top-level extras of metrics.json, as they are now
+        return {**static, "host_cache": host_cache_record(loader)}
+
+    warned: set = set()  # the one-class ROC-AUC warning is logged once
     evaluator = RunEvaluator(loader.sampler, feat, device, scored_vertices(data),
                              run.eval_batch_edges, run.eval_scope, out)
 
     try:
-        _epochs(cfg, data, device, model, opt, loader, evaluator, sel, metric, labels,
-                epochs_log, start_epoch, signature, rebuild, info, out)
+        with loader.plan.applied():
+            for epoch in range(start_epoch, run.epochs):
+                try:
+                    rec = train_epoch(model, opt, loader, epoch, run.progress,
+                                      amp=cfg.model.amp)
+                    check_finite_weights(model, opt, rec)
+                except TrainingDiverged as e:
+                    write_diverged(out, cfg, device, loader.plan, epochs_log, e, sel, **info())
+                    raise
+                if evaluates_after(cfg, epoch):
+                    t = time.perf_counter()
+                    logits = evaluator(model, rec)  # the val + test rows only
+                    score_epoch(rec, metric, logits, labels, data, warned)
+                    rec["eval_s"] = time.perf_counter() - t
+                    # the selected model's scored rows are kept (no copy); others dropped
+                    sel.offer(rec, model, logits)
+                    del logits
+                epochs_log.append(rec)
+                log_epoch(rec, metric)
+                save_checkpoint(out, model, opt, signature, epochs_log,
+                                torch_rng=torch.get_rng_state(), config=cfg.flat(),
+                                selected=sel.record(), **rebuild)
+                write_metrics(out, cfg, device, loader.plan, epochs_log, sel, **info())
+
+            if sel.epoch is None:  # resumed a finished run of a checkpoint without a selection
+                logits = evaluator(model)
+                sel.offer(score_epoch({"epoch": run.epochs - 1}, metric, logits, labels, data,
+                                      warned), model, logits)
+                del logits
+            if sel.logits is None:  # selected before a resume: evaluate its weights again
+                model.load_state_dict(sel.state)
+                sel.logits = evaluator(model)
     except (KeyboardInterrupt, Stopped):  # the checkpoint of the last epoch stays
         if epochs_log:  # (before the first epoch: nothing to record, no folder left)
-            info["host_cache"] = host_cache_record(loader)
             write_metrics(out, cfg, device, loader.plan, epochs_log, sel,
-                          status="interrupted", **info)
+                          status="interrupted", **info())
         raise
-    info["host_cache"] = host_cache_record(loader)
-    write_metrics(out, cfg, device, loader.plan, epochs_log, sel, final=True, **info)
+    write_metrics(out, cfg, device, loader.plan, epochs_log, sel, final=True, **info())
     log.info("%s", final_line(sel, out / METRICS))
     f = sel.figures
     # The N x C logits in the caller's ids only when asked for (TrainResult.logits): the
@@ -701,46 +733,6 @@ def _train(cfg: TrainConfig, data: GraphData | None, device) -> TrainResult:
     return TrainResult(f["val_acc"], f["test_acc"], epochs_log, out, whole, f["val_score"],
                        f["test_score"], metric, sel.epoch,
                        scored=_in_original_ids(sel.logits, prep.perm))
-
-
-def _epochs(cfg, data, device, model, opt, loader, evaluator, sel, metric, labels,
-            epochs_log, start_epoch, signature, rebuild, info, out) -> None:
-    """The epochs of :func:`_train` from ``start_epoch``: train, evaluate, select,
-    checkpoint and ``metrics.json`` after each; then the selection's logits."""
-    run = cfg.run
-    warned: set = set()  # the one-class ROC-AUC warning is logged once
-    with loader.plan.applied():
-        for epoch in range(start_epoch, run.epochs):
-            try:
-                rec = train_epoch(model, opt, loader, epoch, run.progress, amp=cfg.model.amp)
-                check_finite_weights(model, opt, rec)
-            except TrainingDiverged as e:
-                write_diverged(out, cfg, device, loader.plan, epochs_log, e, sel, **info)
-                raise
-            if evaluates_after(cfg, epoch):
-                t = time.perf_counter()
-                logits = evaluator(model, rec)  # the val + test rows only
-                score_epoch(rec, metric, logits, labels, data, warned)
-                rec["eval_s"] = time.perf_counter() - t
-                # the selected model's scored rows are kept (no copy); others dropped here
-                sel.offer(rec, model, logits)
-                del logits
-            epochs_log.append(rec)
-            log_epoch(rec, metric)
-            save_checkpoint(out, model, opt, signature, epochs_log,
-                            torch_rng=torch.get_rng_state(), config=cfg.flat(),
-                            selected=sel.record(), **rebuild)
-            info["host_cache"] = host_cache_record(loader)
-            write_metrics(out, cfg, device, loader.plan, epochs_log, sel, **info)
-
-        if sel.epoch is None:  # resumed a finished run of a checkpoint without a selection
-            logits = evaluator(model)
-            sel.offer(score_epoch({"epoch": run.epochs - 1}, metric, logits, labels, data,
-                                  warned), model, logits)
-            del logits
-        if sel.logits is None:  # selected before a resume: evaluate its weights again
-            model.load_state_dict(sel.state)
-            sel.logits = evaluator(model)
 
 
 def diverged(epoch: int, step: int, loss: float, opt, what: str = "") -> TrainingDiverged:

@@ -76,13 +76,13 @@ def build_feature_source(policy: str, feat, ctx: PolicyContext, device, *,
 
 
 def attach_host_cache(source, setting: str, ctx: PolicyContext, *, gb: float | None = None,
-                      structure_bytes: int = 0, reserve_bytes: int = 0, rows=None,
+                      structure_bytes: int = 0, rows=None,
                       available: int | None = None, progress=None) -> HostRowCache | None:
     """Give ``source`` (a :class:`HostFeatures` or :class:`FeatureCache`) a
     :class:`~twopgraph.cache.hostrows.HostRowCache` by ``--host-cache`` ``setting``: ``none``
     (never), ``auto`` (``degree``, sized by :func:`~twopgraph.cache.hostrows.host_cache_rows`
     from ``available`` bytes -- default :func:`~twopgraph.metrics.available_host_bytes` --
-    ``structure_bytes`` and ``reserve_bytes``, when the memory-mapped table does not fit in
+    and ``structure_bytes``, when the memory-mapped table does not fit in
     memory) or a registered cache policy's name, whose static rank (``initial_rows``, built
     from ``ctx``) picks the rows; ``gb`` sizes it in GiB instead. Only a table that is a
     memory map gets one (an in-memory table has nothing to gain). ``rows`` is the source's
@@ -101,8 +101,7 @@ def attach_host_cache(source, setting: str, ctx: PolicyContext, *, gb: float | N
         if available is None:
             from ..metrics import available_host_bytes
             available = available_host_bytes()
-        k = host_cache_rows(table_bytes, row_bytes, n, structure_bytes, reserve_bytes,
-                            available)
+        k = host_cache_rows(table_bytes, row_bytes, n, structure_bytes, available)
     if k <= 0:
         return None
     policy = "degree" if setting == "auto" else setting

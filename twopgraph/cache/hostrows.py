@@ -37,8 +37,9 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError
+from .host import host_tensor
 
-#: Share of the memory left (after the structure and the activation reserve) that an
+#: Share of the memory left (after the memory-mapped graph structure) that an
 #: automatic host row cache takes; the rest stays page cache for the misses and the CSR.
 HOST_CACHE_SHARE = 0.5
 #: Rows copied per step of the initial fill.
@@ -55,7 +56,7 @@ class HostRowCache:
 
     def __init__(self, table, rows, readahead=None, policy: str = "", progress=None):
         t0 = time.perf_counter()
-        tensor = _tensor(table)
+        tensor = host_tensor(table)
         if tensor.ndim != 2:
             raise ConfigError(f"a host row cache needs a 2-D table, got {tuple(tensor.shape)}")
         n, f = int(tensor.shape[0]), int(tensor.shape[1])
@@ -89,7 +90,7 @@ class HostRowCache:
         """Rows ``host`` (int64 host rows of ``table``, the table this cache was filled from)
         as a tensor of ``table``'s dtype (or written, converted, into ``out``): hits from the
         cache, misses from ``table``. Counted in :attr:`hits` / :attr:`lookups`."""
-        tensor = _tensor(table)
+        tensor = host_tensor(table)
         host = np.ascontiguousarray(host, dtype=np.int64)
         slots = self.slot[host]
         hit = slots >= 0
@@ -125,31 +126,25 @@ class HostRowCache:
 
 
 def host_cache_rows(table_bytes: int, row_bytes: int, num_rows: int, structure_bytes: int,
-                    reserve_bytes: int, available: int | None,
-                    share: float = HOST_CACHE_SHARE) -> int:
+                    available: int | None, share: float = HOST_CACHE_SHARE) -> int:
     """Rows of an automatic host row cache: 0 when ``available`` (bytes the process can still
     fill, :func:`~twopgraph.metrics.available_host_bytes`) is unknown or the table
     (``table_bytes``) fits in half of it (the page cache keeps it: nothing to gain), else
     ``share`` of what is left after the memory-mapped graph structure (``structure_bytes``:
-    it wants the page cache too) and the batches (``reserve_bytes``), in rows of
-    ``row_bytes``, at most ``num_rows``.
+    it wants the page cache too), in rows of ``row_bytes``, at most ``num_rows``; the rest
+    stays for the batches and the page cache.
 
     Example::
 
-        >>> host_cache_rows(10 << 30, 1024, 10 << 20, 1 << 30, 1 << 30, 6 << 30)
+        >>> host_cache_rows(10 << 30, 1024, 10 << 20, 2 << 30, 6 << 30)
         2097152
-        >>> host_cache_rows(1 << 30, 1024, 1 << 20, 0, 0, 6 << 30)  # fits: no cache
+        >>> host_cache_rows(1 << 30, 1024, 1 << 20, 0, 6 << 30)  # fits: no cache
         0
     """
     if available is None or table_bytes <= available // 2 or row_bytes <= 0:
         return 0
-    left = available - structure_bytes - reserve_bytes
+    left = available - structure_bytes
     return int(max(0, min(num_rows, int(share * left) // row_bytes)))
-
-
-def _tensor(table) -> torch.Tensor:
-    from .host import host_tensor
-    return host_tensor(table)
 
 
 def _select(src: torch.Tensor, idx: np.ndarray, out: torch.Tensor) -> None:
