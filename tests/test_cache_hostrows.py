@@ -201,3 +201,15 @@ def test_readahead_flag(tmp_path, capsys):
     assert main(["train", "--dataset", "synthetic-tiny", "--out", str(tmp_path / "x"),
                  "--readahead", "maybe"]) == 2
     assert "unknown readahead 'maybe'" in capsys.readouterr().err
+
+
+def test_an_explicit_host_cache_that_cannot_be_built_says_so(tmp_path, caplog, cdata):
+    """A table held in memory (here a caller's arrays) gets no host row cache: one warning."""
+    from twopgraph.config import TrainConfig
+    from twopgraph.train import train
+    cfg = TrainConfig.of(epochs=1, out=str(tmp_path / "o"), host_cache="degree",
+                         host_cache_gb=0.001, progress=False, batch_size=256)
+    with caplog.at_level("WARNING", logger="twopgraph"):
+        train(cfg, cdata)
+    assert "--host-cache degree: no host row cache" in caplog.text
+    assert json.loads((tmp_path / "o" / "metrics.json").read_text())["host_cache"] is None

@@ -469,6 +469,9 @@ def make_loader(cfg: TrainConfig, data: GraphData, device, *, parts=None,
         log.info("host row cache: %d of %d rows (%s, %s policy) in %.1f s; the others are "
                  "read from the store", hc.num_rows, features.host.num_rows,
                  human_bytes(hc.nbytes), hc.policy, hc.fill_s)
+    elif c.host_cache not in ("none", "auto"):
+        log.warning("--host-cache %s: no host row cache (the feature table is not a memory "
+                    "map of a store, or its size came to 0 rows)", c.host_cache)
     if c.cache_policy != "none" and features.budget == 0:
         log.warning("cache policy %s has a budget of 0 rows on %s: every row is copied; give "
                     "--cache-ratio or --cache-gb to build a cache", c.cache_policy, device)
