@@ -91,6 +91,73 @@ def test_restricted_equals_whole_graph_on_the_scored_vertices(cdata, name, hidde
 
 
 @pytest.mark.parametrize("name", ["sage", "gcn"])
+@pytest.mark.parametrize("hidden, layers", [(16, 2), (3, 3), (64, 3), (16, 4)])
+@pytest.mark.parametrize("place", ["host", "disk"])
+def test_streamed_layers_equal_whole_graph(cdata, name, hidden, layers, place, tmp_path):
+    """Every layer above the first streamed (``stream=True``: outputs pushed into the next
+    layer's accumulators chunk by chunk, ranges of 97 edges and chunks of a dozen rows, so
+    a dst's neighbours arrive over many tiles), the tables in memory or in scratch files:
+    whole-graph inference's logits to 1e-5, and ``plan.streamed`` says so."""
+    m = _model(cdata.num_features, cdata.num_classes, name, hidden, layers)
+    sampler = NeighborSampler(cdata.graph, [-1] * layers)
+    want = layerwise_inference(m, sampler, cdata.feat, CPU, batch_edges=97)
+    n = cdata.num_nodes
+    s = np.concatenate([cdata.val_idx[:9], cdata.val_idx[:9], [n - 1, n - 2, 0]])
+    plan = plan_scope(m, cdata.graph, scored_ids(n, s), "scored")
+    got = scored_inference(m, sampler, cdata.feat, CPU, s, plan=plan, stream=True,
+                           batch_edges=97, chunk_bytes=4 * 16 * 12, place=place,
+                           scratch_dir=tmp_path)
+    assert plan.streamed == [False] + [True] * (layers - 1)
+    torch.testing.assert_close(got.take(s), want[torch.from_numpy(s)], rtol=1e-5, atol=1e-5)
+    off = scored_inference(m, sampler, cdata.feat, CPU, s, plan=plan, stream=False)
+    assert plan.streamed == [False] * layers
+    torch.testing.assert_close(off.values, got.values, rtol=1e-5, atol=1e-5)
+
+
+def test_streaming_drops_the_large_level_table(monkeypatch):
+    """Papers' shape in small: the 2-hop level far larger than the 1-hop one. Streamed (the
+    default rule), no table has the 2-hop level's rows -- layer 0's outputs go straight into
+    layer 1's accumulators over the 1-hop level; unstreamed, its |V_1| x hidden table is
+    there. Same logits either way."""
+    n, f = 20_000, 8
+    g = ring_graph(n, steps=(1, 7, 50, 301))
+    feat = np.random.default_rng(0).normal(size=(n, f)).astype(np.float32)
+    m = _model(f, 5, "sage", 32, 3)
+    sampler = NeighborSampler(g, [-1] * 3)
+    scored = np.arange(0, n, n // 10)
+    plan = plan_scope(m, g, scored_ids(n, scored), "scored")
+    rows = _spy_rows(monkeypatch)
+    auto = scored_inference(m, sampler, feat, CPU, scored, plan=plan)
+    assert plan.streamed == [False, True, True]
+    big = plan.rows[0]  # |V_1|: layer 0's outputs
+    assert big > 4 * plan.rows[1] and max(rows) <= plan.rows[1]
+    rows.clear()
+    off = scored_inference(m, sampler, feat, CPU, scored, plan=plan, stream=False)
+    assert big in rows
+    torch.testing.assert_close(auto.values, off.values, rtol=1e-5, atol=1e-5)
+
+
+def test_a_directed_graph_is_not_streamed(cdata):
+    """Streaming pushes a vertex's output along its own CSR row, which lists the dsts it
+    feeds only in an undirected graph: a directed graph keeps the tables, with the same
+    logits as whole-graph inference."""
+    g = cdata.graph
+    keep = g.indices.astype(np.int64) > np.repeat(np.arange(g.num_nodes), g.degrees())
+    src = np.repeat(np.arange(g.num_nodes), g.degrees())[keep]
+    directed = CSRGraph.from_edges(src, g.indices[keep].astype(np.int64), g.num_nodes,
+                                   symmetrize=False)
+    assert directed.undirected_problem() is not None
+    m = _model(cdata.num_features, cdata.num_classes, "sage", 16, 3)
+    sampler = NeighborSampler(directed, [-1] * 3)
+    want = layerwise_inference(m, sampler, cdata.feat, CPU)
+    plan = plan_scope(m, directed, scored_ids(g.num_nodes, cdata.val_idx), "scored")
+    got = scored_inference(m, sampler, cdata.feat, CPU, cdata.val_idx, plan=plan, stream=True)
+    assert plan.streamed == [False, False, False]
+    torch.testing.assert_close(got.values, want[torch.from_numpy(cdata.val_idx)], rtol=1e-5,
+                               atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["sage", "gcn"])
 def test_empty_and_isolated_scored_sets(cdata, name):
     m = _model(cdata.num_features, cdata.num_classes, name, 16, 3)
     sampler = NeighborSampler(cdata.graph, [-1] * 3)

@@ -109,6 +109,43 @@ def test_conv_equals_dense_formula_on_sampled_blocks(name, in_dim, out_dim, fano
 
 
 @pytest.mark.parametrize("name", ["sage", "gcn"])
+@pytest.mark.parametrize("in_dim,out_dim", [(6, 4), (4, 6)])
+@pytest.mark.parametrize("fanout", [3, -1])
+def test_aggregate_over_tiles_sums_to_the_whole_block(name, in_dim, out_dim, fanout):
+    """The streamed-inference contract: a block's edges split into tiles (each dst's edges
+    dealt out at random, some dsts absent from a tile), each tile a Block with the dsts'
+    whole ``num_neighbors``, summed ``aggregate`` == the block's, and ``combine`` of it ==
+    ``forward`` (float64, 1e-10). With the tiles' own edge counts as the neighbour counts it
+    would be another (wrong) mean."""
+    g = _graph_with_isolated()
+    sampler = NeighborSampler(g, [fanout], seed=3)
+    seeds = np.array([0, 1, 2, 7, g.num_nodes - 1, 30])
+    mb = sampler.sample(seeds, key=5)
+    block = mb.blocks[0]
+    conv = build_model(name, in_dim, out_dim, out_dim, num_layers=1).convs[0].double()
+    _randomize_params(conv, 1)
+    h = torch.randn(block.num_src, in_dim, dtype=torch.float64,
+                    generator=torch.Generator().manual_seed(4))
+    rng = np.random.default_rng(0)
+    tile_of = rng.integers(0, 3, block.num_edges)
+    dst_of = np.repeat(np.arange(block.num_dst), block.indptr.diff().numpy())
+    with torch.no_grad():
+        whole = conv.aggregate(block, h)
+        acc = torch.zeros_like(whole)
+        for t in range(3):
+            e = np.flatnonzero(tile_of == t)
+            d, first = np.unique(dst_of[e], return_index=True)
+            indptr = torch.from_numpy(np.append(first, e.shape[0]).astype(np.int64))
+            tile = Block(block.num_src, d.shape[0], indptr, block.indices[torch.from_numpy(e)],
+                         block.src_deg, block.dst_deg[torch.from_numpy(d)],
+                         block.sampled_deg()[torch.from_numpy(d)])
+            acc.index_add_(0, torch.from_numpy(d), conv.aggregate(tile, h))
+        torch.testing.assert_close(acc, whole, rtol=1e-10, atol=1e-10)
+        torch.testing.assert_close(conv.combine(h[:block.num_dst], acc, block.dst_deg),
+                                   conv(block, h, h[:block.num_dst]), rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("name", ["sage", "gcn"])
 @pytest.mark.parametrize("fanouts", [[3, 2], [4, -1, 2]])
 def test_model_forward_equals_dense_stack(name, fanouts):
     """BlockGNN on a sampled mini-batch = the dense layers stacked with ReLU between them

@@ -467,13 +467,16 @@ class ScopePlan:
     rows: list[int]
     edges: list[int]
     choice: dict | None = None
+    streamed: list[bool] | None = None
 
     def record(self) -> dict:
         """The keys an evaluated epoch's record gets: ``eval_scope``, ``eval_rows`` (rows
         computed per layer, input side first), ``eval_edges`` (edges aggregated per layer),
-        ``eval_choice``."""
+        ``eval_choice``, ``eval_streamed`` (per layer, whether its inputs were streamed
+        into it by the layer below; :func:`scored_inference`; None for scope ``all``)."""
         return {"eval_scope": self.scope, "eval_rows": list(self.rows),
-                "eval_edges": list(self.edges), "eval_choice": self.choice}
+                "eval_edges": list(self.edges), "eval_choice": self.choice,
+                "eval_streamed": None if self.streamed is None else list(self.streamed)}
 
 
 def _projects(conv) -> bool:
@@ -599,7 +602,8 @@ def _degree_of(sampler, ids: np.ndarray) -> torch.Tensor:
 def scored_inference(model: BlockGNN, sampler, feat, device, scored,
                      batch_edges: int = 4_000_000, *, plan: ScopePlan | None = None,
                      scratch_dir=None, place: str | None = None,
-                     chunk_bytes: int = EVAL_CHUNK_BYTES) -> ScoredLogits:
+                     chunk_bytes: int = EVAL_CHUNK_BYTES,
+                     stream: bool | None = None) -> ScoredLogits:
     """Exact full-neighbour inference of the vertices ``scored`` only (ids, any order,
     duplicates allowed): the same logits as :func:`layerwise_inference` on those rows (up to
     float rounding), computed over the L-hop in-neighbourhood instead of all N vertices.
@@ -613,11 +617,23 @@ def scored_inference(model: BlockGNN, sampler, feat, device, scored,
     for layer 0 -- and runs the conv on the block relabelled onto them; degrees are the
     sampler's (the full graph's: GCN's normalisation is exact). A layer that shrinks the
     width is computed from projections as in :func:`layerwise_inference` (layer 0's of the
-    input rows ``levels[0]``). Every table is sized by its level, ``|V_i| x width`` float32,
-    kept where :func:`table_place` says; nothing of size N is made (ids int32 below 2**31
-    vertices) except, for a level holding at least :data:`DENSE_LEVEL` of the vertices, its
-    int32 position map (4 N bytes, at most 8x that level's own ids). Returns a
-    :class:`ScoredLogits` of the distinct scored vertices
+    input rows ``levels[0]``).
+
+    A layer whose level is much larger than the next one's is *streamed* (``stream`` None:
+    when the next layer's input tables are smaller than the table streaming saves; True:
+    wherever the conv contract and an undirected graph allow; False: never): each chunk's
+    outputs are pushed at once into the next layer's accumulators over its own level
+    (:class:`_Push`: the summed ``conv.aggregate`` of each dst's neighbours and the dst
+    rows), and the next layer is their ``conv.combine``, so the layer's own ``|V_i| x
+    hidden`` table is never made. On a papers-shaped graph the 2-hop level is 93% of the
+    vertices and the 1-hop one 7%: streaming replaces an N x hidden table by two 0.07 N x
+    hidden ones. Which layers streamed is set as ``plan.streamed``.
+
+    Every table is sized by its level, ``|V_i| x width`` float32, kept where
+    :func:`table_place` says; nothing of size N is made (ids int32 below 2**31 vertices)
+    except, for a level holding at least :data:`DENSE_LEVEL` of the vertices, its int32
+    position map (4 N bytes, at most 8x that level's own ids), and for a streamed layer an
+    N-byte membership mark. Returns a :class:`ScoredLogits` of the distinct scored vertices
     (``|V_{L-1}| x C`` float32 on the host)."""
     was_training = model.training
     model.eval()
@@ -638,9 +654,10 @@ def scored_inference(model: BlockGNN, sampler, feat, device, scored,
 
     def chunks(level: np.ndarray, below: LevelIndex, cum: np.ndarray, a: int, b: int,
                width: int):
-        """``(a, b, block on the device, u, kd)`` of positions ``[a, b)`` of ``level``: ``u``
-        the sorted distinct rows read (positions in ``below``, global ids when it is None),
-        ``kd`` the dst vertices' places in ``u``; a range whose ``u`` exceeds
+        """``(a, b, block on the device, u, kd, offs, nbrs)`` of positions ``[a, b)`` of
+        ``level``: ``u`` the sorted distinct rows read (positions in ``below``, global ids
+        when it is None), ``kd`` the dst vertices' places in ``u``, ``offs``/``nbrs`` their
+        CSR rows; a range whose ``u`` exceeds
         ``chunk_bytes`` is cut at once into as many edge-balanced pieces as its rows need
         (then again if a piece still exceeds it; halving would sort each edge ~log times)."""
         dst = level[a:b]
@@ -661,7 +678,7 @@ def scored_inference(model: BlockGNN, sampler, feat, device, scored,
         block = Block(int(u.shape[0]), b - a, torch.from_numpy(offs),
                       torch.from_numpy(l_src), _degree_of(sampler, glob),
                       _degree_of(sampler, dst))
-        yield a, b, block.to(device), u, torch.from_numpy(l_dst).to(device)
+        yield a, b, block.to(device), u, torch.from_numpy(l_dst).to(device), offs, nbrs
 
     src = _row_source(feat, device)
     # layer 0 without projections reads global ids (marked in an N-entry array only when
@@ -677,42 +694,171 @@ def scored_inference(model: BlockGNN, sampler, feat, device, scored,
             for t, p in zip(proj, parts):
                 t.write(a, b, p)
         src, below = None, LevelIndex(rows0, n)
+    pushed: _Push | None = None  # the accumulated inputs of the layer about to run
+    streamed = []
     for i, conv in enumerate(convs):
         level = levels[i + 1]
         cum = _prefix_degrees(graph.indptr, level)
-        fuse = i + 1 < len(convs) and _projects(convs[i + 1])
-        inputs = proj if proj is not None else [src]
-        width = sum(t.table.shape[1] if isinstance(t, EvalTable) else conv.in_dim
-                    for t in inputs)
-        out = new_tables(level.shape[0], _widths(convs[i + 1], device) if fuse
-                         else [conv.out_dim])
-        for a0, b0 in itertools.pairwise(edge_balanced_ranges(cum, batch_edges)):
-            for a, b, block, u, kd in chunks(level, below, cum, a0, b0, width):
-                rows = [t.read(u).to(device) for t in inputs]
-                if proj is not None:  # the dst rows appended: from_projection slices them
-                    ext = tuple(torch.cat([r, r[kd]]) for r in rows)
-                    lo = int(u.shape[0])
-                    y = conv.from_projection(block, ext, lo, lo + b - a)
-                else:
-                    y = conv(block, rows[0], rows[0][kd])
-                if i < len(convs) - 1:
-                    y = torch.relu(y)  # eval: dropout is the identity
-                parts = convs[i + 1].project(y) if fuse else (y,)
-                for t, p in zip(out, parts):
-                    t.write(a, b, p)
-        if fuse:
-            src, proj = None, out
+        last = i == len(convs) - 1
+        push = None if last else _plan_push(convs[i + 1], conv, graph, level, levels[i + 2],
+                                            stream, device)
+        streamed.append(pushed is not None)
+        fuse = not last and push is None and _projects(convs[i + 1])
+        if push is not None:
+            push = _Push(convs[i + 1], level, levels[i + 2], sampler, device,
+                         new_tables(levels[i + 2].shape[0], push))
         else:
-            src, proj = out[0], None
+            out = new_tables(level.shape[0], _widths(convs[i + 1], device) if fuse
+                             else [conv.out_dim])
+
+        def emit(a: int, b: int, y: torch.Tensor, offs, nbrs) -> None:
+            if not last:
+                y = torch.relu(y)  # eval: dropout is the identity
+            if push is not None:
+                push.push(a, b, y, level[a:b], offs, nbrs)
+                return
+            parts = convs[i + 1].project(y) if fuse else (y,)
+            for t, p in zip(out, parts):
+                t.write(a, b, p)
+
+        if pushed is not None:  # this layer = combine of what the layer below pushed
+            step = max(1, chunk_bytes // (4 * pushed.width))
+            for a0, b0 in itertools.pairwise(edge_balanced_ranges(cum, batch_edges)):
+                for a in range(a0, b0, step):
+                    b = min(b0, a + step)
+                    dst = level[a:b]
+                    y = conv.combine(pushed.rows.read_range(a, b),
+                                     pushed.acc.read_range(a, b),
+                                     _degree_of(sampler, dst).to(device))
+                    offs, nbrs = _rows_of(graph, dst) if push is not None else (None, None)
+                    emit(a, b, y, offs, nbrs)
+        else:
+            inputs = proj if proj is not None else [src]
+            width = sum(t.table.shape[1] if isinstance(t, EvalTable) else conv.in_dim
+                        for t in inputs)
+            for a0, b0 in itertools.pairwise(edge_balanced_ranges(cum, batch_edges)):
+                for a, b, block, u, kd, offs, nbrs in chunks(level, below, cum, a0, b0,
+                                                              width):
+                    rows = [t.read(u).to(device) for t in inputs]
+                    if proj is not None:  # the dst rows appended: from_projection slices
+                        ext = tuple(torch.cat([r, r[kd]]) for r in rows)
+                        lo = int(u.shape[0])
+                        y = conv.from_projection(block, ext, lo, lo + b - a)
+                    else:
+                        y = conv(block, rows[0], rows[0][kd])
+                    emit(a, b, y, offs, nbrs)
+        src = proj = pushed = None
+        if push is not None:
+            pushed = push
+        elif fuse:
+            proj = out
+        else:
+            src = out[0]
         below = LevelIndex(level, n)
+    if plan is not None:
+        plan.streamed = streamed
     model.train(was_training)
     return ScoredLogits(src.result(), levels[-1].astype(np.int64))
+
+
+def _agg_width(conv, device) -> int:
+    """Columns of ``conv.aggregate``'s output (probed on a one-edge block)."""
+    one = torch.ones(1)
+    block = Block(1, 1, torch.tensor([0, 1]), torch.tensor([0]), one, one).to(device)
+    return int(conv.aggregate(block, torch.zeros((1, conv.in_dim), device=device)).shape[1])
+
+
+def _plan_push(nxt, conv, graph, level: np.ndarray, upper: np.ndarray,
+               stream: bool | None, device) -> list[int] | None:
+    """Whether ``conv``'s outputs (over ``level``) are streamed into the next layer ``nxt``
+    (over ``upper``, a subset of ``level``) instead of kept in a table: the widths of the
+    two tables that then hold ``nxt``'s inputs (summed aggregations, the dst rows), or None.
+    ``stream`` None (auto) streams when those tables are smaller than the one streaming
+    saves (``|level|`` x the next layer's input width, or its projections'), True whenever
+    it can, False never. Streaming needs ``nxt.aggregate``/``combine`` and an undirected
+    graph (a vertex's row then lists the dsts its output goes to)."""
+    if stream is False or not (hasattr(nxt, "aggregate") and hasattr(nxt, "combine")):
+        return None
+    widths = [_agg_width(nxt, device), nxt.in_dim]
+    saved = sum(_widths(nxt, device)) if _projects(nxt) else conv.out_dim
+    if not stream and upper.shape[0] * sum(widths) >= level.shape[0] * saved:
+        return None
+    if graph.undirected_problem() is not None:
+        return None
+    return widths
+
+
+#: :class:`_Push` marks the next level's vertices in an n-byte array when it holds at least
+#: 1/PUSH_MARK of the vertices (the array is then at most 4x the level's own int32 ids), and
+#: binary-searches each neighbour otherwise.
+PUSH_MARK = 16
+
+
+class _Push:
+    """A layer's outputs streamed into the next layer ``conv`` over the smaller level
+    ``upper`` (sorted ids, a subset of the layer's own ``level``): :meth:`push` adds each
+    chunk's ``conv.aggregate`` over the chunk's edges into ``acc`` (``|upper|`` x agg width;
+    a dst's neighbours arrive over several chunks, each a tile :class:`Block` with the dst's
+    whole neighbour count) and keeps the rows of ``upper``'s own vertices in ``rows``; the
+    next layer is then ``conv.combine(rows, acc)``. Needs an undirected graph: a vertex's
+    CSR row lists the dsts its output goes to. Memory: the two tables, per chunk O(its
+    edges), and an ``n``-byte membership mark of ``upper`` when it is dense
+    (:data:`PUSH_MARK`)."""
+
+    def __init__(self, conv, level: np.ndarray, upper: np.ndarray, sampler, device,
+                 tables: list[EvalTable]):
+        self.conv, self.upper, self.sampler, self.device = conv, upper, sampler, device
+        self.acc, self.rows = tables
+        if self.acc.where != "disk":  # a new scratch file reads as zeros already
+            self.acc.table.zero_()
+        self.width = sum(t.table.shape[1] for t in tables)
+        graph = sampler.graph
+        self.indptr = graph.indptr
+        self.index = LevelIndex(upper, graph.num_nodes)
+        self.mark = None  # an n-byte mark only when upper is no sparser than 1/16 of n
+        if PUSH_MARK * upper.shape[0] >= graph.num_nodes:
+            self.mark = np.zeros(graph.num_nodes, dtype=bool)
+            self.mark[upper] = True
+        self.own = np.searchsorted(level, upper)  # each upper vertex's place in level
+
+    def push(self, a: int, b: int, y: torch.Tensor, dst: np.ndarray, offs: np.ndarray,
+             nbrs: np.ndarray) -> None:
+        """Positions ``[a, b)`` of the level, vertices ``dst``, outputs ``y``; their CSR rows
+        ``offs``/``nbrs`` (:func:`_rows_of`)."""
+        if self.mark is not None:
+            hit = self.mark[nbrs]
+            tgt = self.index.positions(nbrs[hit])
+        else:  # a sparse upper level: one binary search per edge, no n-sized array
+            up = self.upper
+            pos = np.searchsorted(up, nbrs.astype(up.dtype, copy=False))
+            hit = up[np.minimum(pos, max(up.shape[0] - 1, 0))] == nbrs if up.shape[0] \
+                else np.zeros(nbrs.shape[0], dtype=bool)
+            tgt = pos[hit].astype(np.int64)
+        if tgt.shape[0]:
+            src = np.repeat(np.arange(b - a, dtype=np.int64), np.diff(offs))[hit]
+            order = np.argsort(tgt, kind="stable")
+            tgt, src = tgt[order], src[order]
+            first = np.flatnonzero(np.concatenate([[True], tgt[1:] != tgt[:-1]]))
+            touched = tgt[first]
+            ids = self.upper[touched].astype(np.int64)
+            whole = (self.indptr[ids + 1] - self.indptr[ids]).astype(np.int64)
+            tile = Block(b - a, int(touched.shape[0]),
+                         torch.from_numpy(np.append(first, tgt.shape[0]).astype(np.int64)),
+                         torch.from_numpy(src), _degree_of(self.sampler, dst),
+                         _degree_of(self.sampler, ids), torch.from_numpy(whole))
+            agg = self.conv.aggregate(tile.to(self.device), y)
+            acc = self.acc.table
+            acc.index_add_(0, torch.from_numpy(touched).to(acc.device), agg.to(acc.device))
+        s, t = (int(x) for x in np.searchsorted(self.own, [a, b]))
+        if t > s:
+            self.rows.write(s, t, y[torch.from_numpy(self.own[s:t] - a).to(y.device)])
 
 
 def evaluate_scored(model: BlockGNN, sampler, feat, device, scored,
                     batch_edges: int = 4_000_000, *, scope: str = "auto",
                     plan: ScopePlan | None = None, scratch_dir=None,
-                    place: str | None = None) -> tuple[ScoredLogits, ScopePlan]:
+                    place: str | None = None,
+                    stream: bool | None = None) -> tuple[ScoredLogits, ScopePlan]:
     """The exact logits of the vertices ``scored`` (ids, any order, duplicates allowed) and
     the plan that computed them: ``plan`` (e.g. kept from an earlier call on the same graph and
     vertices), else :func:`plan_scope` of ``scope`` (``auto`` | ``all`` | ``scored``). Scope
@@ -725,7 +871,7 @@ def evaluate_scored(model: BlockGNN, sampler, feat, device, scored,
         plan = plan_scope(model, sampler.graph, ids, scope, batch_edges)
     if plan.scope == "scored":
         return scored_inference(model, sampler, feat, device, ids, batch_edges, plan=plan,
-                                scratch_dir=scratch_dir, place=place), plan
+                                scratch_dir=scratch_dir, place=place, stream=stream), plan
     full = layerwise_inference(model, sampler, feat, device, batch_edges,
                                scratch_dir=scratch_dir, place=place)
     return ScoredLogits(full).restrict(ids), plan

@@ -67,9 +67,9 @@ def _spmm(block: Block, values: torch.Tensor, h_src: torch.Tensor) -> torch.Tens
 
 
 def _mean_weights(block: Block) -> torch.Tensor:
-    cnt = block.sampled_deg()
-    w = 1.0 / cnt.clamp(min=1).to(torch.float32)
-    return torch.repeat_interleave(w, cnt, output_size=block.num_edges)
+    """Each edge's weight in the mean of its dst: 1 / the dst's neighbour count."""
+    w = 1.0 / block.sampled_deg().clamp(min=1).to(torch.float32)
+    return torch.repeat_interleave(w, block.edge_counts(), output_size=block.num_edges)
 
 
 class SAGEConv(nn.Module):
@@ -85,11 +85,24 @@ class SAGEConv(nn.Module):
         self.lin_neigh = nn.Linear(in_dim, out_dim, bias=False)
 
     def forward(self, block: Block, h_src: torch.Tensor, h_dst: torch.Tensor) -> torch.Tensor:
+        return self.combine(h_dst, self.aggregate(block, h_src), block.dst_deg)
+
+    # The conv contract of streamed exact inference (see inference.scored_inference): the
+    # layer is combine(h_dst, sum of aggregate over tiles of each dst's edges), so a dst's
+    # neighbours may come in several blocks (``Block.num_neighbors`` = its whole count).
+    def aggregate(self, block: Block, h_src: torch.Tensor) -> torch.Tensor:
+        """The neighbour sum of each dst of ``block`` (num_dst x :meth:`agg` width): additive
+        over blocks that split a dst's edges."""
         w = _mean_weights(block).to(h_src.dtype)
         if self.in_dim > self.out_dim:
-            neigh = _spmm(block, w, self.lin_neigh(h_src))
-        else:
-            neigh = self.lin_neigh(_spmm(block, w, h_src))
+            return _spmm(block, w, self.lin_neigh(h_src))
+        return _spmm(block, w, h_src)
+
+    def combine(self, h_dst: torch.Tensor, agg: torch.Tensor,
+                dst_deg: torch.Tensor) -> torch.Tensor:
+        """The layer's output from the dst rows ``h_dst`` and their summed :meth:`aggregate`
+        (``dst_deg``, the full-graph degrees, unused by the mean)."""
+        neigh = agg if self.in_dim > self.out_dim else self.lin_neigh(agg)
         return self.lin_self(h_dst) + neigh
 
     # Exact inference over the whole graph (see train.layerwise_inference): when in_dim >
@@ -120,17 +133,28 @@ class GCNConv(nn.Module):
         self.bias = nn.Parameter(torch.zeros(out_dim))
 
     def forward(self, block: Block, h_src: torch.Tensor, h_dst: torch.Tensor) -> torch.Tensor:
+        return self.combine(h_dst, self.aggregate(block, h_src), block.dst_deg)
+
+    def aggregate(self, block: Block, h_src: torch.Tensor) -> torch.Tensor:
+        """The normalised neighbour sum of each dst (see :meth:`SAGEConv.aggregate`)."""
         w = self._weights(block).to(h_src.dtype)
-        self_term = h_dst / (block.dst_deg + 1.0).to(h_dst.dtype).unsqueeze(1)
         if self.in_dim > self.out_dim:
-            return _spmm(block, w, self.lin(h_src)) + self.lin(self_term) + self.bias
-        return self.lin(_spmm(block, w, h_src) + self_term) + self.bias
+            return _spmm(block, w, self.lin(h_src))
+        return _spmm(block, w, h_src)
+
+    def combine(self, h_dst: torch.Tensor, agg: torch.Tensor,
+                dst_deg: torch.Tensor) -> torch.Tensor:
+        """See :meth:`SAGEConv.combine`; the self loop's weight is ``1 / (dst_deg + 1)``."""
+        self_term = h_dst / (dst_deg + 1.0).to(h_dst.dtype).unsqueeze(1)
+        if self.in_dim > self.out_dim:
+            return agg + self.lin(self_term) + self.bias
+        return self.lin(agg + self_term) + self.bias
 
     def _weights(self, block: Block) -> torch.Tensor:
         cnt = block.sampled_deg()
         dst_deg = block.dst_deg
         scale = dst_deg / cnt.clamp(min=1).to(dst_deg.dtype) / torch.sqrt(dst_deg + 1.0)
-        w = torch.repeat_interleave(scale, cnt, output_size=block.num_edges)
+        w = torch.repeat_interleave(scale, block.edge_counts(), output_size=block.num_edges)
         return w / torch.sqrt(block.src_deg[block.indices] + 1.0)
 
     def project(self, h: torch.Tensor) -> tuple[torch.Tensor, ...]:

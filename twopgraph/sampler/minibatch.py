@@ -21,6 +21,10 @@ class Block:
     ids: the sampled neighbours of dst ``i`` are ``indices[indptr[i]:indptr[i+1]]``.
     ``src_deg`` / ``dst_deg`` (float32) are the full-graph degrees of the src / dst vertices
     (GCN's normalisation needs them; sampling rescales by full/sampled degree).
+    ``num_neighbors`` (int64, num_dst; optional) is the number of neighbours each dst's
+    aggregation is over when the block holds only some of them -- a tile of streamed exact
+    inference, whose partial aggregations are summed -- and None when it is the block's own
+    edge count (:meth:`sampled_deg`).
 
     Example::
 
@@ -36,6 +40,7 @@ class Block:
     indices: torch.Tensor
     src_deg: torch.Tensor
     dst_deg: torch.Tensor
+    num_neighbors: torch.Tensor | None = None
 
     @property
     def num_edges(self) -> int:
@@ -55,11 +60,16 @@ class Block:
         return torch.stack([self.indices, dst])
 
     def sampled_deg(self) -> torch.Tensor:
-        """Number of sampled neighbours of each dst vertex (int64, num_dst)."""
+        """Number of sampled neighbours of each dst vertex (int64, num_dst): the edges each
+        dst's aggregation is over -- ``num_neighbors`` when set, else its edges here."""
+        return self.indptr.diff() if self.num_neighbors is None else self.num_neighbors
+
+    def edge_counts(self) -> torch.Tensor:
+        """Number of edges of each dst vertex in this block (int64, num_dst)."""
         return self.indptr.diff()
 
     def to(self, device, non_blocking: bool = False) -> "Block":
-        return replace(self, **{f: getattr(self, f).to(device, non_blocking=non_blocking)
+        return replace(self, **{f: _moved(getattr(self, f), device, non_blocking)
                                 for f in _BLOCK_TENSORS})
 
     def pin_memory(self) -> "Block":
@@ -73,7 +83,11 @@ class Block:
             _record(getattr(self, f), stream)
 
 
-_BLOCK_TENSORS = ("indptr", "indices", "src_deg", "dst_deg")
+_BLOCK_TENSORS = ("indptr", "indices", "src_deg", "dst_deg", "num_neighbors")
+
+
+def _moved(t: torch.Tensor | None, device, non_blocking: bool) -> torch.Tensor | None:
+    return None if t is None else t.to(device, non_blocking=non_blocking)
 
 
 def _pinned(t: torch.Tensor | None) -> torch.Tensor | None:
