@@ -13,7 +13,9 @@ import pytest
 
 from twopgraph import config
 from twopgraph.cli import main
-from twopgraph.datasets import STORE_DTYPES, load_dataset
+from twopgraph import metrics
+from twopgraph.datasets import (STORE_DTYPE_CHOICES, STORE_DTYPES, float32_feature_bytes,
+                                load_dataset, resolve_store_dtype)
 from twopgraph.errors import ConfigError, GraphFormatError
 from twopgraph.store import is_store
 from conftest import community_data
@@ -22,6 +24,77 @@ from test_ingest import coo_file
 
 def test_the_dtypes_agree():
     assert config.STORE_DTYPES == STORE_DTYPES
+    assert config.STORE_DTYPE_CHOICES == STORE_DTYPE_CHOICES
+    assert config.TrainConfig().data.store_dtype == "auto"
+
+
+def _memory(monkeypatch, nbytes):
+    monkeypatch.setattr(metrics, "available_host_bytes", lambda *a, **k: nbytes)
+
+
+def test_auto_halves_a_table_larger_than_half_the_memory(tmp_path, monkeypatch):
+    """``--store-dtype auto``: float32 while the float32 table takes at most half the memory
+    the process can fill, float16 (a store of its own) beyond; the size is read from the
+    file's header, not by loading it."""
+    path = tmp_path / "g.npz"
+    ref = community_data()
+    ref.save_npz(path)
+    table = ref.feat.shape[0] * ref.feat.shape[1] * 4
+    root = tmp_path / "root"
+    assert float32_feature_bytes(str(path), root) == table
+    _memory(monkeypatch, 2 * table)
+    assert resolve_store_dtype("auto", str(path), root) == "float32"
+    assert load_dataset(str(path), root, store_dtype="auto").feat.dtype == np.float32
+    _memory(monkeypatch, 2 * table - 4)
+    assert resolve_store_dtype("auto", str(path), root) == "float16"
+    data = load_dataset(str(path), root, store_dtype="auto")
+    assert data.feat.dtype == np.float16
+    np.testing.assert_array_equal(data.feat, ref.feat.astype(np.float16))
+    assert any(n.endswith("-float16") for n in _stores(root))
+    _memory(monkeypatch, None)  # unknown: float32
+    assert resolve_store_dtype("auto", str(path), root) == "float32"
+    assert resolve_store_dtype("float16", str(path), root) == "float16"
+
+
+def test_auto_sizes_from_the_sources():
+    from twopgraph.papers import parse_preset
+    spec = parse_preset("synthetic-papers:0.001")
+    assert float32_feature_bytes("synthetic-papers:0.001") == 4 * spec.num_nodes * 128
+    assert float32_feature_bytes("synthetic-tiny") is None  # generated, small
+    assert float32_feature_bytes("nothing-like-it") is None
+
+
+def test_auto_keeps_float32_for_features_beyond_float16(tmp_path, monkeypatch, caplog):
+    path = tmp_path / "g.npz"
+    ref = community_data()
+    ref.feat[3, 1] = 1e6
+    ref.save_npz(path)
+    root = tmp_path / "root"
+    _memory(monkeypatch, 1)
+    with caplog.at_level("WARNING", logger="twopgraph"):
+        data = load_dataset(str(path), root, store_dtype="auto")
+    assert data.feat.dtype == np.float32 and data.feat[3, 1] == 1e6
+    assert "keeping float32" in caplog.text and "does not fit float16" in caplog.text
+    assert not any(n.endswith("-float16") for n in _stores(root))
+
+
+def test_train_with_auto_records_what_it_chose(tmp_path, capsys, monkeypatch):
+    """A run whose auto took float16 records ``store_dtype`` float16 in its checkpoint, so
+    predict finds the same store (same_data) on a machine with more memory."""
+    path = tmp_path / "g.npz"
+    community_data().save_npz(path)
+    root, out = tmp_path / "d", tmp_path / "run"
+    _memory(monkeypatch, 1)
+    assert main(["train", "--dataset", str(path), "--data-root", str(root), "--epochs", "1",
+                 "--out", str(out), "--no-progress", "--schedule", "random"]) == 0
+    assert any(n.endswith("-float16") for n in _stores(root))
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["config"]["store_dtype"] == "auto"
+    capsys.readouterr()
+    _memory(monkeypatch, 1 << 40)
+    assert main(["predict", "--checkpoint", str(out / "checkpoint.pt"), "--out",
+                 str(tmp_path / "p.npy")]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["same_data"] is True
 
 
 def _stores(root):

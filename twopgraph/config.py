@@ -50,6 +50,7 @@ METRICS = ("auto", "acc", "rocauc")
 EVAL_SCOPES = ("auto", "all", "scored")  # twopgraph.inference.EVAL_SCOPES
 CLUSTER_METHODS = ("auto", "metis", "coarsen", "lp")  # twopgraph.partition.cluster
 STORE_DTYPES = ("float32", "float16")  # twopgraph.datasets.STORE_DTYPES
+STORE_DTYPE_CHOICES = ("auto",) + STORE_DTYPES  # twopgraph.datasets.STORE_DTYPE_CHOICES
 
 if TYPE_CHECKING:
     from .graph import GraphData
@@ -172,16 +173,19 @@ class DataConfig(Section):
                               "edge u->v also as v->u; self loops and duplicate edges dropped; "
                               "one log line says what changed; the file is not rewritten); "
                               "without it such a dataset is refused")
-    store_dtype: str = option("float32", "type of the features kept in the dataset's store: "
+    store_dtype: str = option("auto", "type of the features kept in the dataset's store: "
                               "float32 | float16 (half the disk and page cache, so a table "
                               "twice the memory can stay in it; a store of its own, "
                               "converted once; features beyond +-65504 are refused; the "
-                              "model computes in float32 on the rounded values)", result=True)
+                              "model computes in float32 on the rounded values) | auto "
+                              "(float16 when the float32 features would take more than half "
+                              "the memory this process can fill, cgroup included, and fit "
+                              "float16; else float32; logged)", result=True)
 
     def validate(self):
         if not isinstance(self.dataset, str) or not self.dataset.strip():
             raise ConfigError("--dataset must name a dataset or a file")
-        _choice(self, "store_dtype", STORE_DTYPES)
+        _choice(self, "store_dtype", STORE_DTYPE_CHOICES)
         if not isinstance(self.symmetrize, bool):
             raise ConfigError(f"symmetrize must be true or false, got {self.symmetrize!r}")
         return self
@@ -551,7 +555,7 @@ class TrainConfig(Config):
             if self.dist.partitions is not None:
                 raise ConfigError("--sampler-device cuda is not available with --partitions "
                                   "(the partition sampler runs on the host); use cpu or auto")
-        if self.dist.partitions is not None and self.data.store_dtype != "float32":
+        if self.dist.partitions is not None and self.data.store_dtype == "float16":
             raise ConfigError("--store-dtype float16 is not available with --partitions yet "
                               "(a partition reads the float32 store it was made from)")
         return self
@@ -681,7 +685,7 @@ class PartitionConfig(Config):
 
     def validate(self):
         super().validate()
-        if self.data.store_dtype != "float32":
+        if self.data.store_dtype == "float16":
             raise ConfigError("--store-dtype float16 is not available for partitions yet")
         return self
 

@@ -51,9 +51,10 @@ import numpy as np
 
 from .errors import ConfigError, GraphFormatError, OutputError, TwopgraphError
 from .graph import CSRGraph, GraphData, atomic_write_bytes
-from .ingest import coo_npz, ingest, is_coo_npz, ogb_raw, read_ogb_split, source_record
-from .store import (NotUndirected, convert_npz, half_checked, is_store, open_store,
-                    read_store_meta, write_store)
+from .ingest import (NpzMember, coo_npz, ingest, is_coo_npz, ogb_raw, read_ogb_split,
+                     source_record)
+from .store import (HalfRangeError, NotUndirected, convert_npz, half_checked, is_store,
+                    open_store, read_store_meta, write_store)
 
 log = logging.getLogger("twopgraph")
 
@@ -115,9 +116,22 @@ def load_dataset(name: str, data_root=None, progress: bool = True,
     """
     if not isinstance(name, str) or not name:
         raise ConfigError(f"dataset name must be a non-empty string, got {name!r}")
+    if store_dtype == "auto" and not is_store(Path(name).expanduser()):
+        dtype = resolve_store_dtype(store_dtype, name, data_root)
+        if dtype == "float16":
+            try:
+                return load_dataset(name, data_root, progress, symmetrize, "float16")
+            except TwopgraphError as e:
+                if not _caused_by(e, HalfRangeError):
+                    raise
+                log.warning("--store-dtype auto: keeping float32 features (%s)",
+                            _caused_by(e, HalfRangeError))
+        store_dtype = "float32"
+    if store_dtype == "auto":  # a store folder: used as it is
+        store_dtype = "float32"
     if store_dtype not in STORE_DTYPES:
         raise ConfigError(f"unknown store dtype {store_dtype!r}; known: "
-                          f"{', '.join(STORE_DTYPES)}")
+                          f"{', '.join(STORE_DTYPE_CHOICES)}")
     root = resolve_data_root(data_root)
     presets = _synthetic_presets()
     papers = _papers_spec(name)
@@ -149,6 +163,16 @@ def load_dataset(name: str, data_root=None, progress: bool = True,
                           f"{', '.join(_known_names(root))}, a path to a .npz file or a store "
                           f"folder (data root: {root})")
     return _symmetrized(data, name) if symmetrize else data
+
+
+def _caused_by(e: BaseException, kind: type) -> BaseException | None:
+    """``e`` or the first exception of kind ``kind`` it was raised from, else None."""
+    seen = 0
+    while e is not None and seen < 8:
+        if isinstance(e, kind):
+            return e
+        e, seen = e.__cause__ or e.__context__, seen + 1
+    return None
 
 
 def _papers_spec(name: str):
@@ -201,8 +225,74 @@ def store_folder(npz, data_root=None, stem: str | None = None,
     return root / STORES_DIR / f"{stem or Path(npz).stem}-{tag}{_dtype_suffix(dtype)}"
 
 
-#: ``--store-dtype``: the types a store may keep its features in.
+#: ``--store-dtype``: the types a store may keep its features in (``auto``: chosen by
+#: :func:`resolve_store_dtype`).
 STORE_DTYPES = ("float32", "float16")
+STORE_DTYPE_CHOICES = ("auto",) + STORE_DTYPES
+#: ``--store-dtype auto`` keeps float16 features when the float32 table would take more
+#: than this share of the memory the process can fill (:func:`available_host_bytes`).
+AUTO_HALF_SHARE = 0.5
+
+
+def float32_feature_bytes(name: str, data_root=None) -> int | None:
+    """Bytes of dataset ``name``'s features as float32 (N x F x 4), read from what is on disk
+    without loading it: a papers preset's shape, an ``.npz``'s ``feat`` header, OGB's raw
+    ``node_feat`` header or an existing store's metadata; None when unknown (the synthetic
+    presets, OGB's CSV layout before ingestion, a store folder given by path)."""
+    root = resolve_data_root(data_root)
+    papers = _papers_spec(name)
+    if papers is not None:
+        return 4 * papers.num_nodes * papers.num_features
+    try:
+        if name in OGB_DATASETS:
+            src = _ogb_source(name, root)
+            if src.name == "data.npz" and src.is_file():
+                shape = NpzMember(src, "node_feat").shape
+                return 4 * int(np.prod(shape, dtype=np.int64))
+            for dtype in STORE_DTYPES:
+                store = _store_of_source(name, src, root, dtype)
+                if is_store(store):
+                    meta = read_store_meta(store)
+                    return 4 * int(meta["num_nodes"]) * int(meta["num_features"])
+            return None
+        path = _npz_file(name if name.endswith(".npz") else f"{name}.npz", root)
+        if path is not None:
+            shape = NpzMember(path, "feat").shape
+            return 4 * int(np.prod(shape, dtype=np.int64))
+    except (GraphFormatError, OSError, KeyError, ValueError):
+        return None  # the loader names what is wrong with the file
+    return None
+
+
+def store_dtype_of(data: GraphData, asked: str = "auto") -> str:
+    """The ``--store-dtype`` that finds ``data`` again: ``asked`` unless it is ``auto``, then
+    what auto chose (``float16`` for data from a float16 store, else ``float32``)."""
+    if asked != "auto":
+        return asked
+    store = getattr(data, "store", None)
+    half = store is not None and Path(store).name.endswith(_dtype_suffix("float16"))
+    return "float16" if half and data.feat.dtype == np.float16 else "float32"
+
+
+def resolve_store_dtype(store_dtype: str, name: str, data_root=None) -> str:
+    """``--store-dtype`` as a type: ``float32`` / ``float16`` as given; ``auto`` = float16
+    when the dataset's float32 features (:func:`float32_feature_bytes`) would take more than
+    :data:`AUTO_HALF_SHARE` of the memory this process can fill (MemAvailable, its cgroup's
+    limit: :func:`~twopgraph.metrics.available_host_bytes`), so that the table stays in the
+    page cache instead of being read from disk batch after batch; else (or when either is
+    unknown) float32. The choice is logged when it is float16."""
+    if store_dtype not in STORE_DTYPE_CHOICES:
+        raise ConfigError(f"unknown store dtype {store_dtype!r}; known: "
+                          f"{', '.join(STORE_DTYPE_CHOICES)}")
+    if store_dtype != "auto":
+        return store_dtype
+    from .metrics import available_host_bytes
+    need, avail = float32_feature_bytes(name, data_root), available_host_bytes()
+    if need is None or avail is None or need <= AUTO_HALF_SHARE * avail:
+        return "float32"
+    log.info("--store-dtype auto: float16 features (%.1f GB as float32 > %.0f%% of the "
+             "%.1f GB this process can fill)", need / 1e9, 100 * AUTO_HALF_SHARE, avail / 1e9)
+    return "float16"
 
 
 def _dtype_suffix(dtype: str) -> str:

@@ -493,6 +493,10 @@ _KEEP = {"indices": (np.int32, np.int64), "feat": (np.float32, np.float16)}
 _FALLBACK = {"indices": np.int64, "feat": np.float32}
 
 
+class HalfRangeError(GraphFormatError):
+    """A feature does not fit float16's range: a float16 store of it is refused."""
+
+
 #: Largest finite float16 value: features beyond it are refused, not stored as infinity.
 HALF_MAX = float(np.finfo(np.float16).max)
 
@@ -504,7 +508,7 @@ def half_checked(chunks, where: str):
         if c.dtype != np.float16 and c.size:
             big = float(np.max(np.abs(c), initial=0.0))
             if big > HALF_MAX:
-                raise GraphFormatError(f"{where}: a feature of magnitude {big:g} does not fit "
+                raise HalfRangeError(f"{where}: a feature of magnitude {big:g} does not fit "
                                        f"float16 (largest {HALF_MAX:g}); keep --store-dtype "
                                        f"float32 or scale the features")
         yield c

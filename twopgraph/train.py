@@ -655,11 +655,12 @@ def _train(cfg: TrainConfig, data: GraphData | None, device) -> TrainResult:
     out = Path(run.out)
     signature = run_signature(cfg.result_params(), data.fingerprint())
     # what load_model / predict rebuild the model and find its data from (original ids)
+    from .datasets import store_dtype_of
     rebuild = {"model_spec": model_record(cfg, data.num_features, data.num_classes),
                "dataset": dataset_record(cfg.data.dataset if named else None,
                                          cfg.data.data_root, cfg.data.symmetrize, data.name,
                                          data.fingerprint(), data.num_nodes,
-                                         cfg.data.store_dtype)}
+                                         store_dtype_of(data, cfg.data.store_dtype))}
     ckpt = read_checkpoint(out / CHECKPOINT, signature, run.epochs) if run.resume else None
     if cfg.sampling.batch_size > data.train_idx.shape[0]:
         log.warning("batch size %d exceeds the %d training vertices: one batch per epoch",
