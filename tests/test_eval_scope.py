@@ -320,6 +320,7 @@ def test_a_run_records_its_scope_and_keeps_only_the_scored_rows(tmp_path, monkey
         assert e["eval_scope"] == "scored" and e["eval_rows"][-1] == 30
         assert e["eval_rows"] == sorted(e["eval_rows"], reverse=True)
         assert e["eval_choice"]["scope"] == "scored" and len(e["eval_edges"]) == 2
+        assert e["eval_streamed"] == [False, True]  # layer 0's outputs go into layer 1's sums
     assert max(rows) < data.num_nodes // 10 and not whole_calls  # nothing N-sized
     assert res.scored.num_rows == 30 and np.array_equal(
         res.scored.ids, np.union1d(data.val_idx, data.test_idx))

@@ -700,13 +700,14 @@ def scored_inference(model: BlockGNN, sampler, feat, device, scored,
         level = levels[i + 1]
         cum = _prefix_degrees(graph.indptr, level)
         last = i == len(convs) - 1
-        push = None if last else _plan_push(convs[i + 1], conv, graph, level, levels[i + 2],
-                                            stream, device)
+        widths = None if last else _plan_push(convs[i + 1], conv, graph, level,
+                                              levels[i + 2], stream, device)
         streamed.append(pushed is not None)
-        fuse = not last and push is None and _projects(convs[i + 1])
-        if push is not None:
+        fuse = not last and widths is None and _projects(convs[i + 1])
+        push = None
+        if widths is not None:
             push = _Push(convs[i + 1], level, levels[i + 2], sampler, device,
-                         new_tables(levels[i + 2].shape[0], push))
+                         new_tables(levels[i + 2].shape[0], widths))
         else:
             out = new_tables(level.shape[0], _widths(convs[i + 1], device) if fuse
                              else [conv.out_dim])
