@@ -137,6 +137,24 @@ def test_streaming_drops_the_large_level_table(monkeypatch):
     torch.testing.assert_close(auto.values, off.values, rtol=1e-5, atol=1e-5)
 
 
+def test_a_store_knows_its_graph_is_undirected(tmp_path, monkeypatch):
+    """A store records that its graph was checked undirected, so streaming on it does not
+    check all E entries again; a renumbered store inherits it."""
+    import twopgraph.graph as graph_mod
+    from twopgraph.store import open_store, permuted_store, write_store
+    data = sparse_data(600)
+    folder = write_store(data, tmp_path / "s")
+    assert json.loads((folder / "store.json").read_text())["undirected"] is True
+    perm = np.random.default_rng(0).permutation(600)
+    renum = permuted_store(open_store(folder), perm, tmp_path / "r")
+    assert json.loads((tmp_path / "r" / "store.json").read_text())["undirected"] is True
+    calls = []
+    monkeypatch.setattr(graph_mod, "csr_violations", lambda *a: calls.append(1))
+    for d in (open_store(folder), renum):
+        assert d.graph.undirected_problem() is None
+    assert calls == []
+
+
 def test_a_directed_graph_is_not_streamed(cdata):
     """Streaming pushes a vertex's output along its own CSR row, which lists the dsts it
     feeds only in an undirected graph: a directed graph keeps the tables, with the same

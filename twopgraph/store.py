@@ -16,7 +16,8 @@ Layout of a store folder (every array a plain ``.npy`` file, C order, native byt
     store.json     {"format": "twopgraph-store", "version", "name", "num_nodes", "num_edges",
                     "num_features", "num_classes", "feat_dtype", "fingerprint" (the
                     GraphData.fingerprint of the content), "undirected_problem" (null, or why
-                    the graph is not undirected), "arrays": {name: {"dtype", "shape",
+                    the graph is not undirected), "undirected" (true when checked or
+                    known by construction), "arrays": {name: {"dtype", "shape",
                     "bytes"}}, "source": {"path", "size", "mtime_ns"} or null, "derived"}
 
 A store is written under a temporary name (``.NAME.tmp-PID-HOST`` beside it) and renamed when
@@ -166,6 +167,8 @@ def open_store(path, name: str | None = None, check_symmetric: bool = True) -> G
     if check_symmetric and meta.get("undirected_problem"):
         raise NotUndirected(folder, meta["undirected_problem"])
     graph = CSRGraph(arrays["indptr"], arrays["indices"])
+    if meta.get("undirected") is True:  # known when the store was written: not checked again
+        object.__setattr__(graph, "_undirected", True)
     data = GraphData(graph, arrays["feat"], arrays["label"], arrays["train_idx"],
                      arrays["val_idx"], arrays["test_idx"],
                      name=name if name is not None else str(meta.get("name") or folder.name),
@@ -269,8 +272,10 @@ class _Writer:
     def commit(self, meta: dict, validate: bool, progress: bool = False,
                undirected: bool = False) -> Path:
         """Validate (``validate``), fingerprint, write ``store.json``, rename into place.
-        ``undirected``: the graph is undirected by construction (the CSR builder's), so its
-        O(E) check is skipped."""
+        ``undirected``: the graph is undirected by construction (the CSR builder's, or a
+        renumbering of a graph known undirected), so its O(E) check is skipped. ``store.json``
+        records ``undirected`` true only when it was checked or known so; a store opened
+        with it is not checked again (:meth:`~twopgraph.graph.CSRGraph.undirected_problem`)."""
         data = open_store_arrays(self.tmp, self.records, meta)
         problem = None
         if validate:
@@ -284,7 +289,9 @@ class _Writer:
                 "num_nodes": data.num_nodes, "num_edges": data.graph.num_edges,
                 "num_features": data.num_features, "num_classes": int(data.num_classes),
                 "feat_dtype": str(data.feat.dtype), "fingerprint": fp,
-                "undirected_problem": problem, "arrays": self.records}
+                "undirected_problem": problem,
+                "undirected": bool(undirected or (validate and problem is None)),
+                "arrays": self.records}
         del data
         try:
             with open(self.tmp / STORE_META, "w") as f:
@@ -435,7 +442,8 @@ def permuted_store(data: GraphData, perm: np.ndarray, folder, *,
         meta = {"name": data.name, "num_classes": int(data.num_classes), "source": None,
                 "derived": {"from": data.fingerprint(), "key": key,
                              "permutation": "cluster-renumbering"}}
-        folder = w.commit(meta, validate=False)
+        folder = w.commit(meta, validate=False,
+                          undirected=bool(g.__dict__.get("_undirected")))
     out = open_store(folder, name=data.name, check_symmetric=False)
     return out
 
