@@ -209,7 +209,9 @@ def main(argv: list[str] | None = None) -> int:
     key = (args.command, args.bench) if args.command == "bench" else args.command
     previous = _stop_on_signals()
     try:
+        from .heap import configure_heap
         from .jit import configure_threading
+        configure_heap()  # before the worker threads exist: their arenas follow it
         configure_threading()  # before any parallel kernel: numba picks its layer at the first
         return COMMANDS[key](args)
     except TwopgraphError as e:  # exit_code: 2, or 3 for TrainingDiverged
