@@ -17,6 +17,7 @@ import twopgraph.train as tr
 from twopgraph.cache import FeatureCache, HostFeatures, make_policy
 from twopgraph.models import build_model
 from twopgraph.sampler.neighbor import NeighborSampler
+from twopgraph.metrics import fillable_host_bytes
 from twopgraph.train import (EvalTable, Relabel, available_host_bytes, eval_features,
                              layerwise_inference, make_loader, relabel_on_device, table_place)
 from conftest import community_data
@@ -224,9 +225,12 @@ def test_available_host_bytes_reads_meminfo_and_the_cgroup(tmp_path):
     v1.mkdir(parents=True)
     (v1 / "memory.limit_in_bytes").write_text(str(3 << 30))
     (v1 / "memory.usage_in_bytes").write_text(str(2 << 30))
-    (v1 / "memory.stat").write_text(f"cache 5\ntotal_inactive_file {256 << 20}\n")
+    (v1 / "memory.stat").write_text(f"cache 5\ntotal_inactive_file {256 << 20}\n"
+                                    f"total_active_file {512 << 20}\n")
     proc = _fake_proc(tmp_path, "9:memory:/cap3")
     assert available_host_bytes(str(proc), str(cg)) == (1 << 30) + (256 << 20)
+    # the active file pages too: what anonymous memory could take if the cache gave way
+    assert fillable_host_bytes(str(proc), str(cg)) == (1 << 30) + (768 << 20)
     (v1 / "memory.limit_in_bytes").write_text("9223372036854771712")  # no limit
     assert available_host_bytes(str(proc), str(cg)) == (8 << 20) * 1024
     v2 = cg / "box"

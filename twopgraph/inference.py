@@ -40,7 +40,7 @@ import torch
 from .cache.host import HostFeatures
 from .errors import ConfigError
 from .loader import as_long_tensor
-from .metrics import available_host_bytes  # noqa: F401 (table_place reads it here)
+from .metrics import available_host_bytes, fillable_host_bytes  # noqa: F401 (read here)
 from .models import BlockGNN
 from .sampler import NeighborSampler
 from .sampler.kernels import sample_neighbors, sample_neighbors_serial
@@ -705,9 +705,13 @@ def scored_inference(model: BlockGNN, sampler, feat, device, scored,
         streamed.append(pushed is not None)
         fuse = not last and widths is None and _projects(convs[i + 1])
         push = None
-        if widths is not None:
+        if widths is not None:  # sums updated at random: in memory where the page cache can
+            m = levels[i + 2].shape[0]  # give way (a scratch file would be read back again)
+            acc = EvalTable(m, widths[0], place or table_place(
+                4 * m * widths[0], device, host_bytes=fillable_host_bytes()), device,
+                scratch_dir)
             push = _Push(convs[i + 1], level, levels[i + 2], sampler, device,
-                         new_tables(levels[i + 2].shape[0], widths))
+                         [acc] + new_tables(m, widths[1:]))
         else:
             out = new_tables(level.shape[0], _widths(convs[i + 1], device) if fuse
                              else [conv.out_dim])

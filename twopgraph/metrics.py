@@ -209,7 +209,17 @@ def _strict(o):
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
-def available_host_bytes(proc: str = "/proc", cgroup: str = "/sys/fs/cgroup") -> int | None:
+def fillable_host_bytes(proc: str = "/proc", cgroup: str = "/sys/fs/cgroup") -> int | None:
+    """Bytes this process's anonymous memory could grow to if the page cache gave way:
+    :func:`available_host_bytes` with the *active* file pages counted as reclaimable too
+    (``total_active_file`` / ``active_file`` of its cgroup). For a table whose pages would
+    be hot anyway (updated at random), which the kernel could only write back and read again
+    from a scratch file."""
+    return available_host_bytes(proc, cgroup, active_file=True)
+
+
+def available_host_bytes(proc: str = "/proc", cgroup: str = "/sys/fs/cgroup", *,
+                         active_file: bool = False) -> int | None:
     """Bytes of host memory this process can still fill: ``MemAvailable`` of
     ``/proc/meminfo`` (the kernel's estimate, reclaimable page cache included), capped by the
     limit of this process's memory cgroup when it has one -- v1 (``memory:`` line of
@@ -234,10 +244,11 @@ def available_host_bytes(proc: str = "/proc", cgroup: str = "/sys/fs/cgroup") ->
     for _, ctrls, path in lines:
         if "memory" in ctrls.split(","):
             d = Path(f"{cgroup}/memory{path}")
-            names = ("memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file")
+            names = ("memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file",
+                     "total_active_file")
         elif ctrls == "":
             d = Path(f"{cgroup}{path}")
-            names = ("memory.max", "memory.current", "inactive_file")
+            names = ("memory.max", "memory.current", "inactive_file", "active_file")
         else:
             continue
         try:
@@ -248,8 +259,8 @@ def available_host_bytes(proc: str = "/proc", cgroup: str = "/sys/fs/cgroup") ->
             inactive = 0
             for line in (d / "memory.stat").read_text().splitlines():
                 key, _, val = line.partition(" ")
-                if key == names[2]:
-                    inactive = int(val)
+                if key == names[2] or (active_file and key == names[3]):
+                    inactive += int(val)
         except (OSError, ValueError):
             continue
         if limit < 1 << 60:  # v1 writes "no limit" as ~2**63
