@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from twopgraph import cli
+from twopgraph import cli, heap
 from twopgraph.heap import configure_heap
 
 PROBE = textwrap.dedent("""
@@ -53,9 +53,21 @@ def test_freed_blocks_go_back_to_the_system():
 
 
 def test_the_environment_wins(monkeypatch):
+    """A setting given in the environment is not overridden; the other one still is."""
+    import ctypes
+    asked = []
+
+    class FakeLibc:
+        def mallopt(self, param, value):
+            asked.append((param, value))
+            return 1
+
+    monkeypatch.setattr(ctypes, "CDLL", lambda *a, **k: FakeLibc())
     monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "65536")
     monkeypatch.setenv("MALLOC_ARENA_MAX", "8")
-    assert configure_heap() is True  # nothing asked of glibc
+    assert configure_heap() is True and asked == []
+    monkeypatch.delenv("MALLOC_ARENA_MAX")
+    assert configure_heap() is True and asked == [(heap.M_ARENA_MAX, heap.ARENAS)]
 
 
 def test_the_cli_configures_the_heap_first(monkeypatch, tmp_path):

@@ -116,9 +116,9 @@ def load_dataset(name: str, data_root=None, progress: bool = True,
     """
     if not isinstance(name, str) or not name:
         raise ConfigError(f"dataset name must be a non-empty string, got {name!r}")
-    if store_dtype == "auto" and not is_store(Path(name).expanduser()):
-        dtype = resolve_store_dtype(store_dtype, name, data_root)
-        if dtype == "float16":
+    if store_dtype == "auto":  # a store folder given by path is used as it is
+        if not is_store(Path(name).expanduser()) and \
+                resolve_store_dtype("auto", name, data_root) == "float16":
             try:
                 return load_dataset(name, data_root, progress, symmetrize, "float16")
             except TwopgraphError as e:
@@ -126,8 +126,6 @@ def load_dataset(name: str, data_root=None, progress: bool = True,
                     raise
                 log.warning("--store-dtype auto: keeping float32 features (%s)",
                             _caused_by(e, HalfRangeError))
-        store_dtype = "float32"
-    if store_dtype == "auto":  # a store folder: used as it is
         store_dtype = "float32"
     if store_dtype not in STORE_DTYPES:
         raise ConfigError(f"unknown store dtype {store_dtype!r}; known: "
