@@ -470,3 +470,110 @@ def test_two_ranks_gather_the_rocauc_of_all_their_vertices(cdata, tmp_path):
         auc = pairwise_auc(softmax1(lg[idx]), data.label[idx] == 1)
         assert 0.5 < auc < 1.0
         assert m[f"{split}_score"] == pytest.approx(auc, abs=1e-6)
+
+
+# -- best-val without a validation score (issue 22, item 8) ----------------------------------
+def _no_val(data: GraphData, how: str) -> GraphData:
+    if how == "empty":  # no validation vertices at all: they train instead
+        return GraphData(data.graph, data.feat, data.label,
+                         np.sort(np.concatenate([data.train_idx, data.val_idx])),
+                         np.zeros(0, dtype=np.int64), data.test_idx, name="no-val")
+    data = two_class(data)  # ROC-AUC; validation: one class only
+    label = data.label.copy()
+    label[data.val_idx] = 0
+    return GraphData(data.graph, data.feat, label, data.train_idx, data.val_idx,
+                     data.test_idx, name="one-class-val")
+
+
+@pytest.mark.parametrize("how", ["empty", "one-class"])
+def test_best_val_without_a_validation_score_says_what_it_selected(cdata, tmp_path, caplog,
+                                                                   how):
+    data = _no_val(cdata, how)
+    with caplog.at_level(logging.INFO, logger="twopgraph"):
+        res = train(cfg(tmp_path / "run", epochs=3, lr=0.05,
+                        data_root=str(tmp_path / "data")), data)
+    msgs = [r.getMessage() for r in caplog.records]
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING
+              and "--select best-val" in r.getMessage()]
+    assert len(warned) == 1, msgs
+    reason = "validation split is empty" if how == "empty" else "hold one class"
+    assert reason in warned[0] and "epoch 2" in warned[0], warned[0]
+    m = read(tmp_path / "run")
+    assert m["select"] == "best-val" and m["selected_by"] == "last"
+    assert m["selected_epoch"] == 2 == res.selected_epoch and m["val_score"] is None
+    assert reason.split()[-1] in m["selection_note"]
+    final = [x for x in msgs if x.startswith("final")]
+    assert final and final[0].startswith("final (best-val without a validation score, so "
+                                         "last: epoch 2)"), final
+
+
+def test_best_val_with_scores_records_best_val_as_the_rule(cdata, tmp_path, caplog):
+    with caplog.at_level(logging.WARNING, logger="twopgraph"):
+        train(cfg(tmp_path / "run", epochs=2, data_root=str(tmp_path / "data")), cdata)
+    m = read(tmp_path / "run")
+    assert m["selected_by"] == "best-val" and m["selection_note"] is None
+    assert not [r for r in caplog.records if "--select best-val" in r.getMessage()]
+
+
+# -- --patience ------------------------------------------------------------------------------
+@pytest.mark.parametrize("log,patience,stops", [
+    ([0.5, 0.6, 0.6], 1, True), ([0.5, 0.6, 0.6], 2, False), ([0.5, 0.4, 0.7, 0.6], 2, False),
+    ([0.5, 0.4, 0.3], 2, True), ([None, None, None], 1, False), ([0.5, 0.6, 0.4], 0, False),
+    ([0.5, None], 1, True)])
+def test_patience_counts_evaluated_epochs_without_a_better_score(log, patience, stops):
+    from twopgraph.train import patience_exhausted
+    epochs = [{"epoch": i, "val_score": v} for i, v in enumerate(log)]
+    epochs.insert(1, {"epoch": 99})  # not evaluated: not counted
+    assert patience_exhausted(epochs, patience) is stops
+
+
+def test_patience_stops_the_run_and_a_resume_keeps_it_stopped(cdata, tmp_path, caplog):
+    from twopgraph.train import patience_exhausted
+    root = str(tmp_path / "data")
+    train(cfg(tmp_path / "whole", data_root=root), cdata)
+    whole = read(tmp_path / "whole")
+    assert whole["early_stop"] is None and whole["config"]["patience"] == 0
+    # where patience 1 stops: the first evaluated epoch that is not better than the best
+    stop = next(i for i in range(1, 6) if patience_exhausted(whole["epochs"][:i + 1], 1))
+    assert stop < 5, [e["val_score"] for e in whole["epochs"]]
+    with caplog.at_level(logging.INFO, logger="twopgraph"):
+        res = train(cfg(tmp_path / "run", patience=1, data_root=root), cdata)
+    m = read(tmp_path / "run")
+    assert m["status"] == "ok" and len(m["epochs"]) == stop + 1
+    assert m["early_stop"] == {"patience": 1, "epoch": stop}
+    assert [e["loss"] for e in m["epochs"]] == [e["loss"] for e in whole["epochs"][:stop + 1]]
+    assert res.selected_epoch == m["selected_epoch"] <= stop
+    assert any(r.getMessage().startswith("--patience 1: no better validation score")
+               for r in caplog.records)
+    # a resume of the stopped run trains nothing more and reports the same
+    train(cfg(tmp_path / "run", patience=1, resume=True, data_root=root), cdata)
+    r = read(tmp_path / "run")
+    assert len(r["epochs"]) == stop + 1 and r["early_stop"] == m["early_stop"]
+    assert r["selected_epoch"] == m["selected_epoch"] and r["test_acc"] == m["test_acc"]
+
+
+def test_patience_flag_is_checked(tmp_path, capsys):
+    rc, _, err = run_cli(["train", "--patience", "-1", "--out", tmp_path / "x"], capsys)
+    assert rc == 2 and err.strip().count("\n") == 0
+    assert "patience must be an integer >= 0" in err
+
+
+# -- the distributed JSON line ---------------------------------------------------------------
+def test_distributed_json_line_has_the_single_process_keys(cdata, parts1, tmp_path, capsys,
+                                                           monkeypatch):
+    from twopgraph.train import result_record
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    monkeypatch.delenv("MASTER_ADDR", raising=False)
+    out = tmp_path / "run"
+    rc, stdout, err = run_cli(["train", "--partitions", parts1, "--epochs", "2", "--hidden",
+                               "16", "--fanouts", "5,5", "--batch-size", "64", "--device",
+                               "cpu", "--threads", "1", "--no-progress", "--out", out], capsys)
+    assert rc == 0, err
+    line = json.loads([x for x in stdout.splitlines() if x.startswith("{")][-1])
+    single = result_record(train(cfg(tmp_path / "single", epochs=1,
+                                     data_root=str(tmp_path / "data")), cdata))
+    assert set(line) == set(single)
+    m = read(out)
+    for k in ("metric", "val_score", "test_score", "selected_epoch", "val_acc", "test_acc"):
+        assert line[k] == m[k], k

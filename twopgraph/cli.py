@@ -94,7 +94,7 @@ def given(argv: list[str], dest: str) -> bool:
 
 
 def cmd_train(a) -> int:
-    from .train import train
+    from .train import result_record, train
     cfg = TrainConfig.from_args(a)
     from .dist.commands import run_partitioned
     # --partitions: data-parallel over self-dependence parts; the dataset is the partition's
@@ -103,10 +103,7 @@ def cmd_train(a) -> int:
     if code is not None:
         return code
     res = train(cfg)
-    print(json.dumps({"val_acc": res.val_acc, "test_acc": res.test_acc,
-                      "metric": res.metric, "val_score": res.val_score,
-                      "test_score": res.test_score, "selected_epoch": res.selected_epoch,
-                      "metrics": str(res.out / "metrics.json")}))
+    print(json.dumps(result_record(res)))
     return 0
 
 

@@ -361,6 +361,10 @@ class RunConfig(Section):
                          "auto (rocauc for two classes, else acc); val_acc/test_acc are always "
                          "accuracies")
     eval_every: int = option(1, "exact evaluation every N epochs; 0 = after the last only")
+    patience: int = option(0, "stop after N evaluated epochs in a row without a better "
+                           "validation score (early stopping; recorded in metrics.json as "
+                           "early_stop; never stops a run without any validation score); 0 = "
+                           "off", metavar="N")
     eval_batch_edges: int = option(4_000_000, "edges per chunk of layer-wise inference")
     eval_scope: str = option("auto", "which vertices exact evaluation computes: all (every "
                              "layer for all N vertices) | scored (the validation and test "
@@ -378,7 +382,7 @@ class RunConfig(Section):
             _positive_int(self, "epochs")
         _seed_ok(self.seed)
         resolve_device(self.device)
-        for name in ("eval_every", "prefetch", "threads"):
+        for name in ("eval_every", "patience", "prefetch", "threads"):
             _int_at_least(self, name, 0)
         _positive_int(self, "eval_batch_edges")
         _choice(self, "eval_scope", EVAL_SCOPES)

@@ -252,10 +252,43 @@ class Selection:
         return {"epoch": self.epoch, "model": self.state, "select": self.select,
                 "metric": self.metric, **self.figures}
 
+    @property
+    def selected_by(self) -> str | None:
+        """The rule that actually chose the model: ``select``, except ``last`` for a
+        ``best-val`` run none of whose evaluated epochs has a validation score (an empty
+        validation split; ROC-AUC undefined on a one-class split): then the latest evaluated
+        epoch is taken. None before any evaluated epoch."""
+        if self.epoch is None:
+            return None
+        if self.select == "best-val" and self.figures.get("val_score") is None:
+            return "last"
+        return self.select
+
+    def no_score_reason(self) -> str | None:
+        """Why a ``best-val`` run fell back to the last epoch (:attr:`selected_by`), as a
+        phrase; None when it did not."""
+        if self.select != "best-val" or self.selected_by != "last":
+            return None
+        if self.figures.get("val_acc") is None:
+            return "the validation split is empty"
+        return (f"the validation {self.metric} is undefined (the validation vertices hold "
+                f"one class)")
+
+    def warning(self) -> str | None:
+        """The one warning line of a ``best-val`` run without a usable validation score
+        (None otherwise): what was selected instead."""
+        reason = self.no_score_reason()
+        if reason is None:
+            return None
+        return (f"--select best-val: no evaluated epoch has a validation score ({reason}); "
+                f"the last evaluated epoch's model (epoch {self.epoch}) is reported and kept "
+                f"instead (metrics.json: selected_by \"last\")")
+
     def summary(self) -> dict:
         """The top-level keys of ``metrics.json`` (see :func:`write_metrics`)."""
         return {**self.figures, "metric": self.metric, "select": self.select,
-                "selected_epoch": self.epoch}
+                "selected_by": self.selected_by, "selected_epoch": self.epoch,
+                "selection_note": self.no_score_reason()}
 
 
 def score_epoch(rec: dict, metric: str, logits, labels: torch.Tensor,
@@ -294,7 +327,8 @@ def write_metrics(out: Path, cfg: TrainConfig, device, plan: ThreadPlan, epochs_
         status = "ok" if final else "running"
     chosen = selection.summary()
     if status == "diverged":
-        chosen.update(dict.fromkeys(Selection.FIGURES), selected_epoch=None)
+        chosen.update(dict.fromkeys(Selection.FIGURES), selected_epoch=None,
+                      selected_by=None, selection_note=None)
     metrics = {
         "status": status,
         **chosen,
@@ -312,13 +346,24 @@ def write_metrics(out: Path, cfg: TrainConfig, device, plan: ThreadPlan, epochs_
         write_json(out / METRICS, metrics)
 
 
+def result_record(res) -> dict:
+    """The JSON line ``twopgraph train`` prints at the end, the same for a single-process
+    (:class:`TrainResult`) and a distributed run (``DistResult``)."""
+    return {"val_acc": res.val_acc, "test_acc": res.test_acc, "metric": res.metric,
+            "val_score": res.val_score, "test_score": res.test_score,
+            "selected_epoch": res.selected_epoch, "metrics": str(res.out / METRICS)}
+
+
 def final_line(selection: Selection, path: Path) -> str:
     """The log line of a run's end: the selected epoch and its figures (4 decimals)."""
     f = selection.figures
     scores = "" if selection.metric == "acc" else \
         f"  val_{selection.metric} {_fmt(f['val_score'])}  test_{selection.metric} " \
         f"{_fmt(f['test_score'])}"
-    return (f"final ({selection.select}: epoch {selection.epoch})  val_acc "
+    rule = selection.select
+    if selection.selected_by not in (None, rule):  # best-val without a validation score
+        rule = f"{rule} without a validation score, so {selection.selected_by}"
+    return (f"final ({rule}: epoch {selection.epoch})  val_acc "
             f"{_fmt(f['val_acc'])}  test_acc {_fmt(f['test_acc'])}{scores}  -> {path}")
 
 
@@ -684,7 +729,8 @@ def _train(cfg: TrainConfig, data: GraphData | None, device) -> TrainResult:
               "schedule_choice": loader.schedule_choice, "defaults": defaults}
 
     def info() -> dict:  # the top-level extras of metrics.json, as they are now
-        return {**static, "host_cache": host_cache_record(loader)}
+        return {**static, "host_cache": host_cache_record(loader),
+                "early_stop": early_stop_record(cfg, epochs_log)}
 
     warned: set = set()  # the one-class ROC-AUC warning is logged once
     evaluator = RunEvaluator(loader.sampler, feat, device, scored_vertices(data),
@@ -693,6 +739,8 @@ def _train(cfg: TrainConfig, data: GraphData | None, device) -> TrainResult:
     try:
         with loader.plan.applied():
             for epoch in range(start_epoch, run.epochs):
+                if patience_exhausted(epochs_log, run.patience):  # --patience: stop early
+                    break
                 try:
                     rec = train_epoch(model, opt, loader, epoch, run.progress,
                                       amp=cfg.model.amp)
@@ -729,6 +777,9 @@ def _train(cfg: TrainConfig, data: GraphData | None, device) -> TrainResult:
                           status="interrupted", **info())
         raise
     write_metrics(out, cfg, device, loader.plan, epochs_log, sel, final=True, **info())
+    log_early_stop(cfg, epochs_log)
+    if (warning := sel.warning()) is not None:
+        log.warning("%s", warning)
     log.info("%s", final_line(sel, out / METRICS))
     f = sel.figures
     # The N x C logits in the caller's ids only when asked for (TrainResult.logits): the
@@ -770,6 +821,45 @@ def write_diverged(out: Path, cfg: TrainConfig, device, plan: ThreadPlan, epochs
                       diverged=record, **extra)
     except TwopgraphError as w:
         log.warning("%s", w)
+
+
+def patience_exhausted(epochs_log: list, patience: int) -> bool:
+    """Whether ``--patience`` ``patience`` (0: off) stops the run after the epochs of
+    ``epochs_log``: its last ``patience`` evaluated epochs (those with a ``val_score`` key)
+    have no better validation score than the best before them. A null score is never
+    better; a run without any validation score is never stopped (nothing to be patient
+    about). A function of the log alone, so a resumed run stops where an uninterrupted one
+    does."""
+    if not patience:
+        return False
+    best, since = None, 0
+    for rec in epochs_log:
+        if "val_score" not in rec:  # not evaluated
+            continue
+        v = rec["val_score"]
+        if v is not None and (best is None or v > best):
+            best, since = v, 0
+        else:
+            since += 1
+    return best is not None and since >= patience
+
+
+def early_stop_record(cfg: TrainConfig, epochs_log: list) -> dict | None:
+    """``metrics.json``'s ``early_stop``: ``{"patience": N, "epoch": E}`` (the last epoch
+    trained, 0-based) when ``--patience`` stopped the run before ``--epochs``, else None."""
+    run = cfg.run
+    if not (epochs_log and run.patience and patience_exhausted(epochs_log, run.patience)
+            and epochs_log[-1]["epoch"] < run.epochs - 1):
+        return None
+    return {"patience": int(run.patience), "epoch": int(epochs_log[-1]["epoch"])}
+
+
+def log_early_stop(cfg: TrainConfig, epochs_log: list) -> None:
+    rec = early_stop_record(cfg, epochs_log)
+    if rec is not None:
+        log.info("--patience %d: no better validation score in the last %d evaluated epochs; "
+                 "stopping after epoch %d of %d", rec["patience"], rec["patience"],
+                 rec["epoch"], cfg.run.epochs)
 
 
 def evaluates_after(cfg: TrainConfig, epoch: int) -> bool:

@@ -114,6 +114,6 @@ def run_partitioned(cfg, argv: list[str], dataset_given: bool | None = None) -> 
             raise  # not started by `--nproc`: the CLI prints it
         raise SystemExit(getattr(e, "exit_code", 2)) from None  # the launcher prints it
     if env.is_main:
-        print(json.dumps({"val_acc": res.val_acc, "test_acc": res.test_acc,
-                          "metrics": str(res.out / "metrics.json")}))
+        from ..train import result_record
+        print(json.dumps(result_record(res)))  # the single-process line's keys
     return 0

@@ -67,7 +67,8 @@ from ..partition.selfdep import Part, load_part, read_meta
 from ..rundir import RunDir
 from ..sampler import make_sampler
 from ..train import (CHECKPOINT, METRICS, Selection, build_training, dataset_record, diverged,
-                     evaluates_after, final_line, log_epoch, make_loader, model_record,
+                     early_stop_record, evaluates_after, final_line, log_early_stop,
+                     log_epoch, make_loader, model_record, patience_exhausted,
                      read_checkpoint, resolve_metric, run_signature, save_checkpoint,
                      train_epoch, write_diverged, write_metrics)
 from .env import DistEnv, detect, process_group, rank_device
@@ -400,10 +401,12 @@ def _run(cfg: TrainConfig, folder: Path, meta: dict, env: DistEnv, device, backe
 
     def metrics(final=False, memory=None):
         write_metrics(out, cfg, device, loader.plan, epochs_log, sel, final=final, **extra,
-                      **(memory or {}))
+                      early_stop=early_stop_record(cfg, epochs_log), **(memory or {}))
 
     with loader.plan.applied():
         for epoch in range(start_epoch, run.epochs):
+            if patience_exhausted(epochs_log, run.patience):  # the same log on every rank
+                break
             torch.manual_seed(mix_key(run.seed, rank, epoch) & 0x7FFFFFFFFFFFFFFF)
             before = sampler.counters()
             # a non-finite loss is recorded, not raised: the ranks decide together below
@@ -443,6 +446,9 @@ def _run(cfg: TrainConfig, folder: Path, meta: dict, env: DistEnv, device, backe
     dist.all_gather_object(mem, (peak_rss_mib(), pss.stop()))
     if env.is_main:
         metrics(True, memory_metrics(mem))
+        log_early_stop(cfg, epochs_log)
+        if (warning := sel.warning()) is not None:
+            log.warning("%s", warning)
         log.info("%s", final_line(sel, out / METRICS))
     f = sel.figures
     return DistResult(f["val_acc"], f["test_acc"], epochs_log, out, rank, model,
