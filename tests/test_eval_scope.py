@@ -137,6 +137,87 @@ def test_streaming_drops_the_large_level_table(monkeypatch):
     torch.testing.assert_close(auto.values, off.values, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("name", ["sage", "gcn"])
+@pytest.mark.parametrize("hidden, layers", [(16, 2), (64, 3), (16, 4)])
+@pytest.mark.parametrize("place, pass_rows", [("host", None), ("host", 37), ("disk", 11)])
+def test_streamed_inputs_equal_whole_graph(cdata, name, hidden, layers, place, pass_rows,
+                                           tmp_path):
+    """Layer 0's inputs streamed (``stream_inputs=True``: the feature table read in order,
+    each row pushed into its neighbours' sums, in passes over ranges of layer 0's vertices,
+    one pass or many, tables in memory or in scratch files), with the layers above streamed
+    or not: whole-graph inference's logits to 1e-5, and ``plan.input_passes`` counts the
+    passes."""
+    m = _model(cdata.num_features, cdata.num_classes, name, hidden, layers)
+    sampler = NeighborSampler(cdata.graph, [-1] * layers)
+    want = layerwise_inference(m, sampler, cdata.feat, CPU, batch_edges=97)
+    n = cdata.num_nodes
+    s = np.concatenate([cdata.val_idx[:9], cdata.val_idx[:9], [n - 1, n - 2, 0]])
+    plan = plan_scope(m, cdata.graph, scored_ids(n, s), "scored")
+    m1 = plan.rows[0]
+    passes = 1 if pass_rows is None else -(-m1 // pass_rows)
+    for stream in (True, False):
+        got = scored_inference(m, sampler, cdata.feat, CPU, s, plan=plan, stream=stream,
+                               stream_inputs=True, pass_rows=pass_rows, batch_edges=97,
+                               chunk_bytes=4 * 16 * 12, place=place, scratch_dir=tmp_path)
+        assert plan.input_passes == passes
+        torch.testing.assert_close(got.take(s), want[torch.from_numpy(s)], rtol=1e-5,
+                                   atol=1e-5)
+
+
+def test_streamed_inputs_read_the_table_in_order_once_per_pass(cdata, monkeypatch):
+    """Streamed, layer 0 reads the feature table only in ascending ranges that cover it once
+    per pass (never rows gathered at random); gathered, it reads rows by id. A layer 0 that
+    projects (hidden < features) gathers: its inputs are projected once each anyway."""
+    from twopgraph.cache.host import HostFeatures
+    src = HostFeatures(cdata.feat)
+    calls = []
+    monkeypatch.setattr(src, "read", lambda ids: calls.append(("read", len(ids))) or
+                        HostFeatures.read(src, ids))
+    monkeypatch.setattr(src, "read_range", lambda a, b: calls.append(("range", a, b)) or
+                        HostFeatures.read_range(src, a, b))
+    m = _model(cdata.num_features, cdata.num_classes, "sage", 16, 3)
+    sampler = NeighborSampler(cdata.graph, [-1] * 3)
+    s = cdata.val_idx
+    plan = plan_scope(m, cdata.graph, scored_ids(cdata.num_nodes, s), "scored")
+    got = scored_inference(m, sampler, src, CPU, s, plan=plan, stream_inputs=True,
+                           pass_rows=-(-plan.rows[0] // 3), batch_edges=97)
+    assert plan.input_passes == 3 and {c[0] for c in calls} == {"range"}
+    covered = [(a, b) for _, a, b in calls]
+    n = cdata.num_nodes
+    assert covered == [(a, b) for _ in range(3) for a, b in
+                       zip([c[0] for c in covered[:len(covered) // 3]],
+                           [c[1] for c in covered[:len(covered) // 3]])]
+    first = covered[:len(covered) // 3]
+    assert first[0][0] == 0 and first[-1][1] == n and all(
+        b == a2 for (_, b), (a2, _) in zip(first, first[1:]))
+    calls.clear()
+    off = scored_inference(m, sampler, src, CPU, s, plan=plan, stream_inputs=False)
+    assert plan.input_passes == 0 and {c[0] for c in calls} == {"read"}
+    torch.testing.assert_close(got.values, off.values, rtol=1e-5, atol=1e-5)
+    thin = _model(cdata.num_features, cdata.num_classes, "sage", 3, 2)
+    thin_plan = plan_scope(thin, cdata.graph, scored_ids(cdata.num_nodes, s), "scored")
+    scored_inference(thin, NeighborSampler(cdata.graph, [-1] * 2), src, CPU, s,
+                     plan=thin_plan, stream_inputs=True)
+    assert thin_plan.input_passes == 0
+
+
+def test_inputs_stream_by_default_when_the_table_outgrows_the_memory(cdata, monkeypatch):
+    """The default rule: the inputs are gathered while the feature table fits in
+    INPUT_CACHE_SHARE of the available memory, streamed beyond (same logits)."""
+    m = _model(cdata.num_features, cdata.num_classes, "sage", 16, 3)
+    sampler = NeighborSampler(cdata.graph, [-1] * 3)
+    s = cdata.test_idx
+    plan = plan_scope(m, cdata.graph, scored_ids(cdata.num_nodes, s), "scored")
+    table = cdata.feat.nbytes
+    monkeypatch.setattr(inference, "available_host_bytes", lambda *a, **k: 4 * table)
+    roomy = scored_inference(m, sampler, cdata.feat, CPU, s, plan=plan)
+    assert plan.input_passes == 0
+    monkeypatch.setattr(inference, "available_host_bytes", lambda *a, **k: table)
+    tight = scored_inference(m, sampler, cdata.feat, CPU, s, plan=plan)
+    assert plan.input_passes >= 1
+    torch.testing.assert_close(tight.values, roomy.values, rtol=1e-5, atol=1e-5)
+
+
 def test_a_store_knows_its_graph_is_undirected(tmp_path, monkeypatch):
     """A store records that its graph was checked undirected, so streaming on it does not
     check all E entries again; a renumbered store inherits it."""

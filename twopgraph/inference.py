@@ -468,6 +468,7 @@ class ScopePlan:
     edges: list[int]
     choice: dict | None = None
     streamed: list[bool] | None = None
+    input_passes: int | None = None
 
     def record(self) -> dict:
         """The keys an evaluated epoch's record gets: ``eval_scope``, ``eval_rows`` (rows
@@ -476,7 +477,8 @@ class ScopePlan:
         into it by the layer below; :func:`scored_inference`; None for scope ``all``)."""
         return {"eval_scope": self.scope, "eval_rows": list(self.rows),
                 "eval_edges": list(self.edges), "eval_choice": self.choice,
-                "eval_streamed": None if self.streamed is None else list(self.streamed)}
+                "eval_streamed": None if self.streamed is None else list(self.streamed),
+                "eval_input_passes": self.input_passes}
 
 
 def _projects(conv) -> bool:
@@ -603,7 +605,8 @@ def scored_inference(model: BlockGNN, sampler, feat, device, scored,
                      batch_edges: int = 4_000_000, *, plan: ScopePlan | None = None,
                      scratch_dir=None, place: str | None = None,
                      chunk_bytes: int = EVAL_CHUNK_BYTES,
-                     stream: bool | None = None) -> ScoredLogits:
+                     stream: bool | None = None, stream_inputs: bool | None = None,
+                     pass_rows: int | None = None) -> ScoredLogits:
     """Exact full-neighbour inference of the vertices ``scored`` only (ids, any order,
     duplicates allowed): the same logits as :func:`layerwise_inference` on those rows (up to
     float rounding), computed over the L-hop in-neighbourhood instead of all N vertices.
@@ -628,6 +631,17 @@ def scored_inference(model: BlockGNN, sampler, feat, device, scored,
     hidden`` table is never made. On a papers-shaped graph the 2-hop level is 93% of the
     vertices and the 1-hop one 7%: streaming replaces an N x hidden table by two 0.07 N x
     hidden ones. Which layers streamed is set as ``plan.streamed``.
+
+    Layer 0 gathers each chunk's distinct input rows at random, which rereads the whole
+    feature table per chunk once it no longer stays in the page cache. Its *inputs* are then
+    streamed instead (``stream_inputs`` None: when the input table exceeds
+    :data:`INPUT_CACHE_SHARE` of the memory available; True: wherever the conv contract and
+    an undirected graph allow; False: never): in passes over ranges of its own level sized to
+    :data:`TABLE_SHARE` of the memory the page cache could give way to (``pass_rows`` rows
+    each, when given), each pass reads the feature table and the CSR once, in order, and
+    pushes every row into the accumulators of its neighbours in the range
+    (:class:`_Push`): a few sequential reads of the table instead of one random read per
+    chunk. ``plan.input_passes`` is the number of passes (0: gathered).
 
     Every table is sized by its level, ``|V_i| x width`` float32, kept where
     :func:`table_place` says; nothing of size N is made (ids int32 below 2**31 vertices)
@@ -694,6 +708,8 @@ def scored_inference(model: BlockGNN, sampler, feat, device, scored,
             for t, p in zip(proj, parts):
                 t.write(a, b, p)
         src, below = None, LevelIndex(rows0, n)
+    inpush = src is not None and _push_inputs(convs[0], graph, src, stream_inputs)
+    input_passes = 0
     pushed: _Push | None = None  # the accumulated inputs of the layer about to run
     streamed = []
     for i, conv in enumerate(convs):
@@ -726,17 +742,28 @@ def scored_inference(model: BlockGNN, sampler, feat, device, scored,
             for t, p in zip(out, parts):
                 t.write(a, b, p)
 
+        def combined(got: _Push, a0: int, b0: int, base: int = 0) -> None:
+            """Emit positions ``[a0, b0)`` of the level: the combine of what ``got`` holds
+            for them (its row 0 is position ``base``)."""
+            step = max(1, chunk_bytes // (4 * got.width))
+            for a in range(a0, b0, step):
+                b = min(b0, a + step)
+                dst = level[a:b]
+                y = conv.combine(got.rows.read_range(a - base, b - base),
+                                 got.acc.read_range(a - base, b - base),
+                                 _degree_of(sampler, dst).to(device))
+                offs, nbrs = _rows_of(graph, dst) if push is not None else (None, None)
+                emit(a, b, y, offs, nbrs)
+
         if pushed is not None:  # this layer = combine of what the layer below pushed
-            step = max(1, chunk_bytes // (4 * pushed.width))
             for a0, b0 in itertools.pairwise(edge_balanced_ranges(cum, batch_edges)):
-                for a in range(a0, b0, step):
-                    b = min(b0, a + step)
-                    dst = level[a:b]
-                    y = conv.combine(pushed.rows.read_range(a, b),
-                                     pushed.acc.read_range(a, b),
-                                     _degree_of(sampler, dst).to(device))
-                    offs, nbrs = _rows_of(graph, dst) if push is not None else (None, None)
-                    emit(a, b, y, offs, nbrs)
+                combined(pushed, a0, b0)
+        elif i == 0 and inpush:  # the inputs pushed in passes over ranges of the level
+            for d0, d1, got in _input_passes(conv, src, sampler, level, device,
+                                            batch_edges, place, scratch_dir, pass_rows):
+                input_passes += 1
+                combined(got, d0, d1, d0)
+                del got
         else:
             inputs = proj if proj is not None else [src]
             width = sum(t.table.shape[1] if isinstance(t, EvalTable) else conv.in_dim
@@ -762,8 +789,75 @@ def scored_inference(model: BlockGNN, sampler, feat, device, scored,
         below = LevelIndex(level, n)
     if plan is not None:
         plan.streamed = streamed
+        plan.input_passes = input_passes
     model.train(was_training)
     return ScoredLogits(src.result(), levels[-1].astype(np.int64))
+
+
+#: Layer 0 of :func:`scored_inference` streams its inputs (by default) when the input
+#: table's bytes exceed this share of :func:`available_host_bytes`: the page cache could not
+#: keep it while a layer reads it at random.
+INPUT_CACHE_SHARE = 0.5
+
+
+def _push_inputs(conv, graph, src, stream_inputs: bool | None) -> bool:
+    """Whether layer 0 (``conv``) of :func:`scored_inference` streams its inputs from the
+    feature source ``src`` (see there): never for a resident table (on the device) or a
+    row-mapped one, nor without ``conv.aggregate``/``combine`` and an undirected graph."""
+    if stream_inputs is False or isinstance(src, EvalTable):
+        return False
+    if not (hasattr(conv, "aggregate") and hasattr(conv, "combine")):
+        return False
+    host = getattr(src, "host", None)
+    if host is not None and getattr(host, "rows", None) is not None:
+        return False
+    if graph.undirected_problem() is not None:
+        return False
+    if stream_inputs:
+        return True
+    nbytes = int(getattr(src, "num_rows", 0)) * int(getattr(src, "row_bytes", 0))
+    avail = available_host_bytes()
+    return avail is not None and nbytes > INPUT_CACHE_SHARE * avail
+
+
+def _input_passes(conv, src, sampler, level: np.ndarray, device, batch_edges: int,
+                  place: str | None, scratch_dir, pass_rows: int | None):
+    """Layer 0's inputs streamed (:func:`scored_inference`): yields ``(d0, d1, push)`` per
+    pass over positions ``[d0, d1)`` of ``level`` (the layer's dst vertices), ``push`` a
+    :class:`_Push` holding their summed aggregations and own rows after one read of the
+    feature table ``src`` and the CSR in id order. A pass covers ``pass_rows`` vertices, by
+    default as many as :data:`TABLE_SHARE` of :func:`fillable_host_bytes` (or of the
+    device's free memory on CUDA, when larger) holds. Memory per pass: the two tables,
+    an n-byte mark, and per chunk of ``batch_edges`` edges its rows and edges."""
+    graph = sampler.graph
+    indptr, indices = graph.indptr, graph.indices
+    widths = [_agg_width(conv, device), conv.in_dim]
+    row_bytes = 4 * sum(widths)
+    m = level.shape[0]
+    host = fillable_host_bytes()
+    if pass_rows is None:
+        budget = TABLE_SHARE * (host if host is not None else math.inf)
+        if device.type == "cuda":
+            budget = max(budget, TABLE_SHARE * torch.cuda.mem_get_info(device)[0])
+        pass_rows = m if math.isinf(budget) else max(1, int(budget // row_bytes))
+    k = max(1, -(-m // max(1, pass_rows)))
+    bounds = np.linspace(0, m, k + 1).round().astype(np.int64)
+    ranges = edge_balanced_ranges(indptr, batch_edges)
+    for p, (d0, d1) in enumerate(itertools.pairwise(bounds.tolist())):
+        if d1 <= d0:
+            continue
+        log.info("exact evaluation: layer 0 inputs, pass %d of %d (%d of %d vertices)",
+                 p + 1, k, d1 - d0, m)
+        rows = d1 - d0
+        where = place or table_place(row_bytes * rows, device, host_bytes=host)
+        push = _Push(conv, None, level[d0:d1], sampler, device,
+                     [EvalTable(rows, w, where, device, scratch_dir) for w in widths])
+        for a, b in itertools.pairwise(ranges):
+            lo, hi = int(indptr[a]), int(indptr[b])
+            offs = np.asarray(indptr[a:b + 1], dtype=np.int64) - lo
+            push.push(a, b, src.read_range(a, b), np.arange(a, b, dtype=np.int64), offs,
+                      np.asarray(indices[lo:hi]))
+        yield int(d0), int(d1), push
 
 
 def _agg_width(conv, device) -> int:
@@ -810,12 +904,13 @@ class _Push:
     edges), and an ``n``-byte membership mark of ``upper`` when it is dense
     (:data:`PUSH_MARK`)."""
 
-    def __init__(self, conv, level: np.ndarray, upper: np.ndarray, sampler, device,
+    def __init__(self, conv, level: np.ndarray | None, upper: np.ndarray, sampler, device,
                  tables: list[EvalTable]):
         self.conv, self.upper, self.sampler, self.device = conv, upper, sampler, device
         self.acc, self.rows = tables
-        if self.acc.where != "disk":  # a new scratch file reads as zeros already
-            self.acc.table.zero_()
+        for t in tables:  # zeros (a new scratch file reads as zeros already); in memory,
+            if t.where != "disk":  # touched now so that the memory left is seen at once
+                t.table.zero_()
         self.width = sum(t.table.shape[1] for t in tables)
         graph = sampler.graph
         self.indptr = graph.indptr
@@ -824,7 +919,8 @@ class _Push:
         if PUSH_MARK * upper.shape[0] >= graph.num_nodes:
             self.mark = np.zeros(graph.num_nodes, dtype=bool)
             self.mark[upper] = True
-        self.own = np.searchsorted(level, upper)  # each upper vertex's place in level
+        # each upper vertex's place in level (level None: all vertices in id order)
+        self.own = upper.astype(np.int64) if level is None else np.searchsorted(level, upper)
 
     def push(self, a: int, b: int, y: torch.Tensor, dst: np.ndarray, offs: np.ndarray,
              nbrs: np.ndarray) -> None:
@@ -862,8 +958,8 @@ class _Push:
 def evaluate_scored(model: BlockGNN, sampler, feat, device, scored,
                     batch_edges: int = 4_000_000, *, scope: str = "auto",
                     plan: ScopePlan | None = None, scratch_dir=None,
-                    place: str | None = None,
-                    stream: bool | None = None) -> tuple[ScoredLogits, ScopePlan]:
+                    place: str | None = None, stream: bool | None = None,
+                    stream_inputs: bool | None = None) -> tuple[ScoredLogits, ScopePlan]:
     """The exact logits of the vertices ``scored`` (ids, any order, duplicates allowed) and
     the plan that computed them: ``plan`` (e.g. kept from an earlier call on the same graph and
     vertices), else :func:`plan_scope` of ``scope`` (``auto`` | ``all`` | ``scored``). Scope
@@ -876,7 +972,8 @@ def evaluate_scored(model: BlockGNN, sampler, feat, device, scored,
         plan = plan_scope(model, sampler.graph, ids, scope, batch_edges)
     if plan.scope == "scored":
         return scored_inference(model, sampler, feat, device, ids, batch_edges, plan=plan,
-                                scratch_dir=scratch_dir, place=place, stream=stream), plan
+                                scratch_dir=scratch_dir, place=place, stream=stream,
+                                stream_inputs=stream_inputs), plan
     full = layerwise_inference(model, sampler, feat, device, batch_edges,
                                scratch_dir=scratch_dir, place=place)
     return ScoredLogits(full).restrict(ids), plan
