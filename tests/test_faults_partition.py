@@ -425,7 +425,7 @@ def test_orphans_of_killed_writers_are_removed(data, tmp_path):
     proc = subprocess.run([sys.executable, "-c", _KILLED_WRITER.format(
         tests=str(ROOT / "tests"), out=str(out))], capture_output=True, text=True, timeout=120)
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
-    orphans = [p.name for p in out.parent.iterdir()]
+    orphans = [p.name for p in out.parent.iterdir() if p.name != ".p2.lock"]  # its lock file
     assert len(orphans) == 1 and orphans[0].startswith(".p2.tmp-"), orphans
     assert (out.parent / orphans[0] / "part1" / "train_idx.npy").is_file()
     assert (out.parent / orphans[0] / "store" / "feat.npy").is_file()  # data without a store
@@ -503,3 +503,84 @@ def test_process_group_refuses_unusable_timeouts(timeout):
     with pytest.raises(ConfigError, match="dist-timeout"):
         with process_group(DistEnv(), torch.device("cpu"), timeout):
             pass
+
+
+# -- one writer per output folder and cache (issue 22, item 6) ---------------------------------
+_HOLDER = """
+import sys, time
+from twopgraph.rundir import FileLock
+with FileLock(sys.argv[1], "x", blocking=True):
+    print("held", flush=True)
+    time.sleep(float(sys.argv[2]))
+"""
+
+
+def _hold(lock_path, seconds: float) -> subprocess.Popen:
+    """Another process holding the lock ``lock_path`` for ``seconds``."""
+    proc = subprocess.Popen([sys.executable, "-c", _HOLDER, str(lock_path), str(seconds)],
+                            stdout=subprocess.PIPE, text=True,
+                            env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def test_a_second_partition_into_a_folder_being_written_is_refused(data, tmp_path):
+    """Two `twopgraph partition --out SAME` both exited 0, one silently replacing the other;
+    the second is now refused in one line (exit 2) and touches nothing."""
+    from twopgraph.rundir import sibling_lock
+    npz = data.save_npz(tmp_path / "comm.npz")
+    out = tmp_path / "parts"
+    args = [sys.executable, "-m", "twopgraph", "partition", "--dataset", str(npz),
+            "--data-root", str(tmp_path), "--num-parts", "2", "--hops", "1",
+            "--num-clusters", "12", "--out", str(out)]
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    holder = _hold(sibling_lock(out), 60)  # the first writer, still at work
+    try:
+        proc = subprocess.run(args, capture_output=True, text=True, env=env, timeout=120)
+    finally:
+        holder.kill()
+        holder.wait()
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("twopgraph:")]
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert len(lines) == 1 and "Traceback" not in proc.stderr
+    assert f"is in use by another twopgraph process (pid {holder.pid} on host" in lines[0]
+    assert not out.exists()
+    # the holder gone (killed: its lock file stays, unlocked), the next writer proceeds
+    proc = subprocess.run(args, capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    selfdep.verify_partition(out)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+
+
+def test_partition_api_refuses_a_folder_another_process_writes(data, tmp_path):
+    from twopgraph.rundir import sibling_lock
+    out = tmp_path / "p"
+    holder = _hold(sibling_lock(out), 60)
+    try:
+        with pytest.raises(ConfigError, match="in use by another twopgraph process"):
+            partition_selfdep(data, 2, 1, out, num_clusters=12)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert not out.exists()
+
+
+def test_cluster_cache_waits_for_its_writer_instead_of_computing_it_twice(data, tmp_path,
+                                                                          caplog):
+    import logging
+
+    from twopgraph.partition.cluster import cache_path, cluster_graph, cluster_key
+    cache = tmp_path / "clusters"
+    key = cluster_key(data.graph, 12, train_idx=data.train_idx)
+    path = cache_path(cache, key, "metis")
+    holder = _hold(path.parent / f".{path.stem}.lock", 1.5)
+    t = time.monotonic()
+    try:
+        with caplog.at_level(logging.INFO, logger="twopgraph"):
+            c = cluster_graph(data.graph, 12, train_idx=data.train_idx, cache_dir=cache)
+    finally:
+        holder.wait(timeout=60)
+    assert time.monotonic() - t >= 1.0  # it waited for the holder
+    assert any("waiting for the cluster cache" in r.getMessage() for r in caplog.records)
+    assert c.num_clusters == 12 and path.is_file()
+    assert not [p for p in cache.iterdir() if p.name.endswith(".lock")]

@@ -15,11 +15,19 @@ log = logging.getLogger("twopgraph")
 
 def cmd_partition(a) -> int:
     """``twopgraph partition``; ``a`` holds the flags of :class:`~twopgraph.config.PartitionConfig`
-    (the CLI validated them)."""
+    (the CLI validated them). One writer per ``--out``: a second ``partition`` into a folder
+    being written is refused in one line (:class:`~twopgraph.rundir.FileLock`)."""
+    from ..rundir import FileLock, sibling_lock
+    _check_out_folder(a.out)  # before loading data and METIS
+    # one writer per --out, from before the data is loaded (partition_selfdep holds it too)
+    with FileLock(sibling_lock(a.out), str(a.out)):
+        return _partition(a)
+
+
+def _partition(a) -> int:
     from ..config import DataConfig
     from ..datasets import dataset_path, resolve_data_root
     from ..partition.selfdep import partition_selfdep
-    _check_out_folder(a.out)  # before loading data and METIS
     data = DataConfig(a.dataset, a.data_root, a.symmetrize).validate().load()
     # Reused only if DIR holds the partition of this very content and settings (its
     # partition_id, a fingerprint) and passes verification; any other value, or --force,

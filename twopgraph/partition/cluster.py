@@ -252,12 +252,28 @@ def cluster_graph(graph: CSRGraph, num_clusters: int, *, train_idx: np.ndarray |
     key = cluster_key(graph, num_clusters, train_idx=train_idx, seed=seed, ufactor=ufactor,
                       max_degree=max_degree, method=method)
     path = cache_path(cache_dir, key, method) if cache_dir is not None else None
-    if path is not None and path.is_file():
-        cached = _read_cache(path, n, num_clusters)
-        if cached is not None:
-            parts, cut, seconds = cached
-            log.info("clusters: %d (edge cut %d) read from %s", num_clusters, cut, path)
-            return Clustering(parts, num_clusters, cut, seconds, True, key, method)
+    if path is None:
+        return _compute(graph, num_clusters, train_idx, seed, ufactor, max_degree, method, key,
+                        None)
+    # one writer per cache entry: a process that finds another computing it waits for that
+    # result instead of computing it again (and replacing it under the other's feet)
+    from ..rundir import FileLock
+    with FileLock(path.parent / f".{path.stem}.lock", f"the cluster cache {path}",
+                  blocking=True):
+        if path.is_file():
+            cached = _read_cache(path, n, num_clusters)
+            if cached is not None:
+                parts, cut, seconds = cached
+                log.info("clusters: %d (edge cut %d) read from %s", num_clusters, cut, path)
+                return Clustering(parts, num_clusters, cut, seconds, True, key, method)
+        return _compute(graph, num_clusters, train_idx, seed, ufactor, max_degree, method, key,
+                        path)
+
+
+def _compute(graph, num_clusters, train_idx, seed, ufactor, max_degree, method, key,
+             path) -> Clustering:
+    """:func:`cluster_graph`'s work, written to the cache file ``path`` (None: none)."""
+    n = graph.num_nodes
     t = time.perf_counter()
     if method == "metis":
         max_degree, niter = _metis_settings(graph, max_degree)

@@ -64,10 +64,21 @@ def renumber(data: GraphData, clustering: Clustering, cache_dir=None,
     if data.store is None or cache_dir is None:
         return data.permute(perm), clustering.permute(perm), perm
     from ..fingerprint import fingerprint
-    from ..store import STORE_VERSION, is_store, open_store, permuted_store, read_store_meta
+    from ..store import STORE_VERSION
     key = fingerprint("renumbered-store", {"data": data.fingerprint(), "store": STORE_VERSION},
                       perm)
     folder = Path(cache_dir) / f"renumbered-{key[:20]}"
+    from ..rundir import FileLock
+    # one writer per renumbered store: another process building it is waited for, then its
+    # store is used (never rebuilt and replaced while the other maps it)
+    with FileLock(folder.parent / f".{folder.name}.lock", f"the renumbered store {folder}",
+                  blocking=True):
+        return _renumbered_store(data, clustering, perm, key, folder, progress)
+
+
+def _renumbered_store(data, clustering, perm, key, folder, progress):
+    """:func:`renumber` of store-backed data into ``folder``, under its lock."""
+    from ..store import is_store, open_store, permuted_store, read_store_meta
     if is_store(folder):
         try:
             derived = read_store_meta(folder).get("derived") or {}

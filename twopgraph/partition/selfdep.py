@@ -133,6 +133,7 @@ import numpy as np
 from ..errors import ConfigError, TwopgraphError
 from ..fingerprint import fingerprint
 from ..graph import SPLITS, CSRGraph, GraphData, atomic_write_bytes
+from ..rundir import FileLock, remove_stale_lock, sibling_lock
 from ..store import open_store, write_store
 from .cluster import (
     DEFAULT_UFACTOR,
@@ -173,6 +174,8 @@ _ARRAYS = {"local": _LOCAL_ARRAYS, "global": _GLOBAL_ARRAYS}
 # folders of older versions); a folder of this pattern whose writer is dead is an orphan.
 _TMP_NAME = re.compile(r"^\.(?P<name>.+)\.tmp-(?P<pid>\d+)(?:@(?P<host>[A-Za-z0-9_.-]+))?$")
 _PART_DIR = re.compile(r"^part\d+$")
+# The lock file of a partition folder (:func:`~twopgraph.rundir.sibling_lock`): ``.OUT.lock``
+_LOCK_NAME = re.compile(r"^\..+\.lock$")
 # the store writer's temporary folder inside a partition being written
 _STORE_TMP = re.compile(r"^\.store\.tmp-")
 
@@ -265,6 +268,24 @@ def partition_selfdep(data: GraphData, num_parts: int, hops: int, out, *, seed: 
                           f"{representation!r}")
     out = Path(out)
     _check_replaceable(out)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise PartitionError(f"cannot write the partition {out}: {_os_error(e, out.parent)}") \
+            from None
+    # one writer per folder: a second one into it is refused (the lock lives beside OUT,
+    # which is replaced as a whole)
+    with FileLock(sibling_lock(out), str(out)):
+        _check_replaceable(out)  # again, under the lock
+        return _partition_locked(data, num_parts, hops, out, seed=seed, k=k,
+                                 cache_dir=cache_dir, source_path=source_path, reuse=reuse,
+                                 representation=representation)
+
+
+def _partition_locked(data: GraphData, num_parts: int, hops: int, out: Path, *, seed: int,
+                      k: int, cache_dir, source_path, reuse: bool, representation: str) -> dict:
+    """:func:`partition_selfdep` once ``out``'s lock is held."""
+    n = data.num_nodes
     t0 = time.perf_counter()
     pid = partition_fingerprint(data, num_parts, hops, seed=seed, num_clusters=k,
                                 representation=representation)
@@ -460,7 +481,8 @@ def _is_partition_tmp(folder: Path) -> bool:
 
 def clean_orphans(parent) -> list[Path]:
     """Remove the temporary folders (``.NAME.tmp-PID@HOST``) that partition writers killed
-    before they finished (``kill -9``, power loss) left in ``parent``; returns them.
+    before they finished (``kill -9``, power loss) left in ``parent``, and their lock files
+    (``.NAME.lock``) that no process holds any more; returns them.
 
     A folder is removed only if its name has this pattern, its writer ran on this machine and
     process ``PID`` no longer exists, and it holds nothing but what a writer writes (see
@@ -474,6 +496,11 @@ def clean_orphans(parent) -> list[Path]:
         return removed
     host = _host()
     for e in entries:
+        if _LOCK_NAME.match(e.name) and e.is_file() and not e.is_symlink():
+            # of a writer that died (it names its holder, as twopgraph's do); a held one stays
+            if _names_holder(e) and remove_stale_lock(e):
+                removed.append(e)
+            continue
         m = _TMP_NAME.match(e.name)
         if m is None or (m["host"] is not None and m["host"] != host):
             continue
@@ -486,6 +513,15 @@ def clean_orphans(parent) -> list[Path]:
                      m["pid"])
             removed.append(e)
     return removed
+
+
+def _names_holder(path: Path) -> bool:
+    """Whether ``path`` reads as a twopgraph lock file: ``{"pid": ..., "host": ...}``."""
+    try:
+        rec = json.loads(path.read_text()[:4096])
+    except (OSError, ValueError):
+        return False
+    return isinstance(rec, dict) and set(rec) == {"pid", "host"}
 
 
 def _os_error(e: OSError, folder: Path) -> str:
