@@ -54,7 +54,8 @@ from .graph import CSRGraph, GraphData, atomic_write_bytes
 from .ingest import (NpzMember, coo_npz, ingest, is_coo_npz, ogb_raw, read_ogb_split,
                      source_record)
 from .store import (HalfRangeError, NotUndirected, convert_npz, half_checked, is_store,
-                    open_store, read_store_meta, write_store)
+                    open_store, read_store_meta, rewrite_meta, source_digest,
+                    source_identity, write_store)
 
 log = logging.getLogger("twopgraph")
 
@@ -303,10 +304,14 @@ def _converted(dtype: str) -> str | None:
     return None if dtype == "float32" else dtype
 
 
-def _fresh(meta: dict, path: Path, root: Path) -> bool:
-    """Whether the store of ``meta`` was made from the file at ``path`` as it is now: same key
-    (path relative to the data root), size and modification time, and, where recorded,
-    inode, change time and the sizes and times of the other source files."""
+def _fresh(meta: dict, path: Path, root: Path, folder: Path | None = None) -> bool:
+    """Whether the store of ``meta`` (at ``folder``) was made from the file at ``path`` as it
+    is now: same key (path relative to the data root), size and modification time, and,
+    where recorded, inode and change time and the sizes and times of the other source files.
+    A file of another inode or change time but the same size and mtime is the same source
+    when its bytes have the recorded ``digest`` (a copied data root; the record then takes
+    the new inode and change time, where ``folder`` is writable); without a digest (ingested
+    raw files) it is not."""
     src = meta.get("source") or {}
     st = path.stat()
     if not (src.get("key") == _source_key(path, root) and src.get("size") == st.st_size
@@ -314,7 +319,11 @@ def _fresh(meta: dict, path: Path, root: Path) -> bool:
         return False
     if src.get("inode") is not None and (src["inode"] != st.st_ino
                                          or src.get("ctime_ns") != st.st_ctime_ns):
-        return False
+        if not src.get("digest") or source_digest(path) != src["digest"]:
+            return False
+        if folder is not None:  # same bytes (copied, hard-linked, chmod): cheap next time
+            rewrite_meta(folder, dict(meta, source=dict(src, inode=st.st_ino,
+                                                        ctime_ns=st.st_ctime_ns)))
     for fname, (size, mtime) in (src.get("files") or {}).items():
         other = path.parent / fname
         try:
@@ -343,7 +352,7 @@ def _stored(npz: Path, root: Path, name: str | None, symmetrize: bool = False,
     folder = store_folder(npz, root, dtype=store_dtype)
     if is_store(folder):
         try:
-            if _fresh(read_store_meta(folder), npz, root):
+            if _fresh(read_store_meta(folder), npz, root, folder):
                 return open_store(folder, name=name, check_symmetric=not symmetrize)
             log.info("%s changed since it was converted: converting it again", npz)
         except NotUndirected as e:  # the file's graph: the user's to fix (or --symmetrize)
@@ -353,7 +362,8 @@ def _stored(npz: Path, root: Path, name: str | None, symmetrize: bool = False,
     try:
         if is_coo_npz(npz):  # the COO exchange format: edges, symmetrised while ingested
             ingest(coo_npz(npz, name), folder, progress=progress,
-                   source=source_record([npz], _source_key(npz, root)),
+                   source=dict(source_record([npz], _source_key(npz, root)),
+                               digest=source_digest(npz)),
                    feat_dtype=_converted(store_dtype))
         else:
             convert_npz(npz, folder, progress=progress, name=name,
@@ -670,9 +680,7 @@ def _in_memory(npz: Path, name: str | None, symmetrize: bool) -> GraphData:
 def _store_of(data: GraphData, npz: Path, root: Path, name: str, progress: bool) -> GraphData:
     """``data``, just written to the cache ``npz``, as the store of that file (written from
     the arrays in hand, not read back) opened memory-mapped."""
-    st = npz.stat()
-    source = {"path": str(npz.resolve()), "key": _source_key(npz, root), "size": st.st_size,
-              "mtime_ns": st.st_mtime_ns}
+    source = source_identity(npz, _source_key(npz, root))
     try:
         folder = write_store(data, store_folder(npz, root), source=source, progress=progress)
     except OutputError as e:
@@ -795,16 +803,14 @@ def _ogb_processed_store(name: str, root: Path, meta: dict, processed: Path,
     data = _ogb_to_graphdata(name, graph, labels, split, progress)
     data.num_classes = max(data.num_classes, int(meta["num classes"]))
     del graph, labels
-    st = processed.stat()
-    source = {"path": str(processed.resolve()), "key": _source_key(processed, root),
-              "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    source = source_identity(processed, _source_key(processed, root))
     folder = store_folder(processed, root, stem=name, dtype=store_dtype)
     if store_dtype != "float32":  # in memory already (ogb's processed file)
         feat = next(half_checked([np.asarray(data.feat)], f"{name} features"))
         data.feat = feat.astype(np.float16)
     if is_store(folder):
         with contextlib.suppress(GraphFormatError):
-            if _fresh(read_store_meta(folder), processed, root):
+            if _fresh(read_store_meta(folder), processed, root, folder):
                 return open_store(folder, name=name)
     try:
         write_store(data, folder, source=source, progress=progress)

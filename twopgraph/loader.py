@@ -55,6 +55,7 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 import torch
 
+from . import livemap
 from .cache.directory import announced
 from .jit import configure_threading, thread_count
 from .metrics import transfer_metrics
@@ -213,6 +214,7 @@ class Loader:
         if self.cuda:
             it = self._copied(it)
         for mb, ready in _prefetch(it, self.prefetch):
+            livemap.check()  # a store file truncated or rewritten under the run: one line
             yield self._consumed(mb, ready)
 
     def sample_epoch(self, epoch: int = 0) -> EpochStats:

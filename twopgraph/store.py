@@ -41,6 +41,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -54,9 +55,11 @@ from pathlib import Path
 
 import numpy as np
 
+from . import livemap
 from .errors import GraphFormatError, OutputError, TwopgraphError
 from .graph import (SPLITS, CSRGraph, GraphData, _host_tag, _output_error, _pid_alive,
                     check_permutation, inverse_permutation, permute_csr)
+from .livemap import StoreChanged
 
 log = logging.getLogger("twopgraph")
 
@@ -158,6 +161,7 @@ def open_store(path, name: str | None = None, check_symmetric: bool = True) -> G
                                    f"{arr.shape}, expected {rec['dtype']} {shape}; delete "
                                    f"the store folder to rebuild it")
         arrays[key] = arr
+        livemap.register(arr, file)
     n = int(meta["num_nodes"])
     if arrays["indptr"].shape != (n + 1,) or arrays["feat"].shape[0] != n or \
             arrays["indices"].shape[0] != int(meta["num_edges"]) or \
@@ -174,8 +178,93 @@ def open_store(path, name: str | None = None, check_symmetric: bool = True) -> G
                      name=name if name is not None else str(meta.get("name") or folder.name),
                      node_ids=arrays["node_ids"], num_classes=int(meta["num_classes"]),
                      store=folder)
+    if meta.get("files") and _identity_changed(folder, meta):
+        _check_content(data, folder, meta)
     _adopt_fingerprint(data, str(meta["fingerprint"]))
     return data
+
+
+def file_identity(path) -> dict:
+    """What tells a file's content has not been touched since: ``size``, ``mtime_ns``,
+    ``inode``, ``ctime_ns`` (an in-place rewrite changes the times, a replacement the inode;
+    the change time cannot be set back by a user)."""
+    st = os.stat(path)
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "inode": st.st_ino,
+            "ctime_ns": st.st_ctime_ns}
+
+
+def _identity_changed(folder: Path, meta: dict) -> list[str]:
+    """The arrays of the store whose file identity differs from ``store.json``'s ``files``."""
+    changed = []
+    for key, rec in meta["files"].items():
+        try:
+            now = file_identity(folder / f"{key}.npy")
+        except OSError:
+            now = None
+        if now != {k: rec.get(k) for k in ("size", "mtime_ns", "inode", "ctime_ns")}:
+            changed.append(key)
+    return changed
+
+
+def _check_content(data: GraphData, folder: Path, meta: dict) -> None:
+    """A store whose files' identity changed since it was written (copied, touched, or
+    rewritten in place): fingerprint the content again (one read of every array). The same
+    content: ``store.json`` takes the new identity (where writable), so the next open is cheap
+    again. Other content: :class:`~twopgraph.livemap.StoreChanged` (one line; the loaders of
+    stores converted from a source rebuild them with one warning, a store folder given by
+    path is refused)."""
+    changed = _identity_changed(folder, meta)
+    t = time.perf_counter()
+    fp = data.fingerprint()
+    log.debug("re-fingerprinted %s in %.1f s", folder, time.perf_counter() - t)
+    if fp != str(meta["fingerprint"]):
+        names = ", ".join(f"{k}.npy" for k in changed)
+        raise StoreChanged(f"{folder}: {names} changed since the store was written (their "
+                           f"content no longer matches the fingerprint in {STORE_META}: "
+                           f"modified in place?); delete the folder to rebuild it from its "
+                           f"source")
+    log.info("store %s: %s touched or copied since it was written, content unchanged "
+             "(fingerprinted again)", folder, ", ".join(f"{k}.npy" for k in changed))
+    rewrite_meta(folder, dict(meta, files={k: file_identity(folder / f"{k}.npy")
+                                           for k in meta["files"]}))
+
+
+def rewrite_meta(folder, meta: dict) -> bool:
+    """Replace the ``store.json`` of the store at ``folder`` by ``meta`` (atomically: temporary
+    file, then rename); False where the folder is not writable (nothing changes then)."""
+    folder = Path(folder)
+    tmp = folder / f".{STORE_META}.tmp-{os.getpid()}-{_host_tag()}"
+    try:
+        tmp.write_text(json.dumps(meta, indent=1) + "\n")
+        os.replace(tmp, folder / STORE_META)
+        return True
+    except OSError:  # a read-only store: checked again next time
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        return False
+
+
+def source_digest(path) -> str:
+    """blake2b digest (16 bytes, hex) of the bytes of the file at ``path``, read
+    :data:`CHUNK_BYTES` at a time: tells a source file copied elsewhere (another inode and
+    change time, same bytes) from one replaced by other content of the same size and mtime."""
+    import hashlib
+    h = hashlib.blake2b(digest_size=16)
+    with open(path, "rb") as f:
+        while chunk := f.read(CHUNK_BYTES):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def source_identity(path, key: str | None) -> dict:
+    """What :func:`twopgraph.datasets` records of a source file in ``store.json``'s
+    ``source``: ``path``, ``key``, ``size``, ``mtime_ns``, ``inode``, ``ctime_ns`` and
+    ``digest`` (:func:`source_digest`)."""
+    path = Path(path)
+    st = path.stat()
+    return {"path": str(path.resolve()), "key": key, "size": st.st_size,
+            "mtime_ns": st.st_mtime_ns, "inode": st.st_ino, "ctime_ns": st.st_ctime_ns,
+            "digest": source_digest(path)}
 
 
 def _adopt_fingerprint(data: GraphData, fp: str) -> None:
@@ -293,6 +382,10 @@ class _Writer:
                 "undirected": bool(undirected or (validate and problem is None)),
                 "arrays": self.records}
         del data
+        try:  # what tells later opens that the files are as written (checked by open_store)
+            full["files"] = {k: file_identity(self.tmp / f"{k}.npy") for k in self.records}
+        except OSError as e:
+            raise _write_error(self.folder, e) from e
         try:
             with open(self.tmp / STORE_META, "w") as f:
                 f.write(json.dumps(full, indent=1) + "\n")
@@ -528,14 +621,16 @@ def convert_npz(npz, folder, *, progress: bool = False, name: str | None = None,
     member is read and written in chunks (an ``.npz`` larger than memory converts), then the
     store is validated once. Any problem is a one-line :class:`GraphFormatError` naming the
     file; nothing is left at ``folder`` then. ``source_key`` is recorded with the file's
-    path, size and mtime (the data root's key for it). ``feat_dtype`` (``float16``) stores the
+    identity (the data root's key for it; :func:`source_identity`). ``feat_dtype`` (``float16``) stores the
     features in that type instead of the file's (float32 or float16 kept, others float32).
     Returns the folder."""
     from .graph import REQUIRED_KEYS
     npz = Path(npz)
-    st = _check_npz(npz)
-    source = {"path": str(npz.resolve()), "key": source_key, "size": st.st_size,
-              "mtime_ns": st.st_mtime_ns}
+    _check_npz(npz)
+    try:
+        source = source_identity(npz, source_key)
+    except OSError as e:
+        raise GraphFormatError(f"{npz}: cannot read the file ({e.strerror or e})") from None
     try:
         zf = zipfile.ZipFile(npz)
     except _READ_ERRORS as e:
