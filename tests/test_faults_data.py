@@ -448,3 +448,76 @@ def test_generated_and_converted_graphs_pass_without_a_second_check():
     assert d.graph.undirected_problem() is None
     g = CSRGraph.from_edges([0, 1, 1], [1, 0, 2], num_nodes=3)
     assert g.__dict__.get("_undirected")  # undirected by construction
+
+
+# -- issue 22, item 9: messages that say what is wrong ------------------------------------------
+@pytest.mark.parametrize("coo", [False, True])
+def test_zero_column_features_say_zero_columns(tmp_path, cdata, coo):
+    arr = arrays(cdata)
+    arr["feat"] = np.zeros((cdata.num_nodes, 0), dtype=np.float32)
+    if coo:
+        src, dst = edges(cdata.graph)
+        del arr["indptr"], arr["indices"]
+        arr["edge_index"] = np.stack([src, dst])
+    path = save(tmp_path / "d.npz", **arr)
+    with pytest.raises(GraphFormatError) as err:
+        load_dataset(str(path))
+    msg = one_line(err)
+    assert "has 0 columns" in msg and "truncated" not in msg
+
+
+@pytest.mark.parametrize("coo", [False, True])
+def test_extra_npz_keys_are_named_in_one_warning(tmp_path, cdata, caplog, coo):
+    arr = arrays(cdata)
+    if coo:
+        src, dst = edges(cdata.graph)
+        del arr["indptr"], arr["indices"]
+        arr["edge_index"] = np.stack([src, dst])
+    arr["edge_weight"] = np.ones(cdata.graph.num_edges, dtype=np.float32)
+    arr["year"] = np.zeros(cdata.num_nodes, dtype=np.int64)
+    path = save(tmp_path / "d.npz", **arr)
+    with caplog.at_level(logging.WARNING, logger="twopgraph"):
+        load_dataset(str(path), data_root=tmp_path / "root")
+    lines = [r.getMessage() for r in caplog.records if "ignoring" in r.getMessage()]
+    assert len(lines) == 1 and "'edge_weight', 'year'" in lines[0], caplog.text
+
+
+def test_from_scipy_says_that_weights_are_ignored(caplog):
+    import scipy.sparse as sp
+    adj = sp.coo_matrix(([1.0, np.nan, -2.0, 0.5], ([0, 1, 2, 3], [1, 2, 3, 0])), shape=(4, 4))
+    with caplog.at_level(logging.WARNING, logger="twopgraph"):
+        GraphData.from_scipy(adj, np.eye(4), [0, 1, 0, 1], train_idx=[0, 1], test_idx=[2, 3])
+    msgs = [r.getMessage() for r in caplog.records]
+    assert len(msgs) == 1 and "edge weights are ignored" in msgs[0]
+    assert "3 of 4 entries are not 1: 1 NaN, 1 negative" in msgs[0]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="twopgraph"):  # 0/1 adjacency: no warning
+        GraphData.from_scipy(sp.eye(4, k=1) + sp.eye(4, k=-1), np.eye(4), [0, 1, 0, 1],
+                             train_idx=[0, 1], test_idx=[2, 3])
+    assert not caplog.records
+
+
+def test_one_class_training_set_is_warned(tmp_path, cdata, caplog):
+    one = replace(cdata, label=np.where(np.isin(np.arange(cdata.num_nodes), cdata.train_idx),
+                                        1, cdata.label))
+    assert "all hold class 1" in one.class_problem()
+    single = replace(cdata, label=np.zeros_like(cdata.label), num_classes=1)
+    assert "one class only" in single.class_problem()
+    assert cdata.class_problem() is None
+    from twopgraph.train import train
+    cfg = TrainConfig.of(epochs=1, batch_size=64, out=str(tmp_path / "o"), progress=False,
+                         renumber=False, schedule="random", eval_every=0)
+    with caplog.at_level(logging.WARNING, logger="twopgraph"):
+        train(cfg, one)
+    assert "the training vertices of" in caplog.text
+
+
+def test_uint8_mask_as_split_gets_the_boolean_mask_hint(tmp_path, cdata):
+    arr = arrays(cdata)
+    arr["train_idx"] = np.isin(np.arange(cdata.num_nodes), cdata.train_idx).astype(np.uint8)
+    arr["val_idx"] = arr["test_idx"] = np.zeros(0, dtype=np.int64)
+    path = save(tmp_path / "d.npz", **arr)
+    with pytest.raises(GraphFormatError) as err:
+        load_dataset(str(path))
+    msg = one_line(err)
+    assert "repeats ids" in msg and "0/1 mask" in msg and "np.flatnonzero(mask)" in msg

@@ -27,7 +27,7 @@ import torch
 from twopgraph.errors import OutputError, TwopgraphError
 from twopgraph.graph import atomic_write_bytes
 from twopgraph.partition import cluster_graph
-from conftest import community_data
+from conftest import community_data, run_cli
 
 REPO = Path(__file__).resolve().parents[1]
 HOST = re.sub(r"[^A-Za-z0-9.]", "_", socket.gethostname())[:64] or "localhost"
@@ -428,3 +428,44 @@ def test_partition_json_is_one_stdout_line_when_metis_warns(data_root, tmp_path)
     assert len(lines) == 1, p.stdout[:500]
     assert json.loads(lines[0])["num_parts"] == 2
     assert "METIS printed: " in p.stderr and "too many parts" in p.stderr
+
+
+# -- issue 22, item 9: truncated checkpoints and dangling --out links ---------------------------
+@pytest.fixture(scope="module")
+def small_checkpoint(tmp_path_factory):
+    from twopgraph.config import TrainConfig
+    from twopgraph.train import train
+    out = tmp_path_factory.mktemp("ckpt") / "o"
+    cfg = TrainConfig.of(epochs=1, batch_size=64, out=str(out), progress=False,
+                         renumber=False, schedule="random", eval_every=0)
+    train(cfg, community_data(n=300, seed=2))
+    return out / "checkpoint.pt"
+
+
+@pytest.mark.parametrize("size", [0, 10, 50_000])
+def test_truncated_checkpoint_is_named_truncated_or_corrupt(small_checkpoint, tmp_path, size):
+    from twopgraph.errors import ConfigError
+    from twopgraph.predict import read_model_checkpoint
+    from twopgraph.train import read_checkpoint
+    bad = tmp_path / "checkpoint.pt"
+    bad.write_bytes(small_checkpoint.read_bytes()[:size])
+    for read in (lambda: read_model_checkpoint(bad),
+                 lambda: read_checkpoint(bad, {"fingerprint": "x"}, 5)):
+        with pytest.raises(ConfigError) as err:
+            read()
+        msg = str(err.value)
+        assert "\n" not in msg and str(bad) in msg and "truncated or corrupt" in msg, msg
+        assert f"({size:,} bytes;" in msg and "Errno" not in msg
+
+
+@pytest.mark.parametrize("below", [False, True])
+def test_dangling_out_symlink_is_named_as_such(tmp_path, capsys, below):
+    link = tmp_path / "out"
+    link.symlink_to(tmp_path / "gone")
+    out = link / "sub" if below else link
+    rc, o, err = run_cli(["train", "--dataset", "synthetic-tiny", "--data-root",
+                          tmp_path / "root", "--out", out], capsys)
+    assert rc == 2 and len(err.strip().splitlines()) == 1
+    assert "is a dangling symbolic link" in err and str(tmp_path / "gone") in err
+    assert "exists and is not a folder" not in err
+    assert not (tmp_path / "root").exists() and not (tmp_path / "gone").exists()

@@ -282,3 +282,26 @@ def test_copied_source_with_the_same_bytes_keeps_its_store(tmp_path, data):
     assert (again.store / "feat.npy").stat().st_mtime_ns == mtime  # not converted again
     src = store.read_store_meta(again.store)["source"]
     assert src["inode"] == npz.stat().st_ino  # recorded: cheap next time
+
+
+# -- item 9: predictions on a renumbered store folder, in the order its node_ids record -------
+def test_predict_on_a_renumbered_store_folder_writes_original_order(tmp_path, capsys):
+    from conftest import run_cli
+    d = community_data(n=400, f=8, seed=4)
+    a = store.write_store(d, tmp_path / "a")
+    perm = np.random.default_rng(0).permutation(d.num_nodes)
+    b = store.permuted_store(store.open_store(a), perm, tmp_path / "b").store
+    assert np.array_equal(np.asarray(store.open_store(b).node_ids), perm)
+    rc, out, err = run_cli(["train", "--dataset", b, "--data-root", tmp_path / "R", "--epochs",
+                            "1", "--out", tmp_path / "o", "--no-progress", "--no-renumber",
+                            "--schedule", "random"], capsys)
+    assert rc == 0, err
+    ck = tmp_path / "o" / "checkpoint.pt"
+    got = {}
+    for name, folder in (("a", a), ("b", b)):
+        rc, out, err = run_cli(["predict", "--checkpoint", ck, "--dataset", folder, "--out",
+                                tmp_path / f"{name}.npy", "--logits"], capsys)
+        assert rc == 0, err
+        got[name] = np.load(tmp_path / f"{name}.npy")
+    # b's vertex i is a's vertex perm[i]: in original order both files agree row by row
+    np.testing.assert_allclose(got["b"], got["a"], rtol=1e-5, atol=1e-5)

@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import copy
 import math
+import os
 import types
 import typing
 from dataclasses import MISSING, Field, asdict, dataclass, field, fields
@@ -394,6 +395,7 @@ class RunConfig(Section):
         if not isinstance(self.out, str) or not self.out.strip():
             raise ConfigError("--out must name a folder")
         out = Path(self.out)
+        _not_dangling(out)
         for parent in (out, *out.parents):
             if parent.exists():
                 if not parent.is_dir():
@@ -636,9 +638,25 @@ class CacheBenchOptions(Section):
         _seed_ok(self.seed)
         _int_at_least(self, "threads", 0)
         out = Path(self.out)
+        _not_dangling(out)
         if out.exists() and not out.is_dir():
             raise ConfigError(f"--out {self.out} exists and is not a folder")
         return self
+
+
+def _not_dangling(out: Path, flag: str = "--out") -> None:
+    """Refuse in one line an ``out`` that is (or lies below) a symbolic link to nothing: the
+    link exists, so creating the folder fails, but it is not "a file in the way"."""
+    for p in (out, *out.parents):
+        if p.is_symlink() and not p.exists():
+            try:
+                target = os.readlink(p)
+            except OSError:
+                target = "?"
+            raise ConfigError(f"{flag} {out}: {p} is a dangling symbolic link (to {target}, "
+                              f"which does not exist); create its target or remove the link")
+        if p.exists():
+            return
 
 
 @dataclass

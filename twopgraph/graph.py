@@ -16,6 +16,7 @@ Example::
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import re
 import shutil
@@ -390,6 +391,20 @@ class GraphData:
     def num_features(self) -> int:
         return int(self.feat.shape[1])
 
+    def class_problem(self) -> str | None:
+        """Why a classifier cannot learn much from these labels, else None: a single class
+        (``num_classes`` 1), or training vertices that all hold one class (the model can only
+        learn to predict it). O(|train_idx|)."""
+        name = self.name or "the dataset"
+        if self.num_classes <= 1:
+            return (f"{name} has one class only (num_classes {self.num_classes}): every "
+                    f"prediction is that class and accuracy is 1 by construction")
+        seen = np.unique(np.asarray(self.label)[np.asarray(self.train_idx)])
+        if seen.shape[0] == 1:
+            return (f"the training vertices of {name} all hold class {int(seen[0])} (of "
+                    f"{self.num_classes}): the model can only learn to predict that class")
+        return None
+
     def original_ids(self) -> np.ndarray:
         """Original id of each vertex (int64, N)."""
         if self.node_ids is None:
@@ -457,7 +472,11 @@ class GraphData:
                 raise GraphFormatError(f"{name} overlaps an earlier split")
             owner[idx] = k
             if np.count_nonzero(owner == k) != idx.shape[0]:  # O(N), no sort
-                raise GraphFormatError(f"{name} repeats ids")
+                mask = idx.shape[0] == n and idx.max(initial=0) <= 1
+                raise GraphFormatError(
+                    f"{name} repeats ids" + (f"; it looks like a 0/1 mask ({idx.dtype}, one "
+                                             f"entry per vertex): give a boolean mask's ids, "
+                                             f"np.flatnonzero(mask)" if mask else ""))
             unlabelled = np.flatnonzero(self.label[idx] < 0)
             if unlabelled.shape[0]:
                 many = unlabelled.shape[0]
@@ -611,7 +630,8 @@ class GraphData:
         ``adj``: any N x N scipy sparse matrix or array (``csr_matrix``, ``coo_array``, ...)
         or a dense 2-D array; every stored nonzero entry ``(u, v)`` is an edge (explicit zeros
         are not). The graph is made undirected as :meth:`CSRGraph.from_edges` does:
-        symmetrised, duplicates merged, self loops dropped; edge weights are not kept.
+        symmetrised, duplicates merged, self loops dropped; edge weights are not kept (one
+        warning when the nonzero entries are not all 1).
         ``feat`` (N x F; NumPy, torch or scipy sparse) becomes float32, ``label`` (N, or
         N x 1; -1 = unlabelled) int64. Splits are vertex ids or boolean masks of length N
         (NumPy or torch). With no split given, the labelled vertices (label >= 0) are split
@@ -639,6 +659,7 @@ class GraphData:
             nz = coo.data != 0
             src, dst = coo.row[nz], coo.col[nz]
             n = int(adj.shape[0])
+            _warn_weights(coo.data[nz])
         else:
             dense = _host_array(adj, "adj")
             if dense.ndim != 2 or dense.shape[0] != dense.shape[1]:
@@ -646,6 +667,7 @@ class GraphData:
                                        f"dense), got shape {dense.shape}")
             src, dst = np.nonzero(dense)
             n = int(dense.shape[0])
+            _warn_weights(dense[src, dst])
         return cls._from_parts(src, dst, n, feat, label, (train_idx, val_idx, test_idx),
                                num_classes=num_classes, name=name, split_seed=split_seed)
 
@@ -745,6 +767,21 @@ def random_split(label: np.ndarray, fractions=(0.6, 0.2, 0.2),
     n_train = m - n_val - n_test
     return (np.sort(perm[:n_train]), np.sort(perm[n_train:n_train + n_val]),
             np.sort(perm[n_train + n_val:]))
+
+
+def _warn_weights(values: np.ndarray) -> None:
+    """One warning when the adjacency's nonzero entries are not all 1: twopgraph's graphs are
+    unweighted, so the weights (NaN and negative ones included) are ignored, not used."""
+    values = np.asarray(values)
+    odd = np.count_nonzero(values != 1)
+    if not odd:
+        return
+    nan = int(np.count_nonzero(np.isnan(values))) if values.dtype.kind in "fc" else 0
+    neg = int(np.count_nonzero(values < 0)) if values.dtype.kind in "iuf" else 0
+    logging.getLogger("twopgraph").warning(
+        "from_scipy: edge weights are ignored, every nonzero entry of adj is an unweighted "
+        "edge (%s of %s entries are not 1: %s NaN, %s negative)", f"{odd:,}",
+        f"{values.shape[0]:,}", f"{nan:,}", f"{neg:,}")
 
 
 def _host_array(x, what: str) -> np.ndarray:

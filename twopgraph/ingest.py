@@ -429,10 +429,16 @@ def coo_npz(path, name: str | None = None) -> RawDataset:
     if missing:
         raise GraphFormatError(f"{path}: missing keys {', '.join(missing)} (the COO format has "
                                f"edge_index, feat, label, train_idx, val_idx, test_idx)")
+    from .store import warn_extra_keys
+    warn_extra_keys(path, have, ("edge_index", "feat", "label", *SPLITS, "num_nodes",
+                                 "num_classes"))
     feat = NpzMember(path, "feat")
     if len(feat.shape) != 2:
         raise GraphFormatError(f"{path}: 'feat' must be an N x F matrix, got shape "
                                f"{feat.shape}")
+    if feat.shape[1] == 0:
+        raise GraphFormatError(f"{path}: 'feat' has 0 columns (shape {feat.shape}): every "
+                               f"vertex needs at least one feature (a column of ones will do)")
     n = _count(NpzMember(path, "num_nodes"), "num_nodes") if "num_nodes" in have \
         else feat.shape[0]
     _check_feat(feat, n, "")

@@ -39,8 +39,6 @@ Example::
 from __future__ import annotations
 
 import logging
-import pickle
-import zipfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -57,7 +55,8 @@ from .loader import ThreadPlan
 from .models import BlockGNN, build_model
 from .partition import to_original_order
 from .sampler import make_sampler
-from .train import CHECKPOINT_FORMAT, locality_for, resolve_sampler_device
+from .train import (CHECKPOINT_FORMAT, CHECKPOINT_READ_ERRORS, damaged_checkpoint, locality_for,
+                    resolve_sampler_device)
 
 log = logging.getLogger("twopgraph")
 
@@ -101,10 +100,8 @@ def read_model_checkpoint(checkpoint) -> ModelCheckpoint:
                                                         if path.is_dir() else ""))
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    except (OSError, EOFError, RuntimeError, ValueError, pickle.UnpicklingError,
-            zipfile.BadZipFile) as e:  # a corrupt, truncated or foreign file
-        raise ConfigError(f"cannot read checkpoint {path} ({type(e).__name__}: "
-                          f"{_first_line(e)})") from None
+    except CHECKPOINT_READ_ERRORS as e:  # a corrupt, truncated or foreign file
+        raise ConfigError(damaged_checkpoint(path, e)) from None
     if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT:
         raise ConfigError(f"{path} is not a twopgraph checkpoint of format {CHECKPOINT_FORMAT} "
                           f"(written by another program or version?)")
@@ -267,6 +264,7 @@ def _infer(checkpoint, data: GraphData | None, dataset: str | None, data_root, d
         prep = locality_for(data, [], cfg)
         data, perm = prep.data, prep.perm
     # a distributed run evaluates on its source store, in original ids: no renumbering
+    perm = _original_order(data, perm)
     sampler = _eval_sampler(cfg, data.graph, device, mc.kind)
     feat = HostFeatures(data.feat, device, dtype=feat_dtype(cfg.cache.feat_dtype),
                         readahead=False)
@@ -278,6 +276,25 @@ def _infer(checkpoint, data: GraphData | None, dataset: str | None, data_root, d
     score = accuracy if mc.kind == "single" else _count_accuracy
     val_acc, test_acc = (score(out, labels, data.val_idx), score(out, labels, data.test_idx))
     return _Inferred(out, perm, val_acc, test_acc, data.name, same, mc.selected_epoch)
+
+
+def _original_order(data: GraphData, perm: np.ndarray | None) -> np.ndarray | None:
+    """Vertex ``i`` of ``data`` (as inference numbers it) -> its row in the output: the
+    original id its ``node_ids`` record when they are a permutation of ``0..N-1`` (a
+    renumbered store, given by path or made by the run's ``--renumber``), else ``perm`` (the
+    run's renumbering, None: none). Other ``node_ids`` (ids of a larger graph) cannot order
+    N rows: the store's order is kept, and one line says so."""
+    ids = data.node_ids
+    if ids is None:
+        return perm
+    ids = np.asarray(ids, dtype=np.int64)
+    n = ids.shape[0]
+    if n and ids.min() >= 0 and ids.max() < n and \
+            np.count_nonzero(np.bincount(ids, minlength=n)) == n:
+        return ids
+    log.info("predictions in the vertex order of %s: its node_ids are not a permutation of "
+             "0..N-1, so they cannot order the rows", data.store or data.name)
+    return perm
 
 
 def prediction(checkpoint, data: GraphData | None = None, dataset: str | None = None,

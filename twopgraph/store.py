@@ -621,8 +621,9 @@ def convert_npz(npz, folder, *, progress: bool = False, name: str | None = None,
     member is read and written in chunks (an ``.npz`` larger than memory converts), then the
     store is validated once. Any problem is a one-line :class:`GraphFormatError` naming the
     file; nothing is left at ``folder`` then. ``source_key`` is recorded with the file's
-    identity (the data root's key for it; :func:`source_identity`). ``feat_dtype`` (``float16``) stores the
-    features in that type instead of the file's (float32 or float16 kept, others float32).
+    identity (the data root's key for it; :func:`source_identity`). ``feat_dtype``
+    (``float16``) stores the features in that type instead of the file's (float32 or float16
+    kept, others float32). Keys outside the format are named in one warning and ignored.
     Returns the folder."""
     from .graph import REQUIRED_KEYS
     npz = Path(npz)
@@ -642,6 +643,8 @@ def convert_npz(npz, folder, *, progress: bool = False, name: str | None = None,
         missing = [k for k in REQUIRED_KEYS if k not in members]
         if missing:
             raise GraphFormatError(f"{npz}: missing keys {', '.join(missing)}")
+        warn_extra_keys(npz, [m.filename.removesuffix(".npy") for m in zf.infolist()],
+                        (*ARRAYS, "num_classes"))
         total = sum(members[k].file_size for k in ARRAYS if k in members)
         num_classes = -1
         if "num_classes" in members:
@@ -659,6 +662,18 @@ def convert_npz(npz, folder, *, progress: bool = False, name: str | None = None,
             raise GraphFormatError(f"{npz}: {e}") from None
     log.debug("converted %s into the store %s in %.1f s", npz, out, time.perf_counter() - t)
     return out
+
+
+def warn_extra_keys(path, keys, known) -> list[str]:
+    """One warning naming the keys of the ``.npz`` at ``path`` that are not in ``known`` (the
+    format's keys): they are ignored (e.g. ``edge_weight``: twopgraph's graphs are
+    unweighted). Returns them."""
+    extra = sorted(k for k in keys if k not in known)
+    if extra:
+        log.warning("%s: ignoring key%s %s: not part of the dataset format (known: %s; "
+                    "docs/formats.md)", path, "s" if len(extra) > 1 else "",
+                    ", ".join(repr(k) for k in extra), ", ".join(known))
+    return extra
 
 
 def _check_npz(npz: Path) -> os.stat_result:
@@ -716,6 +731,9 @@ def _convert_member(zf, member, key: str, npz: Path, w: _Writer, bar,
         if len(shape) != want:
             what = "an N x F matrix" if want == 2 else "a 1-D array"
             raise GraphFormatError(f"{where} must be {what}, got shape {shape}")
+        if key == "feat" and shape[1] == 0:
+            raise GraphFormatError(f"{where} has 0 columns (shape {shape}): every vertex needs "
+                                   f"at least one feature (a column of ones will do)")
         target = _TARGET[key]
         if target is None:
             native = dtype.newbyteorder("=")

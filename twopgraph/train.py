@@ -110,6 +110,27 @@ def run_signature(params: dict, data_fingerprint: str) -> dict:
             "fingerprint": run_fingerprint(params, data_fingerprint)}
 
 
+#: What ``torch.load`` raises for a truncated, corrupt or foreign file.
+CHECKPOINT_READ_ERRORS = (OSError, EOFError, RuntimeError, ValueError, pickle.UnpicklingError,
+                          zipfile.BadZipFile)
+
+
+def damaged_checkpoint(path, e: BaseException) -> str:
+    """``cannot read checkpoint PATH: truncated or corrupt ...``: what to say of a checkpoint that
+    ``torch.load`` could not read (``e``), with its size and torch's reason in a few words
+    (an ``OSError: [Errno 22] Invalid argument`` or a miniz error alone says nothing)."""
+    try:
+        size = f"{Path(path).stat().st_size:,} bytes"
+    except OSError:
+        size = "size unknown"
+    reason = (str(e).strip().splitlines() or [""])[0].split(". This is an internal")[0]
+    if isinstance(e, OSError) and e.strerror:
+        reason = e.strerror
+    reason = f"{type(e).__name__}: {reason[:160]}" if reason else type(e).__name__
+    return (f"cannot read checkpoint {path}: truncated or corrupt, not a complete checkpoint "
+            f"file ({size}; {reason})")
+
+
 def read_checkpoint(path: Path, signature: dict, epochs: int, kind: str = "single") -> dict:
     """Read ``path``; refuse (ConfigError) a missing, foreign or unreadable file, a checkpoint
     of another ``kind`` ("single" | "distributed"), one whose ``signature`` (see
@@ -118,11 +139,9 @@ def read_checkpoint(path: Path, signature: dict, epochs: int, kind: str = "singl
         raise ConfigError(f"--resume: no checkpoint at {path}")
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=False)
-    except (OSError, EOFError, RuntimeError, ValueError, pickle.UnpicklingError,
-            zipfile.BadZipFile) as e:  # a corrupt, truncated or foreign file
-        first = (str(e).strip().splitlines() or [""])[0][:200]
-        raise ConfigError(f"--resume: cannot read checkpoint {path} "
-                          f"({type(e).__name__}: {first})") from None
+    except CHECKPOINT_READ_ERRORS as e:  # a corrupt, truncated or foreign file
+        raise ConfigError(f"--resume: {damaged_checkpoint(path, e)}; rerun with --overwrite "
+                          f"to start afresh") from None
     if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT:
         raise ConfigError(f"--resume: {path} is not a twopgraph checkpoint of format "
                           f"{CHECKPOINT_FORMAT} (written by another version?)")
@@ -697,6 +716,8 @@ def _train(cfg: TrainConfig, data: GraphData | None, device) -> TrainResult:
     run = cfg.run
     if (line := describe_defaults(defaults)) is not None:
         log.info("%s", line)
+    if (line := data.class_problem()) is not None:
+        log.warning("%s", line)
     out = Path(run.out)
     signature = run_signature(cfg.result_params(), data.fingerprint())
     # what load_model / predict rebuild the model and find its data from (original ids)
