@@ -224,6 +224,7 @@ def test_converted_store_rewritten_in_place_is_rebuilt_from_its_source(tmp_path,
     with caplog.at_level("WARNING", logger="twopgraph"):
         again = load_dataset("d", data_root=root)
     assert "feat.npy changed since the store was written" in caplog.text
+    assert "rebuilding it from its source" in caplog.text and "delete" not in caplog.text
     assert np.array_equal(np.asarray(again.feat), data.feat)
     assert again.fingerprint() == data.fingerprint()
 

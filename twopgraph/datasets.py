@@ -53,6 +53,7 @@ from .errors import ConfigError, GraphFormatError, OutputError, TwopgraphError
 from .graph import CSRGraph, GraphData, atomic_write_bytes
 from .ingest import (NpzMember, coo_npz, ingest, is_coo_npz, ogb_raw, read_ogb_split,
                      source_record)
+from .livemap import StoreChanged
 from .store import (HalfRangeError, NotUndirected, convert_npz, half_checked, is_store,
                     open_store, read_store_meta, rewrite_meta, source_digest,
                     source_identity, write_store)
@@ -174,6 +175,15 @@ def _caused_by(e: BaseException, kind: type) -> BaseException | None:
     return None
 
 
+def _rebuilding(folder: Path, e: GraphFormatError) -> None:
+    """One warning: the store at ``folder`` (a cache of its source) is damaged or its content
+    changed since it was written (``e``), so it is rebuilt from its source."""
+    if isinstance(e, StoreChanged):
+        log.warning("dataset store %s: %s; rebuilding it from its source", folder, e.what)
+    else:
+        log.warning("dataset store %s is damaged, rebuilding it (%s)", folder, e)
+
+
 def _papers_spec(name: str):
     """The :class:`~twopgraph.papers.PapersSpec` of ``synthetic-papers[:SCALE]``, else None."""
     if not name.startswith("synthetic-papers"):
@@ -198,7 +208,7 @@ def load_papers(spec, data_root=None, progress: bool = False,
             if (meta.get("source") or {}).get("spec_fingerprint") == fp:
                 return open_store(folder, name=spec.name)
         except GraphFormatError as e:
-            log.warning("dataset store %s is damaged, rebuilding it (%s)", folder, e)
+            _rebuilding(folder, e)
     log.info("generating %s (%s vertices, ~%s directed edges) into %s", spec.name,
              f"{spec.num_nodes:,}", f"{spec.num_edges:,}", folder)
     try:
@@ -358,7 +368,7 @@ def _stored(npz: Path, root: Path, name: str | None, symmetrize: bool = False,
         except NotUndirected as e:  # the file's graph: the user's to fix (or --symmetrize)
             raise GraphFormatError(f"{npz}: {e.problem}") from None
         except GraphFormatError as e:
-            log.warning("dataset store %s is damaged, rebuilding it (%s)", folder, e)
+            _rebuilding(folder, e)
     try:
         if is_coo_npz(npz):  # the COO exchange format: edges, symmetrised while ingested
             ingest(coo_npz(npz, name), folder, progress=progress,
@@ -773,7 +783,7 @@ def _load_ogb(name: str, root: Path, progress: bool, store_dtype: str = "float32
             log.info("the raw files of %s changed since they were ingested: ingesting again",
                      name)
         except GraphFormatError as e:
-            log.warning("dataset store %s is damaged, rebuilding it (%s)", store, e)
+            _rebuilding(store, e)
     offline = (f"download {meta['url']} yourself, unzip it in {root} and rename its folder to "
                f"{folder.name}")
     try:

@@ -54,7 +54,11 @@ _GENERIC = (b"twopgraph: error: bus error (SIGBUS) reading a memory-mapped file:
 
 class StoreChanged(GraphFormatError):
     """A store file was truncated or rewritten in place (while mapped, or since the store was
-    written)."""
+    written). ``what`` says what changed, without the advice (for a caller that rebuilds)."""
+
+    def __init__(self, message: str, what: str | None = None):
+        super().__init__(message)
+        self.what = what or message
 
 
 class _State:

@@ -219,10 +219,10 @@ def _check_content(data: GraphData, folder: Path, meta: dict) -> None:
     log.debug("re-fingerprinted %s in %.1f s", folder, time.perf_counter() - t)
     if fp != str(meta["fingerprint"]):
         names = ", ".join(f"{k}.npy" for k in changed)
-        raise StoreChanged(f"{folder}: {names} changed since the store was written (their "
-                           f"content no longer matches the fingerprint in {STORE_META}: "
-                           f"modified in place?); delete the folder to rebuild it from its "
-                           f"source")
+        what = (f"{names} changed since the store was written (the content no longer matches "
+                f"the fingerprint in {STORE_META}: modified in place?)")
+        raise StoreChanged(f"{folder}: {what}; delete the folder to rebuild it from its source",
+                           what=what)
     log.info("store %s: %s touched or copied since it was written, content unchanged "
              "(fingerprinted again)", folder, ", ".join(f"{k}.npy" for k in changed))
     rewrite_meta(folder, dict(meta, files={k: file_identity(folder / f"{k}.npy")
