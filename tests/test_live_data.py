@@ -306,3 +306,11 @@ def test_predict_on_a_renumbered_store_folder_writes_original_order(tmp_path, ca
         got[name] = np.load(tmp_path / f"{name}.npy")
     # b's vertex i is a's vertex perm[i]: in original order both files agree row by row
     np.testing.assert_allclose(got["b"], got["a"], rtol=1e-5, atol=1e-5)
+
+
+def test_dataset_identity_does_not_vouch_for_a_changed_store(tmp_path, data):
+    from twopgraph.datasets import dataset_identity
+    folder = store.write_store(data, tmp_path / "s")
+    assert dataset_identity(str(folder))["fingerprint"] == data.fingerprint()
+    _rewrite_in_place(folder / "feat.npy")
+    assert dataset_identity(str(folder))["fingerprint"] is None  # unknown until fingerprinted

@@ -55,7 +55,7 @@ from .ingest import (NpzMember, coo_npz, ingest, is_coo_npz, ogb_raw, read_ogb_s
                      source_record)
 from .livemap import StoreChanged
 from .store import (HalfRangeError, NotUndirected, convert_npz, half_checked, is_store,
-                    open_store, read_store_meta, rewrite_meta, source_digest,
+                    files_changed, open_store, read_store_meta, rewrite_meta, source_digest,
                     source_identity, write_store)
 
 log = logging.getLogger("twopgraph")
@@ -412,7 +412,8 @@ def dataset_identity(name: str, data_root=None, store_dtype: str = "float32") ->
     downloaded): ``name`` (the name it loads under: a ``.npz`` path's stem), ``path`` (the
     ``.npz`` it is read from, resolved; None if there is none yet), ``store`` (its store folder,
     resolved: the folder given, or the one converted from ``path``; None if none) and
-    ``fingerprint`` (of its content, from a store up to date with its file; None if unknown).
+    ``fingerprint`` (of its content, from a store up to date with its file and whose files are
+    as written; None if unknown).
     The keys are those of a partition's ``meta.json`` ``source`` (:func:`same_dataset`)."""
     root = resolve_data_root(data_root)
     ident = {"name": name, "path": None, "store": None, "fingerprint": None}
@@ -420,7 +421,9 @@ def dataset_identity(name: str, data_root=None, store_dtype: str = "float32") ->
     if name not in _synthetic_presets() and is_store(folder):
         ident["store"] = str(folder.resolve())
         with contextlib.suppress(TwopgraphError):
-            ident["fingerprint"] = str(read_store_meta(folder)["fingerprint"])
+            meta = read_store_meta(folder)
+            if not files_changed(folder, meta):  # else unknown until opened (fingerprinted)
+                ident["fingerprint"] = str(meta["fingerprint"])
         return ident
     if name.endswith(".npz"):
         ident["name"] = Path(name).stem
@@ -432,7 +435,7 @@ def dataset_identity(name: str, data_root=None, store_dtype: str = "float32") ->
     if is_store(store):
         with contextlib.suppress(TwopgraphError, OSError):
             meta = read_store_meta(store)
-            if _fresh(meta, path, root):
+            if _fresh(meta, path, root) and not files_changed(store, meta):
                 ident.update(store=str(store.resolve()), fingerprint=str(meta["fingerprint"]))
     return ident
 

@@ -193,6 +193,13 @@ def file_identity(path) -> dict:
             "ctime_ns": st.st_ctime_ns}
 
 
+def files_changed(folder, meta: dict) -> list[str]:
+    """The arrays of the store at ``folder`` whose file identity differs from its
+    ``store.json`` ``meta``'s ``files`` (none for an older store without them): their content
+    may differ from what its ``fingerprint`` vouches for. A few ``stat`` calls."""
+    return _identity_changed(Path(folder), meta) if meta.get("files") else []
+
+
 def _identity_changed(folder: Path, meta: dict) -> list[str]:
     """The arrays of the store whose file identity differs from ``store.json``'s ``files``."""
     changed = []
