@@ -474,9 +474,9 @@ class GraphData:
             if np.count_nonzero(owner == k) != idx.shape[0]:  # O(N), no sort
                 mask = idx.shape[0] == n and idx.max(initial=0) <= 1
                 raise GraphFormatError(
-                    f"{name} repeats ids" + (f"; it looks like a 0/1 mask ({idx.dtype}, one "
-                                             f"entry per vertex): give a boolean mask's ids, "
-                                             f"np.flatnonzero(mask)" if mask else ""))
+                    f"{name} repeats ids" + ("; it looks like a 0/1 mask (one entry per "
+                                             "vertex, values 0 and 1): list the vertex ids "
+                                             "instead, np.flatnonzero(mask)" if mask else ""))
             unlabelled = np.flatnonzero(self.label[idx] < 0)
             if unlabelled.shape[0]:
                 many = unlabelled.shape[0]
