@@ -44,6 +44,7 @@ Example::
 from __future__ import annotations
 
 import csv
+import io
 import json
 import logging
 import time
@@ -57,6 +58,7 @@ from ..cache import (CacheDirectory, FeatureCache, PolicyContext, belady_min, fe
                      make_policy, replay)
 from ..cache.directory import announced
 from ..config import BenchCacheConfig, describe_defaults
+from ..graph import atomic_write_bytes
 from ..jit import thread_count
 from ..loader import Loader
 from ..metrics import ratio, transfer_metrics
@@ -185,11 +187,13 @@ def write_csv(rows: list[dict], path: Path) -> None:
     for, so that no column is always empty (``presample_s`` without ``presample``,
     ``gather_s`` without ``--copy``)."""
     columns = [k for k in COLUMNS if any(r.get(k) is not None for r in rows)]
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in columns})
+    text = io.StringIO(newline="")
+    w = csv.DictWriter(text, fieldnames=columns, extrasaction="ignore")
+    w.writeheader()
+    for r in rows:
+        w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in columns})
+    # atomically: a run stopped (or failing) while writing leaves the previous file or none
+    atomic_write_bytes(path, lambda f: f.write(text.getvalue().encode()))
 
 
 # Fixed per name, so that a policy has the same colour in every plot of every run (no grey:
@@ -271,7 +275,7 @@ def plot(rows: list[dict], path: Path, title: str = "") -> bool:
     except ImportError:
         log.warning("no plot: %s needs matplotlib (pip install 'twopgraph[plot]')", path.name)
         return False
-    fig.savefig(path, dpi=120)
+    atomic_write_bytes(path, lambda f: fig.savefig(f, dpi=120, format="png"))
     return True
 
 

@@ -8,7 +8,7 @@ import logging
 import os
 from pathlib import Path
 
-from ..errors import ConfigError, TwopgraphError
+from ..errors import ConfigError, Stopped, TwopgraphError
 
 log = logging.getLogger("twopgraph")
 
@@ -109,7 +109,7 @@ def run_partitioned(cfg, argv: list[str], dataset_given: bool | None = None) -> 
         verify_partition(d.partitions, meta)
         return launch(d.nproc, argv)
     from .env import detect
-    from .launch import report_rank_error
+    from .launch import ERROR_DIR_ENV, report_rank_error
     from .trainer import train_distributed
     env = detect()
     try:
@@ -121,6 +121,10 @@ def run_partitioned(cfg, argv: list[str], dataset_given: bool | None = None) -> 
         if not report_rank_error(env.rank, e):
             raise  # not started by `--nproc`: the CLI prints it
         raise SystemExit(getattr(e, "exit_code", 2)) from None  # the launcher prints it
+    except (KeyboardInterrupt, Stopped) as e:  # the launcher passed a stop signal on
+        if not os.environ.get(ERROR_DIR_ENV):
+            raise  # not started by `--nproc`: the CLI prints it
+        raise SystemExit(getattr(e, "exit_code", 130)) from None  # the launcher prints it
     if env.is_main:
         from ..train import result_record
         print(json.dumps(result_record(res)))  # the single-process line's keys

@@ -22,10 +22,17 @@ prints one line for the failure that came first:
 
 Bugs keep their traceback: a worker's own traceback is printed by the worker, and an error of
 torchrun itself (not a worker failure) by the wrapper.
+
+Stop signals (SIGINT, SIGTERM, SIGHUP) sent to the launcher are passed on to the agent, which
+stops every worker with the same signal; the workers stop quietly at their next safe point
+(rank 0 marks ``metrics.json`` ``interrupted``), the launcher waits for them within
+:data:`STOP_GRACE_S`, kills any left, and the CLI prints one line (``twopgraph: stopped by
+SIGTERM ...``; exit 128 + signal, 130 for SIGINT). See :func:`launch`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -38,7 +45,7 @@ import threading
 import time
 from pathlib import Path
 
-from ..errors import ConfigError
+from ..errors import ConfigError, Stopped
 
 # Folder (created by :func:`launch`) where workers report their user errors and the agent
 # wrapper its failure report.
@@ -75,43 +82,159 @@ def agent_command(nproc: int, argv: list[str]) -> list[str]:
     return [cmd[0], "-m", "twopgraph.dist.launch", *cmd[3:]]
 
 
-def launch(nproc: int, argv: list[str]) -> int:
+#: The signals the launcher passes on to the job: torchrun's agent stops every rank with the
+#: same signal (each rank stops at its next safe point: rank 0 marks ``metrics.json``
+#: ``interrupted``, the lock is released, the last checkpoint kept), then exits.
+FORWARDED_SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP")
+                          if hasattr(signal, n))
+#: Seconds the launcher waits for the job to stop after passing a signal on (torchrun's agent
+#: gives the ranks 30 s, then kills them); then it kills the agent and every rank left.
+STOP_GRACE_S = 60.0
+
+
+def launch(nproc: int, argv: list[str], grace_s: float | None = None) -> int:
     """Run ``twopgraph <argv>`` in ``nproc`` torchrun workers; returns the exit code (0, or
     that of the failure reported, see the module docstring: torchrun stops the other workers
-    when one fails)."""
+    when one fails).
+
+    SIGINT, SIGTERM and SIGHUP sent to the launcher (:data:`FORWARDED_SIGNALS`; Ctrl-C, ``kill``,
+    ``timeout``, a batch scheduler, a closed terminal) are passed on to torchrun's agent --
+    which runs in a session of its own, so a terminal's signal reaches it once, through the
+    launcher -- and the agent stops every rank with it. The launcher waits for the job at most
+    ``grace_s`` seconds (:data:`STOP_GRACE_S`), kills what is left (agent and ranks), and
+    raises :class:`~twopgraph.errors.Stopped` (``KeyboardInterrupt`` for SIGINT): the CLI
+    prints one line and exits with 128 + the signal. Further signals while it waits are
+    ignored."""
+    grace_s = STOP_GRACE_S if grace_s is None else float(grace_s)
     cmd = agent_command(nproc, argv)
     errdir = Path(tempfile.mkdtemp(prefix="twopgraph-launch-"))
     env = dict(os.environ, **{ERROR_DIR_ENV: str(errdir)})
     if any(a in ("-v", "--verbose") for a in argv):
         env[AGENT_LOGS_ENV] = "1"
     forward = threading.current_thread() is threading.main_thread()
-    previous = None
+    received: list[int] = []
+    previous: dict = {}
+    proc = None
     try:
-        proc = subprocess.Popen(cmd, env=env)
-        if forward:  # `kill LAUNCHER` stops the job, not just the launcher
-            previous = signal.signal(signal.SIGTERM,
-                                     lambda signum, frame: proc.send_signal(signal.SIGTERM))
+        # a session of its own: only the launcher passes signals on (torchrun's agent would
+        # cut its own shutdown short on a second one)
+        proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+        if forward:
+            def on_signal(signum, frame):
+                if not received:
+                    received.append(signum)
+                    with contextlib.suppress(OSError):
+                        proc.send_signal(signum)
+            previous = {sig: signal.signal(sig, on_signal) for sig in FORWARDED_SIGNALS}
         try:
-            code = proc.wait()
-        except KeyboardInterrupt:  # the agent got the SIGINT too: let it stop the workers
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            raise
+            code = _wait(proc, received, grace_s)
         finally:
-            if forward:
-                signal.signal(signal.SIGTERM,
-                              signal.SIG_DFL if previous is None else previous)
+            for sig, handler in previous.items():
+                signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+        if received:
+            sig = received[0]
+            if sig == signal.SIGINT:
+                raise KeyboardInterrupt
+            raise Stopped(sig)
         if code == 0:
             return 0
         line, code = _failure(errdir, code)
         if line:
             print(f"twopgraph: error: {line}", file=sys.stderr, flush=True)
         return code
+    except BaseException:
+        if proc is not None and proc.poll() is None:  # e.g. a bug above: leave nothing behind
+            _kill_job(proc, _descendants(proc.pid))
+        raise
     finally:
         shutil.rmtree(errdir, ignore_errors=True)
+
+
+def _wait(proc: subprocess.Popen, received: list, grace_s: float) -> int:
+    """Wait for the agent; once a signal was passed on, for at most ``grace_s`` seconds
+    more, then kill the agent and its ranks. Returns the agent's exit code. The ranks are
+    in sessions of their own (torchrun's): they are looked up while the agent lives, and
+    any still alive when it has exited are killed too."""
+    ranks: set[int] = set()
+    deadline = None
+    while True:
+        if received and deadline is None:
+            deadline = time.monotonic() + grace_s
+            ranks |= _descendants(proc.pid)  # while the agent lives
+        try:
+            code = proc.wait(timeout=0.2)
+            break
+        except subprocess.TimeoutExpired:
+            pass
+        if deadline is not None and time.monotonic() > deadline:
+            _kill_job(proc, ranks)
+            code = proc.wait()
+            break
+    if received:  # a rank that outlived the agent (it should not) does not outlive us
+        _kill_job(proc, ranks)
+    return code
+
+
+def _descendants(pid: int) -> set[int]:
+    """The pids of every descendant of ``pid`` (Linux ``/proc``; empty elsewhere)."""
+    children: dict[int, list[int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return set()
+    for name in entries:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read().decode(errors="replace")
+            ppid = int(stat[stat.rindex(")") + 2:].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(name))
+    out, todo = set(), [pid]
+    while todo:
+        for c in children.get(todo.pop(), ()):
+            if c not in out:
+                out.add(c)
+                todo.append(c)
+    return out
+
+
+def _kill_job(proc: subprocess.Popen, ranks: set[int]) -> None:
+    """SIGKILL the agent and the processes ``ranks`` (those still alive), and wait until the
+    ranks are gone (at most a few seconds: a process in uninterruptible sleep may linger)."""
+    for pid in ranks | _descendants(proc.pid):
+        if _is_twopgraph(pid):  # not a pid reused by another program meanwhile
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+    if proc.poll() is None:
+        with contextlib.suppress(OSError):
+            proc.kill()
+        proc.wait()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and any(_alive(p) for p in ranks):
+        time.sleep(0.05)
+
+
+def _is_twopgraph(pid: int) -> bool:
+    """Whether process ``pid`` runs twopgraph or torch's launcher (its command line)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmdline = f.read()
+    except OSError:
+        return False
+    return b"twopgraph" in cmdline or b"torch.distributed" in cmdline
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, dead but not yet reaped by its new parent, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read().decode(errors="replace")
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2:].split()[0] != "Z"
 
 
 def report_rank_error(rank: int, error: BaseException) -> bool:

@@ -60,7 +60,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from ..rng import mix_key
 from ..config import DataConfig, TrainConfig, describe_defaults
 from ..datasets import partition_dataset
-from ..errors import ConfigError, TrainingDiverged, TwopgraphError
+from ..errors import ConfigError, Stopped, TrainingDiverged, TwopgraphError
 from ..loader import available_cores
 from ..metrics import PssMonitor, peak_rss_mib, transfer_metrics
 from ..partition.selfdep import Part, load_part, read_meta
@@ -403,45 +403,55 @@ def _run(cfg: TrainConfig, folder: Path, meta: dict, env: DistEnv, device, backe
         write_metrics(out, cfg, device, loader.plan, epochs_log, sel, final=final, **extra,
                       early_stop=early_stop_record(cfg, epochs_log), **(memory or {}))
 
-    with loader.plan.applied():
-        for epoch in range(start_epoch, run.epochs):
-            if patience_exhausted(epochs_log, run.patience):  # the same log on every rank
-                break
-            torch.manual_seed(mix_key(run.seed, rank, epoch) & 0x7FFFFFFFFFFFFFFF)
-            before = sampler.counters()
-            # a non-finite loss is recorded, not raised: the ranks decide together below
-            rec = train_epoch(ddp, opt, loader, epoch, progress, stop_on_nonfinite=False,
-                              amp=cfg.model.amp)
-            after = sampler.counters()
-            rec.update(rank=rank, remote_graph_requests=after[0] - before[0],
-                       remote_feature_bytes=int(round((after[1] - before[1])
-                                                      * loader.features.row_bytes)),
-                       halo_input_rows=after[2] - before[2])
-            ranks = [None] * world
-            dist.all_gather_object(ranks, rec)
-            err = _divergence(ranks, model, opt)
-            if err is not None:  # every rank sees the same records and weights: all stop
+    try:
+        with loader.plan.applied():
+            for epoch in range(start_epoch, run.epochs):
+                if patience_exhausted(epochs_log, run.patience):  # the same log on every rank
+                    break
+                torch.manual_seed(mix_key(run.seed, rank, epoch) & 0x7FFFFFFFFFFFFFFF)
+                before = sampler.counters()
+                # a non-finite loss is recorded, not raised: the ranks decide together below
+                rec = train_epoch(ddp, opt, loader, epoch, progress, stop_on_nonfinite=False,
+                                  amp=cfg.model.amp)
+                after = sampler.counters()
+                rec.update(rank=rank, remote_graph_requests=after[0] - before[0],
+                           remote_feature_bytes=int(round((after[1] - before[1])
+                                                          * loader.features.row_bytes)),
+                           halo_input_rows=after[2] - before[2])
+                ranks = [None] * world
+                dist.all_gather_object(ranks, rec)
+                err = _divergence(ranks, model, opt)
+                if err is not None:  # every rank sees the same records and weights: all stop
+                    if env.is_main:
+                        write_diverged(out, cfg, device, loader.plan, epochs_log, err, sel,
+                                       **extra)
+                    raise err
+                total = _total(ranks)
+                if evaluates_after(cfg, epoch):
+                    t = time.perf_counter()
+                    total.update(evaluate(), eval_s=time.perf_counter() - t)
+                    sel.offer(total, model)  # the same figures on every rank: the same choice
+                total["ranks"] = ranks
+                epochs_log.append(total)
                 if env.is_main:
-                    write_diverged(out, cfg, device, loader.plan, epochs_log, err, sel,
-                                   **extra)
-                raise err
-            total = _total(ranks)
-            if evaluates_after(cfg, epoch):
-                t = time.perf_counter()
-                total.update(evaluate(), eval_s=time.perf_counter() - t)
-                sel.offer(total, model)  # the same figures on every rank: the same choice
-            total["ranks"] = ranks
-            epochs_log.append(total)
-            if env.is_main:
-                log_epoch(total, metric)
-                log.info("epoch %d  remote_graph_requests %d  halo_input_rows %d", epoch,
-                         total["remote_graph_requests"], total["halo_input_rows"])
-                save_checkpoint(out, model, opt, sig, epochs_log, kind="distributed",
-                                config=cfg.flat(), selected=sel.record(), **rebuild)
-                metrics()
+                    log_epoch(total, metric)
+                    log.info("epoch %d  remote_graph_requests %d  halo_input_rows %d", epoch,
+                             total["remote_graph_requests"], total["halo_input_rows"])
+                    save_checkpoint(out, model, opt, sig, epochs_log, kind="distributed",
+                                    config=cfg.flat(), selected=sel.record(), **rebuild)
+                    metrics()
 
-        if sel.epoch is None:  # resumed a finished run of a checkpoint without a selection
-            sel.offer({"epoch": run.epochs - 1, **evaluate()}, model)
+            if sel.epoch is None:  # resumed a finished run of a checkpoint without a selection
+                sel.offer({"epoch": run.epochs - 1, **evaluate()}, model)
+    except (KeyboardInterrupt, Stopped):  # a stop signal: the last epoch's checkpoint stays
+        if env.is_main and epochs_log:
+            try:
+                write_metrics(out, cfg, device, loader.plan, epochs_log, sel, **extra,
+                              early_stop=early_stop_record(cfg, epochs_log),
+                              status="interrupted")
+            except TwopgraphError as w:
+                log.warning("%s", w)
+        raise
     mem = [None] * world
     dist.all_gather_object(mem, (peak_rss_mib(), pss.stop()))
     if env.is_main:

@@ -3,10 +3,11 @@ their H-hop sampling can reach, renumbered locally, so that training needs no co
 
 :func:`partition_selfdep` splits the graph into ``P`` parts with METIS, balancing training
 vertices (and all vertices) across parts (:func:`rebalance` moves whole clusters where METIS
-misses :data:`BALANCE_TOLERANCE`, as it does on small coarse graphs). The split is computed on the graph of the fine METIS
-clusters that the locality scheduler uses (one vertex per cluster, weighted by its vertices
-and training vertices; edge weights = edges between clusters): every fine cluster lies in one
-part, and the P-way split costs seconds on top of the (cached) fine clustering. Part ``i``'s
+misses :data:`BALANCE_TOLERANCE`, as it does on small coarse graphs). The split is computed
+on the graph of the fine METIS clusters that the locality scheduler uses (one vertex per
+cluster, weighted by its vertices and training vertices; edge weights = edges between
+clusters): every fine cluster lies in one part, and the P-way split costs seconds on top of
+the (cached) fine clustering. Part ``i``'s
 *self-dependence cluster* is
 
     owned(i)  U  { v : dist(v, train(i)) <= H }
