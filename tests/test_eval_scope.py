@@ -165,9 +165,10 @@ def test_streamed_inputs_equal_whole_graph(cdata, name, hidden, layers, place, p
 
 
 def test_streamed_inputs_read_the_table_in_order_once_per_pass(cdata, monkeypatch):
-    """Streamed, layer 0 reads the feature table only in ascending ranges that cover it once
-    per pass (never rows gathered at random); gathered, it reads rows by id. A layer 0 that
-    projects (hidden < features) gathers: its inputs are projected once each anyway."""
+    """Streamed, layer 0 reads the feature table in ascending ranges that cover it once per
+    pass, and by id only each dst's own row, once (never a chunk's neighbours gathered at
+    random); gathered, it reads rows by id. A layer 0 that projects (hidden < features)
+    gathers: its inputs are projected once each anyway."""
     from twopgraph.cache.host import HostFeatures
     src = HostFeatures(cdata.feat)
     calls = []
@@ -181,15 +182,14 @@ def test_streamed_inputs_read_the_table_in_order_once_per_pass(cdata, monkeypatc
     plan = plan_scope(m, cdata.graph, scored_ids(cdata.num_nodes, s), "scored")
     got = scored_inference(m, sampler, src, CPU, s, plan=plan, stream_inputs=True,
                            pass_rows=-(-plan.rows[0] // 3), batch_edges=97)
-    assert plan.input_passes == 3 and {c[0] for c in calls} == {"range"}
-    covered = [(a, b) for _, a, b in calls]
-    n = cdata.num_nodes
-    assert covered == [(a, b) for _ in range(3) for a, b in
-                       zip([c[0] for c in covered[:len(covered) // 3]],
-                           [c[1] for c in covered[:len(covered) // 3]])]
-    first = covered[:len(covered) // 3]
-    assert first[0][0] == 0 and first[-1][1] == n and all(
+    assert plan.input_passes == 3
+    covered = [c[1:] for c in calls if c[0] == "range"]
+    per_pass = len(covered) // 3
+    first = covered[:per_pass]
+    assert covered == first * 3
+    assert first[0][0] == 0 and first[-1][1] == cdata.num_nodes and all(
         b == a2 for (_, b), (a2, _) in zip(first, first[1:]))
+    assert sum(c[1] for c in calls if c[0] == "read") == plan.rows[0]  # the dst rows
     calls.clear()
     off = scored_inference(m, sampler, src, CPU, s, plan=plan, stream_inputs=False)
     assert plan.input_passes == 0 and {c[0] for c in calls} == {"read"}
@@ -199,6 +199,55 @@ def test_streamed_inputs_read_the_table_in_order_once_per_pass(cdata, monkeypatc
     scored_inference(thin, NeighborSampler(cdata.graph, [-1] * 2), src, CPU, s,
                      plan=thin_plan, stream_inputs=True)
     assert thin_plan.input_passes == 0
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_streamed_inputs_from_a_memory_map(cdata, tmp_path, dtype):
+    """A memory-mapped feature table and CSR (a store's) are read by file in ranges
+    (:func:`read_ranges`), the table's pages dropped behind when it exceeds the memory:
+    the same logits as gathering, in float16 too."""
+    from twopgraph.cache.host import HostFeatures
+    np.save(tmp_path / "feat.npy", cdata.feat.astype(dtype))
+    np.save(tmp_path / "indices.npy", cdata.graph.indices)
+    feat = np.load(tmp_path / "feat.npy", mmap_mode="r")
+    g = CSRGraph(cdata.graph.indptr, np.load(tmp_path / "indices.npy", mmap_mode="r"))
+    assert inference._plain_table(HostFeatures(feat)) is feat
+    m = _model(cdata.num_features, cdata.num_classes, "gcn", 16, 3)
+    sampler = NeighborSampler(g, [-1] * 3)
+    s = cdata.test_idx
+    plan = plan_scope(m, g, scored_ids(cdata.num_nodes, s), "scored")
+    want = scored_inference(m, sampler, HostFeatures(feat), CPU, s, plan=plan,
+                            stream_inputs=False)
+    monkeypatch = pytest.MonkeyPatch()
+    monkeypatch.setattr(inference, "available_host_bytes", lambda *a, **k: 1)  # drop pages
+    try:
+        got = scored_inference(m, sampler, HostFeatures(feat), CPU, s, plan=plan,
+                               stream_inputs=True, pass_rows=50, batch_edges=300)
+    finally:
+        monkeypatch.undo()
+    assert plan.input_passes > 1
+    torch.testing.assert_close(got.values, want.values, rtol=1e-5, atol=1e-5)
+
+
+def test_read_ranges_reads_files_and_arrays_alike(tmp_path):
+    """:func:`read_ranges` gives each range's rows, by file for a memory map (also a view of
+    one, at its offset) and by slicing otherwise; a file shorter than its array is one
+    line."""
+    a = np.arange(10_000 * 3, dtype=np.int32).reshape(10_000, 3)
+    np.save(tmp_path / "a.npy", a)
+    mm = np.load(tmp_path / "a.npy", mmap_mode="r")
+    ranges = [(0, 1), (1, 4097), (4097, 4097), (4097, 10_000)]
+    for arr, want in [(mm, a), (mm[1234:], a[1234:]), (a, a)]:
+        rs = [(x, min(y, arr.shape[0])) for x, y in ranges if x <= arr.shape[0]]
+        got = list(inference.read_ranges(arr, rs, drop=True))
+        assert all(np.array_equal(g, want[x:y]) for g, (x, y) in zip(got, rs))
+    assert inference._file_of(mm[1234:]) == (str(tmp_path / "a.npy"),
+                                             mm.offset + 1234 * 12)
+    assert inference._file_of(a) is None and inference._file_of(mm[:, 1]) is None
+    with open(tmp_path / "a.npy", "r+b") as f:
+        f.truncate(mm.offset + 5000 * 12)
+    with pytest.raises(inference.GraphFormatError, match="the file ends at byte"):
+        list(inference.read_ranges(mm, [(0, 4000), (4000, 10_000)]))
 
 
 def test_inputs_stream_by_default_when_the_table_outgrows_the_memory(cdata, monkeypatch):

@@ -31,14 +31,18 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+import mmap
+import os
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from .cache.host import HostFeatures
-from .errors import ConfigError
+from .cache.readahead import find_mmap
+from .errors import ConfigError, GraphFormatError
 from .loader import as_long_tensor
 from .metrics import available_host_bytes, fillable_host_bytes  # noqa: F401 (read here)
 from .models import BlockGNN
@@ -744,13 +748,15 @@ def scored_inference(model: BlockGNN, sampler, feat, device, scored,
 
         def combined(got: _Push, a0: int, b0: int, base: int = 0) -> None:
             """Emit positions ``[a0, b0)`` of the level: the combine of what ``got`` holds
-            for them (its row 0 is position ``base``)."""
-            step = max(1, chunk_bytes // (4 * got.width))
+            for them (its row 0 is position ``base``; dst rows it does not keep are read
+            from the layer's input source)."""
+            step = max(1, chunk_bytes // (4 * (got.width + (0 if got.rows else conv.in_dim))))
             for a in range(a0, b0, step):
                 b = min(b0, a + step)
                 dst = level[a:b]
-                y = conv.combine(got.rows.read_range(a - base, b - base),
-                                 got.acc.read_range(a - base, b - base),
+                own = got.rows.read_range(a - base, b - base) if got.rows is not None \
+                    else src.read(dst.astype(np.int64))
+                y = conv.combine(own, got.acc.read_range(a - base, b - base),
                                  _degree_of(sampler, dst).to(device))
                 offs, nbrs = _rows_of(graph, dst) if push is not None else (None, None)
                 emit(a, b, y, offs, nbrs)
@@ -824,25 +830,33 @@ def _input_passes(conv, src, sampler, level: np.ndarray, device, batch_edges: in
                   place: str | None, scratch_dir, pass_rows: int | None):
     """Layer 0's inputs streamed (:func:`scored_inference`): yields ``(d0, d1, push)`` per
     pass over positions ``[d0, d1)`` of ``level`` (the layer's dst vertices), ``push`` a
-    :class:`_Push` holding their summed aggregations and own rows after one read of the
-    feature table ``src`` and the CSR in id order. A pass covers ``pass_rows`` vertices, by
-    default as many as :data:`TABLE_SHARE` of :func:`fillable_host_bytes` (or of the
-    device's free memory on CUDA, when larger) holds. Memory per pass: the two tables,
-    an n-byte mark, and per chunk of ``batch_edges`` edges its rows and edges."""
+    :class:`_Push` holding their summed aggregations (not their own rows: those are read
+    back from ``src`` when combined, a near-sequential read of the range's ids) after one
+    read of the feature table ``src`` and the CSR in id order (:func:`read_ranges`: large
+    sequential reads, the next range read while this one is pushed; the table's pages are
+    dropped from the page cache behind the reads when it exceeds the memory available). A
+    pass covers ``pass_rows`` vertices, by default as many as :data:`INPUT_PASS_SHARE` of
+    :func:`fillable_host_bytes` (or of the device's free memory on CUDA, when larger)
+    holds. Memory per pass: the accumulators (``4 x agg width`` bytes a vertex), an n-byte
+    mark, and per chunk of ``batch_edges`` edges its rows and edges (two chunks at once)."""
     graph = sampler.graph
     indptr, indices = graph.indptr, graph.indices
-    widths = [_agg_width(conv, device), conv.in_dim]
-    row_bytes = 4 * sum(widths)
+    width = _agg_width(conv, device)
+    row_bytes = 4 * width
     m = level.shape[0]
     host = fillable_host_bytes()
     if pass_rows is None:
-        budget = TABLE_SHARE * (host if host is not None else math.inf)
+        budget = INPUT_PASS_SHARE * (host if host is not None else math.inf)
         if device.type == "cuda":
-            budget = max(budget, TABLE_SHARE * torch.cuda.mem_get_info(device)[0])
+            budget = max(budget, INPUT_PASS_SHARE * torch.cuda.mem_get_info(device)[0])
         pass_rows = m if math.isinf(budget) else max(1, int(budget // row_bytes))
     k = max(1, -(-m // max(1, pass_rows)))
     bounds = np.linspace(0, m, k + 1).round().astype(np.int64)
-    ranges = edge_balanced_ranges(indptr, batch_edges)
+    ranges = list(itertools.pairwise(edge_balanced_ranges(indptr, batch_edges)))
+    edges = [(int(indptr[a]), int(indptr[b])) for a, b in ranges]
+    table = _plain_table(src)
+    avail = available_host_bytes()
+    drop = table is not None and avail is not None and table.nbytes > avail
     for p, (d0, d1) in enumerate(itertools.pairwise(bounds.tolist())):
         if d1 <= d0:
             continue
@@ -851,13 +865,98 @@ def _input_passes(conv, src, sampler, level: np.ndarray, device, batch_edges: in
         rows = d1 - d0
         where = place or table_place(row_bytes * rows, device, host_bytes=host)
         push = _Push(conv, None, level[d0:d1], sampler, device,
-                     [EvalTable(rows, w, where, device, scratch_dir) for w in widths])
-        for a, b in itertools.pairwise(ranges):
-            lo, hi = int(indptr[a]), int(indptr[b])
+                     [EvalTable(rows, width, where, device, scratch_dir)])
+        feats = read_ranges(table, ranges, drop=drop) if table is not None else \
+            (None for _ in ranges)
+        nbrs_of = read_ranges(indices, edges)
+        for (a, b), (lo, hi), x, nbrs in zip(ranges, edges, feats, nbrs_of):
             offs = np.asarray(indptr[a:b + 1], dtype=np.int64) - lo
-            push.push(a, b, src.read_range(a, b), np.arange(a, b, dtype=np.int64), offs,
-                      np.asarray(indices[lo:hi]))
+            y = src.read_range(a, b) if x is None else _as_read(src, torch.from_numpy(x))
+            push.push(a, b, y, np.arange(a, b, dtype=np.int64), offs, nbrs)
         yield int(d0), int(d1), push
+
+
+#: Share of :func:`fillable_host_bytes` the accumulators of one pass of layer 0's streamed
+#: inputs take (:func:`_input_passes`); the rest is for the chunks and the page cache.
+INPUT_PASS_SHARE = 0.75
+
+
+def _plain_table(src) -> np.ndarray | None:
+    """The memory-mapped host table under the feature source ``src`` when its rows are read
+    as they are (no row map, no row cache), else None."""
+    host = getattr(src, "host", None)
+    array = getattr(host, "array", None)
+    if array is None or host.rows is not None or host.row_cache is not None:
+        return None
+    return array if _file_of(array) is not None else None
+
+
+def _as_read(src, t: torch.Tensor) -> torch.Tensor:
+    """Host rows ``t`` as ``src.read_range`` returns them: converted to the source's copy
+    dtype, then float32, on its device."""
+    host = src.host
+    if t.dtype != host.dtype:
+        t = t.to(host.dtype)
+    t = t.to(src.device)
+    return t if t.dtype == torch.float32 else t.to(torch.float32)
+
+
+def _file_of(arr) -> tuple[str, int] | None:
+    """``(path, byte offset of arr[0])`` of a C-contiguous ``np.memmap`` (or a view of one)
+    whose file is known, else None."""
+    path = getattr(arr, "filename", None)
+    if not isinstance(arr, np.memmap) or path is None or not arr.flags.c_contiguous:
+        return None
+    found = find_mmap(arr)
+    if found is None:
+        return None
+    offset = int(arr.offset)
+    return str(path), offset - offset % mmap.ALLOCATIONGRANULARITY + found[1]
+
+
+def read_ranges(arr, ranges, *, drop: bool = False):
+    """``arr[a:b]`` (a copy) for each ``(a, b)`` of ``ranges`` in turn, reading the next
+    range on a background thread while the caller works on this one. A memory-mapped array
+    (:func:`_file_of`) is read with ``os.preadv``: large sequential reads that the kernel's
+    read-ahead serves at the disk's speed whatever advice the mapping carries (a feature
+    table is ``MADV_RANDOM`` for the sampler); ``drop`` then removes the pages read from the
+    page cache (``POSIX_FADV_DONTNEED``: a table larger than the memory would otherwise push
+    out pages that are used again). A file shorter than the array is a one-line
+    :class:`~twopgraph.errors.GraphFormatError`. Memory: two ranges."""
+    ranges = [(int(a), int(b)) for a, b in ranges]
+    loc = _file_of(arr)
+    if loc is None:
+        for a, b in ranges:
+            yield np.array(arr[a:b])
+        return
+    path, base = loc
+    row = arr.itemsize * int(np.prod(arr.shape[1:], dtype=np.int64))
+    fd = os.open(path, os.O_RDONLY)
+
+    def read(a: int, b: int) -> np.ndarray:
+        out = np.empty((b - a,) + arr.shape[1:], dtype=arr.dtype)
+        view = memoryview(out.reshape(-1).view(np.uint8))
+        off, n, got = base + a * row, (b - a) * row, 0
+        while got < n:
+            k = os.preadv(fd, [view[got:]], off + got)
+            if k <= 0:
+                raise GraphFormatError(f"{path}: the file ends at byte {off + got:,}, before "
+                                       f"the {arr.shape[0]:,} rows its array holds (it "
+                                       f"changed while this run read it)")
+            got += k
+        if drop and n and hasattr(os, "posix_fadvise"):
+            os.posix_fadvise(fd, off, n, os.POSIX_FADV_DONTNEED)
+        return out
+
+    try:
+        with ThreadPoolExecutor(1, thread_name_prefix="twopgraph-read") as pool:
+            ahead = pool.submit(read, *ranges[0]) if ranges else None
+            for i in range(len(ranges)):
+                got = ahead.result()
+                ahead = pool.submit(read, *ranges[i + 1]) if i + 1 < len(ranges) else None
+                yield got
+    finally:
+        os.close(fd)
 
 
 def _agg_width(conv, device) -> int:
@@ -898,16 +997,17 @@ class _Push:
     ``upper`` (sorted ids, a subset of the layer's own ``level``): :meth:`push` adds each
     chunk's ``conv.aggregate`` over the chunk's edges into ``acc`` (``|upper|`` x agg width;
     a dst's neighbours arrive over several chunks, each a tile :class:`Block` with the dst's
-    whole neighbour count) and keeps the rows of ``upper``'s own vertices in ``rows``; the
-    next layer is then ``conv.combine(rows, acc)``. Needs an undirected graph: a vertex's
-    CSR row lists the dsts its output goes to. Memory: the two tables, per chunk O(its
-    edges), and an ``n``-byte membership mark of ``upper`` when it is dense
-    (:data:`PUSH_MARK`)."""
+    whole neighbour count) and, given a second table, keeps the rows of ``upper``'s own
+    vertices in ``rows`` (else ``rows`` is None); the next layer is then
+    ``conv.combine(rows, acc)``. ``level`` None: the chunks are of all vertices in id
+    order. Needs an undirected graph: a vertex's CSR row lists the dsts its output goes
+    to. Memory: the tables, per chunk O(its edges), and an ``n``-byte membership mark of
+    ``upper`` when it is dense (:data:`PUSH_MARK`)."""
 
     def __init__(self, conv, level: np.ndarray | None, upper: np.ndarray, sampler, device,
                  tables: list[EvalTable]):
         self.conv, self.upper, self.sampler, self.device = conv, upper, sampler, device
-        self.acc, self.rows = tables
+        self.acc, self.rows = tables if len(tables) == 2 else (tables[0], None)
         for t in tables:  # zeros (a new scratch file reads as zeros already); in memory,
             if t.where != "disk":  # touched now so that the memory left is seen at once
                 t.table.zero_()
@@ -950,6 +1050,8 @@ class _Push:
             agg = self.conv.aggregate(tile.to(self.device), y)
             acc = self.acc.table
             acc.index_add_(0, torch.from_numpy(touched).to(acc.device), agg.to(acc.device))
+        if self.rows is None:
+            return
         s, t = (int(x) for x in np.searchsorted(self.own, [a, b]))
         if t > s:
             self.rows.write(s, t, y[torch.from_numpy(self.own[s:t] - a).to(y.device)])
