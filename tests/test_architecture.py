@@ -200,6 +200,44 @@ def test_registry_discovers_a_new_module(tmp_path, monkeypatch):
             del sys.modules[m]
 
 
+def test_registry_declares_its_names_without_importing(tmp_path, monkeypatch):
+    """``Registry.declared`` (what ``--help`` lists) reads the names from the sources: the
+    modules stay unimported, a new module's name is in it, and it equals ``names()``."""
+    pkg = tmp_path / "declpkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "reg.py").write_text("from twopgraph.registry import Registry\n"
+                                "THINGS = Registry('thing', 'declpkg', 'THINGS')\n")
+    for name in ("b", "a"):
+        (pkg / f"mod_{name}.py").write_text(textwrap.dedent(f"""
+            import declpkg.imported_{name}  # noqa: F401 (importing it is visible)
+            from declpkg.reg import THINGS
+
+            @THINGS.register("{name}")
+            def make():
+                return "{name}"
+        """))
+        (pkg / f"imported_{name}.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        reg = importlib.import_module("declpkg.reg").THINGS
+        assert reg.declared() == ["a", "b"]
+        assert not [m for m in sys.modules if m.startswith("declpkg.mod_")
+                    or m.startswith("declpkg.imported_")]
+        assert sorted(reg.names()) == ["a", "b"]
+    finally:
+        for m in [m for m in sys.modules if m.startswith("declpkg")]:
+            del sys.modules[m]
+
+
+def test_builtin_registries_declare_what_they_register():
+    from twopgraph.protocols import CACHE_POLICIES, MODELS, SAMPLERS, SCHEDULERS
+    for reg in (SCHEDULERS, SAMPLERS, CACHE_POLICIES, MODELS):
+        fresh = Registry(reg.kind, reg.package, reg.symbol)  # nothing discovered yet
+        assert sorted(fresh.declared()) == sorted(reg.names()), reg.kind
+    assert MODELS.names() == ["sage", "gcn"]
+
+
 def test_registry_refuses_two_factories_for_one_name():
     reg = Registry("thing")
     reg.register("a")(int)

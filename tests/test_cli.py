@@ -349,6 +349,53 @@ def test_help_shows_the_defaults_the_code_uses(capsys):
                 f"{shown[1]};") in text[i:i + 400], key
 
 
+HELP_VERBS = (["train"], ["predict"], ["partition"], ["bench", "sampler"], ["bench", "cache"],
+              ["datasets"], ["info"])
+
+
+def test_help_imports_neither_torch_nor_numba_and_lists_choices():
+    """``--help`` is fast: building every verb's parser and printing its help imports no
+    torch and no numba (they took 2-3 s of every ``--help``); the choices of a flag are shown
+    in its usage, those of a registry read from the registry."""
+    code = ("import contextlib, io, json, sys\n"
+            "from twopgraph.cli import main\n"
+            f"helps = {{}}\n"
+            f"for verb in {[v for v in HELP_VERBS]!r}:\n"
+            "    out = io.StringIO()\n"
+            "    with contextlib.redirect_stdout(out):\n"
+            "        try:\n"
+            "            main(verb + ['--help'])\n"
+            "        except SystemExit as e:\n"
+            "            assert e.code == 0, e.code\n"
+            "    helps[' '.join(verb)] = out.getvalue()\n"
+            "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'numba'))\n"
+            "print(json.dumps({'heavy': heavy[:5], 'helps': helps}))\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 0, res.stderr
+    got = json.loads(res.stdout)
+    assert got["heavy"] == []
+    from twopgraph.protocols import CACHE_POLICIES, MODELS, SCHEDULERS
+    usage = " ".join(got["helps"]["train"].split())
+    assert f"--model {{{','.join(MODELS.names())}}}" in usage
+    assert "--model {sage,gcn}" in usage
+    assert f"--schedule {{auto,{','.join(SCHEDULERS.names())}}}" in usage
+    assert f"--cache-policy {{{','.join(CACHE_POLICIES.names())}}}" in usage
+    for flag in ("--store-dtype {auto,float32,float16}", "--amp {off,bf16}",
+                 "--feat-dtype {float32,float16,bfloat16}", "--select {best-val,last}",
+                 "--eval-scope {auto,all,scored}", "--cluster-method {auto,metis,coarsen,lp}"):
+        assert flag in usage, flag
+    bench = " ".join(got["helps"]["bench cache"].split())
+    assert f"--policies {{{','.join(CACHE_POLICIES.names())}}}[,...]" in bench
+    assert "--representation {auto,local,global}" in " ".join(got["helps"]["partition"].split())
+
+
+def test_feat_dtype_names_are_the_cache_types():
+    from twopgraph.cache.feature_cache import FEAT_DTYPES
+    from twopgraph.config import FEAT_DTYPE_NAMES
+    assert tuple(FEAT_DTYPES) == FEAT_DTYPE_NAMES
+
+
 def test_negative_fanouts_parse_and_version(root, capsys):
     from twopgraph.cli import build_parser, _join_values
     ns = build_parser().parse_args(_join_values(["train", "--fanouts", "-1,-1"]))

@@ -36,13 +36,8 @@ from dataclasses import MISSING, Field, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import torch
-
-from .cache.feature_cache import FEAT_DTYPES
 from .errors import ConfigError
-from .models import MODELS
-from .protocols import CACHE_POLICIES, SCHEDULERS
-from .sampler.neighbor import parse_fanouts
+from .protocols import CACHE_POLICIES, MODELS, SCHEDULERS
 
 SAMPLER_DEVICES = ("auto", "cpu", "cuda")
 AMP_MODES = ("off", "bf16")
@@ -52,8 +47,17 @@ EVAL_SCOPES = ("auto", "all", "scored")  # twopgraph.inference.EVAL_SCOPES
 CLUSTER_METHODS = ("auto", "metis", "coarsen", "lp")  # twopgraph.partition.cluster
 STORE_DTYPES = ("float32", "float16")  # twopgraph.datasets.STORE_DTYPES
 STORE_DTYPE_CHOICES = ("auto",) + STORE_DTYPES  # twopgraph.datasets.STORE_DTYPE_CHOICES
+FEAT_DTYPE_NAMES = ("float32", "float16", "bfloat16")  # cache.feature_cache.FEAT_DTYPES
+READAHEAD_MODES = ("auto", "on", "off")
+REPRESENTATIONS = ("auto", "local", "global")  # twopgraph.partition.selfdep
+
+# This module is what every verb's parser is built from: it imports neither torch nor numba
+# (nor the modules that do), so that `twopgraph VERB --help` is fast. The registries' names
+# are read from their sources (Registry.declared); validation imports what it needs.
 
 if TYPE_CHECKING:
+    import torch
+
     from .graph import GraphData
 
 
@@ -64,16 +68,21 @@ if TYPE_CHECKING:
 
 def option(default=MISSING, help: str = "", *, flag: str | None = None, factory=None,
            required: bool = False, negatable: bool = False, metavar: str | None = None,
-           show_default: str | None = None, result: bool = False) -> Field:
+           show_default: str | None = None, result: bool = False, choices=None,
+           listed: bool = False) -> Field:
     """A config field with its command-line form.
 
     ``flag`` defaults to ``--field-name``; a bool field is a switch (``store_true``; a flag
     ``--no-x`` stores False; ``negatable`` gives ``--x/--no-x``); ``required`` fields have no
     default on the command line; ``show_default`` replaces the default shown in ``--help``;
     ``result`` marks a parameter that changes the trained model (the checkpoint fingerprint
-    covers exactly these)."""
+    covers exactly these); ``choices`` (a tuple of names, or a function returning them: a
+    registry's :meth:`~twopgraph.registry.Registry.declared`) are shown in ``--help`` as the
+    flag's value, ``{a,b}`` (``{a,b}[,...]`` for a comma-separated ``listed`` option); the
+    section's ``validate`` checks the value (with its own message)."""
     meta = {"help": help, "flag": flag, "required": required, "negatable": negatable,
-            "metavar": metavar, "show_default": show_default, "result": result}
+            "metavar": metavar, "show_default": show_default, "result": result,
+            "choices": choices, "listed": listed}
     if factory is not None:
         return field(default_factory=factory, metadata=meta)
     return field(default=default, metadata=meta)
@@ -92,7 +101,8 @@ def _threads() -> Field:
 def _feat_dtype() -> Field:
     return option("float32", "how features are stored and copied: float32 | float16 | "
                              "bfloat16 (half the bytes; the model computes in float32 and is "
-                             "evaluated on the same rounded features)", result=True)
+                             "evaluated on the same rounded features)", result=True,
+                  choices=FEAT_DTYPE_NAMES)
 
 
 def _num_clusters(help_extra: str = "") -> Field:
@@ -181,7 +191,7 @@ class DataConfig(Section):
                               "model computes in float32 on the rounded values) | auto "
                               "(float16 when the float32 features would take more than half "
                               "the memory this process can fill, cgroup included, and fit "
-                              "float16; else float32; logged)", result=True)
+                              "float16; else float32; logged)", result=True, choices=STORE_DTYPE_CHOICES)
 
     def validate(self):
         if not isinstance(self.dataset, str) or not self.dataset.strip():
@@ -211,7 +221,7 @@ class SamplingConfig(Section):
                            "epoch, what DGL/PyG do) | auto (locality where it cuts the input "
                            "vertices of sampled batches by a meaningful share, measured on a few "
                            "batches at start-up, else random; the decision and its figures are "
-                           "logged and recorded in metrics.json)", result=True)
+                           "logged and recorded in metrics.json)", result=True, choices=lambda: ("auto", *SCHEDULERS.declared()))
     num_clusters: int = _num_clusters()
     cluster_method: str = option(
         "auto", "how the clusters are computed: metis (METIS on the degree-capped graph) | "
@@ -219,7 +229,7 @@ class SamplingConfig(Section):
                 "on that, refined on the way back: time about linear in the edges, parallel, "
                 "memory a few arrays of N beyond the CSR) | lp (the coarsening with a greedy "
                 "packing, no METIS) | auto (metis below 64M directed edges, else coarsen)",
-        result=True)
+        result=True, choices=CLUSTER_METHODS)
     renumber: bool = option(True, "renumber the graph so that each cluster is one contiguous id "
                             "range (results stay in original ids)", negatable=True, result=True)
     balance: int = option(16, "locality: the next cluster of a batch is the best of this many "
@@ -230,13 +240,14 @@ class SamplingConfig(Section):
                                  "memory) | cuda (torch ops on the training GPU, the graph in "
                                  "device memory; the same batches) | auto (= cuda when training "
                                  "on CUDA and the graph's CSR, degrees and relabelling map fit "
-                                 "in --sampler-memory-share of the device's memory, else cpu)")
+                                 "in --sampler-memory-share of the device's memory, else cpu)", choices=SAMPLER_DEVICES)
     sampler_memory_share: float = option(0.25, "--sampler-device auto: the largest share of the "
                                          "device's total memory the device sampler's graph may "
                                          "take, in (0, 1]")
 
     def validate(self):
         if self.fanouts is not None:  # None: by graph size (TrainConfig.resolved)
+            from .sampler.neighbor import parse_fanouts
             self.fanouts = parse_fanouts(self.fanouts)
         _positive_int(self, "batch_size")
         if self.schedule != "auto":
@@ -247,7 +258,7 @@ class SamplingConfig(Section):
         if not isinstance(self.renumber, bool):
             raise ConfigError(f"renumber must be true or false, got {self.renumber!r}")
         _choice(self, "sampler_device", SAMPLER_DEVICES)
-        if self.sampler_device == "cuda" and not torch.cuda.is_available():
+        if self.sampler_device == "cuda" and not _cuda_available():
             raise ConfigError("--sampler-device cuda requested but torch sees no CUDA GPU")
         if not (_is_number(self.sampler_memory_share) and 0.0 < self.sampler_memory_share <= 1.0):
             raise ConfigError(f"sampler-memory-share must be in (0, 1], "
@@ -259,7 +270,7 @@ class SamplingConfig(Section):
 class CacheConfig(Section):
     cache_policy: str = option("none", "device feature cache: none (copy every input row every "
                                "batch) | degree (PaGraph) | presample (GNNLab) | layer (2PGraph: "
-                               "layer-aware static rank + Belady over the schedule's lookahead)")
+                               "layer-aware static rank + Belady over the schedule's lookahead)", choices=CACHE_POLICIES.declared)
     cache_ratio: float | None = option(None, "cache budget as a fraction of the feature rows, "
                                        "in [0, 1]", show_default="what fits: CUDA = free device "
                                        "memory after a 25%% margin and the estimated activations "
@@ -275,11 +286,11 @@ class CacheConfig(Section):
                              "name (degree, presample, layer: its static rank picks the rows). "
                              "Off by default: it took memory from the page cache and did not "
                              "pay on any graph measured (scripts/bench_outofcore.py, "
-                             "scripts/bench_gather.py)")
+                             "scripts/bench_gather.py)", choices=lambda: ("auto", *CACHE_POLICIES.declared()))
     readahead: str = option("auto", "read-ahead of a memory-mapped feature table: on (the "
                             "sampling workers advise each batch's rows, MADV_WILLNEED, and "
                             "the map is MADV_RANDOM) | off (page faults read as the kernel "
-                            "decides) | auto (on when the table exceeds half the memory left)")
+                            "decides) | auto (on when the table exceeds half the memory left)", choices=READAHEAD_MODES)
     host_cache_gb: float | None = option(None, "host row cache size in GiB",
                                          show_default="half the memory left after the "
                                          "memory-mapped graph structure (memory cgroup limit "
@@ -291,7 +302,7 @@ class CacheConfig(Section):
         if self.host_cache != "auto" and self.host_cache not in CACHE_POLICIES:
             raise ConfigError(f"host-cache must be auto or a cache policy "
                               f"({', '.join(CACHE_POLICIES.names())}), got {self.host_cache!r}")
-        _choice(self, "readahead", ("auto", "on", "off"))
+        _choice(self, "readahead", READAHEAD_MODES)
         if self.host_cache == "none" and self.host_cache_gb is not None:
             raise ConfigError("--host-cache-gb sizes a host row cache: give --host-cache auto "
                               "or a policy (degree, presample, ...) with it")
@@ -300,7 +311,7 @@ class CacheConfig(Section):
                 and self.host_cache_gb >= 0):
             raise ConfigError(f"host-cache-gb must be a finite number >= 0, "
                               f"got {self.host_cache_gb!r}")
-        _choice(self, "feat_dtype", FEAT_DTYPES)
+        _choice(self, "feat_dtype", FEAT_DTYPE_NAMES)
         if self.cache_ratio is not None and self.cache_gb is not None:
             raise ConfigError("give --cache-ratio or --cache-gb, not both")
         if self.cache_ratio is not None and not (
@@ -314,7 +325,7 @@ class CacheConfig(Section):
 
 @dataclass
 class ModelConfig(Section):
-    model: str = option("sage", "sage (GraphSAGE, mean aggregator) | gcn", result=True)
+    model: str = option("sage", "sage (GraphSAGE, mean aggregator) | gcn", result=True, choices=MODELS.declared)
     hidden: int = option(256, "hidden width", result=True)
     dropout: float = option(0.5, "dropout between layers", result=True)
     lr: float | None = option(None, "Adam learning rate", result=True,
@@ -322,10 +333,10 @@ class ModelConfig(Section):
     weight_decay: float = option(0.0, "Adam weight decay", result=True)
     amp: str = option("off", "mixed precision of the training forward pass and loss: off "
                       "(float32) | bf16 (torch.autocast to bfloat16, on CUDA and on CPU); exact "
-                      "evaluation stays float32", result=True)
+                      "evaluation stays float32", result=True, choices=AMP_MODES)
 
     def validate(self):
-        _choice(self, "model", MODELS)
+        MODELS.check(self.model)
         _choice(self, "amp", AMP_MODES)
         _positive_int(self, "hidden")
         if self.lr is not None and not (_is_number(self.lr) and math.isfinite(self.lr)
@@ -355,12 +366,12 @@ class RunConfig(Section):
     select: str = option("best-val", "which model the run reports and keeps: best-val (the "
                          "evaluated epoch with the best validation score: val/test scores and "
                          "the checkpoint's model weights come from it, recorded as "
-                         "selected_epoch) | last (the final epoch's model)")
+                         "selected_epoch) | last (the final epoch's model)", choices=SELECT_MODES)
     metric: str = option("auto", "the validation/test score that --select compares and "
                          "metrics.json reports as val_score/test_score: acc | rocauc (area "
                          "under the ROC curve of class 1's probability; two classes only) | "
                          "auto (rocauc for two classes, else acc); val_acc/test_acc are always "
-                         "accuracies")
+                         "accuracies", choices=METRICS)
     eval_every: int = option(1, "exact evaluation every N epochs; 0 = after the last only")
     patience: int = option(0, "stop after N evaluated epochs in a row without a better "
                            "validation score (early stopping; recorded in metrics.json as "
@@ -372,7 +383,7 @@ class RunConfig(Section):
                              "vertices and their L-hop in-neighbourhood only: tables sized by "
                              "it, not by N; the same scores) | auto (scored where its "
                              "estimated work, rows + edges over the layers, is at most half "
-                             "of all's)")
+                             "of all's)", choices=EVAL_SCOPES)
     prefetch: int = option(2, "batches prepared ahead (sampled, gathered) in a background "
                            "thread; 0 = none")
     threads: int = _threads()
@@ -601,10 +612,10 @@ class BenchSamplerConfig(Config):
 
 @dataclass
 class CacheBenchOptions(Section):
-    policies: str = option("none,degree,presample,layer", "comma-separated cache policies")
+    policies: str = option("none,degree,presample,layer", "comma-separated cache policies", choices=CACHE_POLICIES.declared, listed=True)
     ratios: str = option("0.01,0.05,0.1,0.2,0.4",
                          "cache budgets as fractions of the feature rows")
-    schedules: str = option("random,locality", "comma-separated seed schedulers")
+    schedules: str = option("random,locality", "comma-separated seed schedulers", choices=SCHEDULERS.declared, listed=True)
     out: str = option("runs/bench_cache", "output folder: cache.csv, cache.png")
     epoch: int = option(0, "which epoch's access stream is measured")
     presample_epochs: int = option(1, "presample: pre-sampling epochs K")
@@ -634,7 +645,7 @@ class CacheBenchOptions(Section):
         if self.lookahead is not None:
             _int_at_least(self, "lookahead", 0)
         resolve_device(self.device)
-        _choice(self, "feat_dtype", FEAT_DTYPES)
+        _choice(self, "feat_dtype", FEAT_DTYPE_NAMES)
         _seed_ok(self.seed)
         _int_at_least(self, "threads", 0)
         out = Path(self.out)
@@ -685,7 +696,7 @@ class PartitionOptions(Section):
         "auto", "how a part holds its graph: local (its own CSR over owned + halo vertices, "
                 "local ids), global (no CSR of its own: the rank samples on the dataset "
                 "store's CSR, shared by every rank on the machine), auto (global when the "
-                "local CSR would exceed half the store's)")
+                "local CSR would exceed half the store's)", choices=REPRESENTATIONS)
     force: bool = option(False, "rewrite DIR even if it already holds this partition")
     json: bool = option(False, "print meta.json as one JSON line")
 
@@ -694,7 +705,7 @@ class PartitionOptions(Section):
         _int_at_least(self, "hops", 0)
         _int_at_least(self, "num_clusters", 0, "(0 = automatic)")
         _seed_ok(self.seed)
-        _choice(self, "representation", ("auto", "local", "global"))
+        _choice(self, "representation", REPRESENTATIONS)
         return self
 
 
@@ -802,7 +813,17 @@ def add_section_arguments(parser: argparse.ArgumentParser, section: type, exclud
                 kw.update(required=True, default=None)
             if meta.get("metavar"):
                 kw["metavar"] = meta["metavar"]
+            elif meta.get("choices") is not None:
+                kw["metavar"] = _choices_metavar(meta["choices"], meta.get("listed", False))
         parser.add_argument(flag, **kw)
+
+
+def _choices_metavar(choices, listed: bool = False) -> str:
+    """``{a,b,c}`` (``{a,b,c}[,...]`` for a comma-separated list) of a field's ``choices``:
+    a tuple, or a function returning the names (a registry's, read without importing it)."""
+    names = choices() if callable(choices) else choices
+    text = "{" + ",".join(names) + "}"
+    return text + "[,...]" if listed else text
 
 
 def _base_type(kind) -> type:
@@ -836,8 +857,14 @@ def _help(meta, default, required: bool, base) -> str:
 # ----------------------------------------------------------------------------------------------
 
 
-def resolve_device(name: str) -> torch.device:
+def _cuda_available() -> bool:
+    import torch
+    return torch.cuda.is_available()
+
+
+def resolve_device(name: str) -> "torch.device":
     """``auto`` -> cuda when available else cpu; ``cuda`` without a GPU is an error."""
+    import torch
     if not isinstance(name, str):
         raise ConfigError(f"device must be a string, got {name!r}")
     if name == "auto":

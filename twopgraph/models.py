@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from .dropout import relu_dropout
-from .errors import ConfigError
+from .protocols import MODELS
 from .sampler.minibatch import Block, MiniBatch
 
 # torch prints "Sparse CSR tensor support is in beta" once per process, when the first CSR
@@ -72,6 +72,7 @@ def _mean_weights(block: Block) -> torch.Tensor:
     return torch.repeat_interleave(w, block.edge_counts(), output_size=block.num_edges)
 
 
+@MODELS.register("sage")
 class SAGEConv(nn.Module):
     """GraphSAGE with the mean aggregator: ``W_self h_v + W_neigh mean_{u in N(v)} h_u + b``.
 
@@ -119,6 +120,7 @@ class SAGEConv(nn.Module):
         return proj[0][dst_start:dst_end] + _spmm(block, w, proj[1])
 
 
+@MODELS.register("gcn")
 class GCNConv(nn.Module):
     """GCN with self loops and symmetric normalisation over full-graph degrees d:
     ``h_v' = W (h_v / (d_v+1) + (d_v / s_v) sum_{u in S(v)} h_u / sqrt((d_u+1)(d_v+1))) + b``,
@@ -201,14 +203,8 @@ class BlockGNN(nn.Module):
         return h
 
 
-MODELS: dict[str, Callable[[int, int], nn.Module]] = {"sage": SAGEConv, "gcn": GCNConv}
-
-
 def build_model(name: str, in_dim: int, hidden: int, num_classes: int, num_layers: int,
                 dropout: float = 0.5) -> BlockGNN:
-    """``name`` in ``MODELS`` ("sage", "gcn")."""
-    try:
-        conv = MODELS[name]
-    except KeyError:
-        raise ConfigError(f"unknown model {name!r}; known: {', '.join(MODELS)}") from None
-    return BlockGNN(conv, in_dim, hidden, num_classes, num_layers, dropout)
+    """A GNN of the conv registered as ``name`` in :data:`~twopgraph.protocols.MODELS`
+    ("sage", "gcn"; an unknown name is a one-line :class:`ConfigError`)."""
+    return BlockGNN(MODELS.get(name), in_dim, hidden, num_classes, num_layers, dropout)

@@ -36,18 +36,22 @@ if TYPE_CHECKING:  # annotations only: the protocols sit below every implementat
     from .metrics import CacheCounters
     from .sampler.minibatch import Block, MiniBatch
 
-SCHEDULERS = Registry("schedule", "twopgraph.sampler")
+SCHEDULERS = Registry("schedule", "twopgraph.sampler", "SCHEDULERS")
 """name -> ``factory(train_idx, batch_size, seed=0, **options)`` returning a
 :class:`Scheduler`; a factory with ``needs_clusters = True`` also takes ``parts=`` (the METIS
 cluster of every vertex), ``labels=`` and ``balance=``."""
 
-SAMPLERS = Registry("sampler", "twopgraph.sampler")
+SAMPLERS = Registry("sampler", "twopgraph.sampler", "SAMPLERS")
 """name -> ``factory(graph, fanouts, seed=0, degrees=None, **options)`` returning a
 :class:`Sampler` (``device``: ``device=`` the torch device it samples on)."""
 
-CACHE_POLICIES = Registry("cache policy", "twopgraph.cache")
+CACHE_POLICIES = Registry("cache policy", "twopgraph.cache", "CACHE_POLICIES")
 """name -> ``factory(ctx: PolicyContext, **options)`` returning a
 :class:`~twopgraph.cache.base.CachePolicy`."""
+
+MODELS = Registry("model", "twopgraph.models", "MODELS")
+"""name -> the graph convolution class of a GNN layer (``conv(in_dim, out_dim)``; the conv
+contract in docs/architecture.md), registered in :mod:`twopgraph.models`."""
 
 
 @runtime_checkable

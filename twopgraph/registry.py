@@ -6,6 +6,10 @@ its package, and each module registers its factory with ``@REGISTRY.register("na
 a scheduler, a sampler or a cache policy is therefore one new module in that package and
 nothing else (docs/architecture.md has a worked example).
 
+:meth:`Registry.declared` gives the names without importing anything: it reads the sources of
+the registry's package for ``@SYMBOL.register("name")`` (what ``--help`` lists as a flag's
+choices, so that ``twopgraph VERB --help`` does not import torch and numba).
+
 Example::
 
     >>> COLORS = Registry("colour")
@@ -22,10 +26,13 @@ Example::
 
 from __future__ import annotations
 
+import ast
 import difflib
 import importlib
+import importlib.util
 import pkgutil
 import threading
+from pathlib import Path
 from typing import Callable, Iterator
 
 from .errors import ConfigError
@@ -33,13 +40,17 @@ from .errors import ConfigError
 
 class Registry:
     """Factories of one ``kind`` (used in messages, e.g. ``"cache policy"``), registered by
-    name; ``package`` (dotted name) is imported module by module on first lookup."""
+    name; ``package`` (dotted name of a package, or of a single module) is imported module by
+    module on first lookup. ``symbol``: the name the registry's modules decorate with
+    (``@SYMBOL.register("name")``), for :meth:`declared`."""
 
-    def __init__(self, kind: str, package: str | None = None):
+    def __init__(self, kind: str, package: str | None = None, symbol: str | None = None):
         self.kind = kind
         self.package = package
+        self.symbol = symbol
         self._entries: dict[str, Callable] = {}
         self._discovered = package is None
+        self._declared: list[str] | None = None  # declared(): read from the sources once
         self._lock = threading.Lock()
 
     def register(self, name: str) -> Callable[[Callable], Callable]:
@@ -60,9 +71,29 @@ class Registry:
             if self._discovered:
                 return
             pkg = importlib.import_module(self.package)
-            for mod in pkgutil.iter_modules(pkg.__path__):
+            for mod in pkgutil.iter_modules(getattr(pkg, "__path__", [])):
                 importlib.import_module(f"{self.package}.{mod.name}")
             self._discovered = True
+
+    def declared(self) -> list[str]:
+        """The registered names, without importing the package's modules when they are not
+        imported yet: the string arguments of ``@SYMBOL.register(...)`` in its sources (in
+        file order), followed by names registered at run time. Once discovered (or without a
+        package or ``symbol``), :meth:`names`."""
+        if self._discovered or self.symbol is None:
+            return self.names()
+        if self._declared is None:
+            spec = importlib.util.find_spec(self.package)  # imports the parent package only
+            if spec is None or spec.origin is None:
+                return self.names()
+            if spec.submodule_search_locations:
+                files = sorted(f for d in spec.submodule_search_locations
+                               for f in Path(d).glob("*.py"))
+            else:
+                files = [Path(spec.origin)]
+            self._declared = [n for f in files for n in _registered_in(f, self.symbol)]
+        out = list(dict.fromkeys(self._declared))
+        return out + [n for n in self._entries if n not in out]
 
     def names(self) -> list[str]:
         """Registered names, in registration order."""
@@ -99,3 +130,21 @@ class Registry:
 
     def __repr__(self) -> str:
         return f"Registry({self.kind!r}, package={self.package!r})"
+
+
+def _registered_in(path: Path, symbol: str) -> list[str]:
+    """The names the module at ``path`` registers with a top-level class or function
+    decorated ``@symbol.register("name")``."""
+    text = path.read_text(encoding="utf-8")
+    if f"{symbol}.register(" not in text:
+        return []
+    out = []
+    for node in ast.parse(text).body:
+        for dec in getattr(node, "decorator_list", ()):
+            if (isinstance(dec, ast.Call) and isinstance(dec.func, ast.Attribute)
+                    and dec.func.attr == "register" and isinstance(dec.func.value, ast.Name)
+                    and dec.func.value.id == symbol and dec.args
+                    and isinstance(dec.args[0], ast.Constant)
+                    and isinstance(dec.args[0].value, str)):
+                out.append(dec.args[0].value)
+    return out
