@@ -77,8 +77,9 @@ def test_clustered_graph_chooses_locality():
     assert c.seconds >= 0
     rec = c.as_dict()
     assert set(rec) == {"schedule", "ratio", "locality_inputs_per_batch",
-                        "random_inputs_per_batch", "batches", "threshold", "seconds", "basis"}
-    assert rec["basis"] == "clusters"
+                        "random_inputs_per_batch", "batches", "threshold", "seconds", "basis",
+                        "balls"}
+    assert rec["basis"] == "clusters" and rec["balls"] is None
     json.dumps(rec)  # recorded in metrics.json as it is
 
 
@@ -177,6 +178,36 @@ def test_auto_trains_as_explicit_locality_and_is_recorded(tmp_path, caplog):
     assert choice["schedule"] == "locality" and choice["ratio"] <= choice["threshold"]
     assert choice["batches"] == AUTO_BATCHES
     assert mx["schedule"] == "locality" and mx["schedule_choice"] is None
+
+
+@pytest.mark.parametrize("name", ["amazon_photo", "cora"])
+def test_small_graph_decides_without_clustering(tmp_path, monkeypatch, name):
+    """On a small graph the probe builds each batch from as many balls as a locality batch
+    would hold clusters: amazon_photo (one ball per batch: 0.62 x random's inputs, so it was
+    clustered and renumbered, then measured at 0.95: random) and cora (one batch per epoch:
+    both schedules give the same batch) take random without any clustering."""
+    import sys
+
+    from conftest import shared_dataset
+    from twopgraph.sampler.autoschedule import PROBE_BALLS_THRESHOLD, probe_balls
+    from twopgraph.train import locality_for
+    data = shared_dataset(name)
+    calls = []
+    renumber_mod = sys.modules["twopgraph.partition.renumber"]
+    monkeypatch.setattr(renumber_mod, "cluster_graph",
+                        lambda *a, **k: calls.append(1) or pytest.fail("clustered"))
+    cfg = TrainConfig.of(dataset=name, data_root=str(tmp_path / "data"), fanouts=[10, 10],
+                         batch_size=1024, out=str(tmp_path / "run"), progress=False).validate()
+    prep = locality_for(data, ["auto"], cfg)
+    choice = prep.schedule_choice
+    assert not calls and prep.clustering is None and prep.perm is None
+    assert choice.schedule == "random" and choice.basis == "probe"
+    assert choice.balls == probe_balls(data.num_nodes, len(data.train_idx), 1024) > 1
+    assert choice.ratio > PROBE_BALLS_THRESHOLD
+    if name == "cora":  # 140 training vertices: one batch, the same whatever the order
+        assert choice.batches == 1 and choice.ratio == 1.0
+    # a large graph keeps one ball per batch (the calibration of PROBE_THRESHOLD)
+    assert probe_balls(2_450_000, 196_615, 1024) == 1
 
 
 def test_auto_without_clusters_is_refused(tmp_path):

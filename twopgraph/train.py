@@ -927,7 +927,8 @@ def locality_for(data: GraphData, schedules, cfg):
     probe = None
     if s.schedule == "auto" and all(n == "auto" for n in schedules) and s.fanouts is not None:
         probe = probe_schedule(data.graph, data.train_idx, s.fanouts, s.batch_size,
-                               getattr(getattr(cfg, "run", None), "seed", 0))
+                               getattr(getattr(cfg, "run", None), "seed", 0),
+                               num_clusters=s.num_clusters)
         if probe.schedule != "random":
             probe = None  # clusters may pay: cluster, then measure them (make_loader)
     prep = prepare_locality(

@@ -62,6 +62,19 @@ AUTO_BATCHES = 8
 #: balls below it in every family measured.
 PROBE_THRESHOLD = 0.85
 PROBE_BATCHES = 4
+#: On small graphs (fewer than ``LOCALITY_NODES_PER_SEED x batch_size`` vertices, where the
+#: default clusters are small: at least min(2048, N/8) of them) one ball per batch overstates
+#: what locality gains: a locality batch there holds a hundred or more small clusters. The
+#: probe then builds each batch from as many balls as a locality batch would hold clusters
+#: (:func:`probe_balls`), which tracks the clusters' ratio (measured, balls / clusters:
+#: amazon_photo 0.94 / 0.95, coauthor_cs 0.92 / 0.84, facebook 0.87 / 0.76, coauthor_physics
+#: 0.87 / 0.75, tolokers 0.91 / 0.97, twitch_de 0.92 / 0.97, actor 0.97 / 0.94, cora 0.94 /
+#: 1.00, synthetic-small 0.89 / 0.85; one ball: 0.62, 0.75, 0.74, 0.66, 0.89, 0.96, 1.03,
+#: 0.97, 0.86): clustering is skipped where such balls need more than PROBE_BALLS_THRESHOLD
+#: x random's input vertices (clusters were at most 0.12 below the balls, and locality needs
+#: 0.6), so amazon_photo, the coauthor graphs and facebook are no longer clustered for
+#: nothing, and synthetic-small (the quick start) is decided with a margin.
+PROBE_BALLS_THRESHOLD = 0.8
 
 
 @dataclass
@@ -81,6 +94,8 @@ class ScheduleChoice:
     #: what the locality figures measure: ``clusters`` (batches of whole clusters) or
     #: ``probe`` (BFS balls of nearby seeds, :func:`probe_locality`: no clustering was done)
     basis: str = "clusters"
+    #: ``probe``: BFS balls per batch (:func:`probe_balls`); None for ``clusters``
+    balls: int | None = None
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -89,8 +104,10 @@ class ScheduleChoice:
         """The log line of the decision."""
         op = "<=" if self.ratio <= self.threshold else ">"
         if self.basis == "probe":
-            return (f"schedule auto -> {self.schedule} without clustering: batches of nearby "
-                    f"seeds (BFS balls) reach {self.locality_inputs_per_batch:,.0f} input "
+            what = "nearby seeds (BFS balls)" if (self.balls or 1) == 1 else \
+                f"{self.balls} BFS balls of nearby seeds (as many as a locality batch has clusters)"
+            return (f"schedule auto -> {self.schedule} without clustering: batches of "
+                    f"{what} reach {self.locality_inputs_per_batch:,.0f} input "
                     f"vertices, random {self.random_inputs_per_batch:,.0f} (ratio "
                     f"{self.ratio:.2f} {op} {self.threshold:.2f}: clusters cannot pay), "
                     f"measured on {self.batches} batch{'' if self.batches == 1 else 'es'} in "
@@ -151,14 +168,29 @@ def decide(figures: dict, threshold: float = AUTO_THRESHOLD) -> ScheduleChoice:
                           threshold=threshold, seconds=float(figures["seconds"]))
 
 
+def probe_balls(num_nodes: int, num_train: int, batch_size: int, num_clusters: int = 0) -> int:
+    """BFS balls per probe batch: 1 on graphs of at least ``LOCALITY_NODES_PER_SEED x
+    batch_size`` vertices (a locality batch there is a few large clusters); on smaller ones
+    the clusters a locality batch would hold, ``num_clusters`` (0: the default,
+    :func:`~twopgraph.partition.cluster.default_num_clusters`) x seeds per batch / training
+    vertices (see :data:`PROBE_BALLS_THRESHOLD`)."""
+    from ..partition.cluster import LOCALITY_NODES_PER_SEED, default_num_clusters
+    if num_nodes >= LOCALITY_NODES_PER_SEED * batch_size or num_train <= 0:
+        return 1
+    k = num_clusters or default_num_clusters(num_nodes, num_train, batch_size)
+    seeds = min(batch_size, num_train)
+    return int(max(1, min(seeds, round(k * seeds / num_train))))
+
+
 def probe_locality(sampler, graph, train_idx, batch_size: int, seed: int = 0, *,
-                   batches: int = PROBE_BATCHES, workers: int = 1) -> dict:
+                   batches: int = PROBE_BATCHES, workers: int = 1, balls: int = 1) -> dict:
     """The figures of the probe before clustering: ``ball_inputs`` / ``random_inputs``
-    (input vertices summed over ``ball_batches`` / ``random_batches`` batches) and
-    ``seconds``. Ball ``b`` is :func:`~twopgraph.partition.coarsen.ball_seeds` from a training
-    vertex picked by a hash of (``seed``, ``b``); random batches are the first of epoch 0 of
-    the random scheduler (the keys training uses). Deterministic; touches no global random
-    state; costs ``2 x batches`` sampled batches."""
+    (input vertices summed over ``ball_batches`` / ``random_batches`` batches), ``balls``
+    and ``seconds``. Ball batch ``b`` is ``balls`` balls of
+    :func:`~twopgraph.partition.coarsen.ball_seeds`, each from a training vertex picked by a
+    hash of (``seed``, ``b``, ball), of batch_size / ``balls`` training vertices each; random
+    batches are the first of epoch 0 of the random scheduler (the keys training uses).
+    Deterministic; touches no global random state; costs ``2 x batches`` sampled batches."""
     from ..partition.coarsen import ball_seeds
     from ..rng import mix_key, splitmix64_ref
     t = time.perf_counter()
@@ -174,22 +206,50 @@ def probe_locality(sampler, graph, train_idx, batch_size: int, seed: int = 0, *,
     count = min(batch_size, train_idx.shape[0])
     # visit at most 16 x the vertices a ball of `count` seeds needs at the training density
     limit = int(min(n, max(count, 16 * count * max(1, n // max(train_idx.shape[0], 1)))))
+    balls = max(1, min(int(balls), count))
+    if sched.num_batches == 1:  # the batch holds every training vertex, whatever the order
+        out["ball_inputs"], out["ball_batches"], out["balls"] = \
+            out["random_inputs"], out["random_batches"], balls
+        out["seconds"] = time.perf_counter() - t
+        return out
     total = 0
     for b in range(nb):
-        h = [splitmix64_ref(mix_key(seed, 0xBA11, b, i)) for i in range(64)]
-        starts = train_idx[np.asarray([x % train_idx.shape[0] for x in h], dtype=np.int64)]
-        seeds = ball_seeds(graph.indptr, graph.indices, is_train, starts, count, limit, visited)
+        if balls == 1:
+            h = [splitmix64_ref(mix_key(seed, 0xBA11, b, i)) for i in range(64)]
+            starts = train_idx[np.asarray([x % train_idx.shape[0] for x in h], dtype=np.int64)]
+            seeds = ball_seeds(graph.indptr, graph.indices, is_train, starts, count, limit,
+                               visited)
+        else:  # balls of the clusters' size (each may start again where another lies)
+            per = -(-count // balls)
+            limit_one = int(min(n, max(per, 16 * per * max(1, n // max(train_idx.shape[0], 1)))))
+            parts, have, j = [], 0, 0
+            while have < count and j < 4 * balls:  # balls may overlap: until count seeds
+                h = [splitmix64_ref(mix_key(seed, 0xBA11, b, j, i)) for i in range(8)]
+                starts = train_idx[np.asarray([x % train_idx.shape[0] for x in h],
+                                              dtype=np.int64)]
+                parts.append(ball_seeds(graph.indptr, graph.indices, is_train, starts, per,
+                                        limit_one, visited))
+                j += 1
+                if j >= balls:  # all balls drawn: count the distinct seeds
+                    parts = [np.unique(np.concatenate(parts))]
+                    have = parts[0].shape[0]
+            seeds = parts[0][:count]
         mb = sampler.sample(seeds, mix_key(0xBA11, b), parallel=workers > 1)
         total += int(mb.input_nodes.shape[0])
-    out["ball_inputs"], out["ball_batches"] = total, nb
+    out["ball_inputs"], out["ball_batches"], out["balls"] = total, nb, balls
     out["seconds"] = time.perf_counter() - t
     return out
 
 
-def decide_probe(figures: dict, threshold: float = PROBE_THRESHOLD) -> ScheduleChoice:
+def decide_probe(figures: dict, threshold: float | None = None) -> ScheduleChoice:
     """The probe's :class:`ScheduleChoice` (``basis`` ``probe``): ``random`` when balls need
     more than ``threshold`` x the input vertices of random batches (clustering cannot pay),
-    else ``locality`` (meaning: worth clustering and measuring, :func:`choose_schedule`)."""
+    else ``locality`` (meaning: worth clustering and measuring, :func:`choose_schedule`).
+    ``threshold`` defaults to :data:`PROBE_THRESHOLD` for one ball per batch, else
+    :data:`PROBE_BALLS_THRESHOLD`."""
+    balls = int(figures.get("balls", 1))
+    if threshold is None:
+        threshold = PROBE_THRESHOLD if balls == 1 else PROBE_BALLS_THRESHOLD
     ball = figures["ball_inputs"] / max(figures["ball_batches"], 1)
     rnd = figures["random_inputs"] / max(figures["random_batches"], 1)
     ratio = ball / rnd if rnd > 0 else 1.0
@@ -197,17 +257,19 @@ def decide_probe(figures: dict, threshold: float = PROBE_THRESHOLD) -> ScheduleC
                           locality_inputs_per_batch=ball, random_inputs_per_batch=rnd,
                           batches=int(min(figures["ball_batches"], figures["random_batches"])),
                           threshold=threshold, seconds=float(figures["seconds"]),
-                          basis="probe")
+                          basis="probe", balls=balls)
 
 
 def probe_schedule(graph, train_idx, fanouts, batch_size: int, seed: int = 0, *,
-                   batches: int = PROBE_BATCHES,
-                   threshold: float = PROBE_THRESHOLD) -> ScheduleChoice:
-    """:func:`probe_locality` with the host sampler of ``fanouts`` and ``seed``, then
-    :func:`decide_probe`; the decision is logged when it is random (clustering skipped)."""
+                   batches: int = PROBE_BATCHES, threshold: float | None = None,
+                   num_clusters: int = 0) -> ScheduleChoice:
+    """:func:`probe_locality` with the host sampler of ``fanouts`` and ``seed``, as many balls
+    per batch as :func:`probe_balls` gives for ``num_clusters`` (0: the default), then
+    :func:`decide_probe`."""
     from .neighbor import NeighborSampler
+    balls = probe_balls(graph.num_nodes, len(train_idx), batch_size, num_clusters)
     figures = probe_locality(NeighborSampler(graph, fanouts, seed=seed), graph, train_idx,
-                             batch_size, seed, batches=batches)
+                             batch_size, seed, batches=batches, balls=balls)
     choice = decide_probe(figures, threshold)
     return choice
 
