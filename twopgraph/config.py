@@ -191,7 +191,8 @@ class DataConfig(Section):
                               "model computes in float32 on the rounded values) | auto "
                               "(float16 when the float32 features would take more than half "
                               "the memory this process can fill, cgroup included, and fit "
-                              "float16; else float32; logged)", result=True, choices=STORE_DTYPE_CHOICES)
+                              "float16; else float32; logged)",
+                              result=True, choices=STORE_DTYPE_CHOICES)
 
     def validate(self):
         if not isinstance(self.dataset, str) or not self.dataset.strip():
@@ -221,7 +222,8 @@ class SamplingConfig(Section):
                            "epoch, what DGL/PyG do) | auto (locality where it cuts the input "
                            "vertices of sampled batches by a meaningful share, measured on a few "
                            "batches at start-up, else random; the decision and its figures are "
-                           "logged and recorded in metrics.json)", result=True, choices=lambda: ("auto", *SCHEDULERS.declared()))
+                           "logged and recorded in metrics.json)",
+                           result=True, choices=lambda: ("auto", *SCHEDULERS.declared()))
     num_clusters: int = _num_clusters()
     cluster_method: str = option(
         "auto", "how the clusters are computed: metis (METIS on the degree-capped graph) | "
@@ -240,7 +242,8 @@ class SamplingConfig(Section):
                                  "memory) | cuda (torch ops on the training GPU, the graph in "
                                  "device memory; the same batches) | auto (= cuda when training "
                                  "on CUDA and the graph's CSR, degrees and relabelling map fit "
-                                 "in --sampler-memory-share of the device's memory, else cpu)", choices=SAMPLER_DEVICES)
+                                 "in --sampler-memory-share of the device's memory, else cpu)",
+                                 choices=SAMPLER_DEVICES)
     sampler_memory_share: float = option(0.25, "--sampler-device auto: the largest share of the "
                                          "device's total memory the device sampler's graph may "
                                          "take, in (0, 1]")
@@ -270,7 +273,8 @@ class SamplingConfig(Section):
 class CacheConfig(Section):
     cache_policy: str = option("none", "device feature cache: none (copy every input row every "
                                "batch) | degree (PaGraph) | presample (GNNLab) | layer (2PGraph: "
-                               "layer-aware static rank + Belady over the schedule's lookahead)", choices=CACHE_POLICIES.declared)
+                               "layer-aware static rank + Belady over the schedule's lookahead)",
+                               choices=CACHE_POLICIES.declared)
     cache_ratio: float | None = option(None, "cache budget as a fraction of the feature rows, "
                                        "in [0, 1]", show_default="what fits: CUDA = free device "
                                        "memory after a 25%% margin and the estimated activations "
@@ -286,11 +290,13 @@ class CacheConfig(Section):
                              "name (degree, presample, layer: its static rank picks the rows). "
                              "Off by default: it took memory from the page cache and did not "
                              "pay on any graph measured (scripts/bench_outofcore.py, "
-                             "scripts/bench_gather.py)", choices=lambda: ("auto", *CACHE_POLICIES.declared()))
+                             "scripts/bench_gather.py)",
+                             choices=lambda: ("auto", *CACHE_POLICIES.declared()))
     readahead: str = option("auto", "read-ahead of a memory-mapped feature table: on (the "
                             "sampling workers advise each batch's rows, MADV_WILLNEED, and "
                             "the map is MADV_RANDOM) | off (page faults read as the kernel "
-                            "decides) | auto (on when the table exceeds half the memory left)", choices=READAHEAD_MODES)
+                            "decides) | auto (on when the table exceeds half the memory left)",
+                            choices=READAHEAD_MODES)
     host_cache_gb: float | None = option(None, "host row cache size in GiB",
                                          show_default="half the memory left after the "
                                          "memory-mapped graph structure (memory cgroup limit "
@@ -325,7 +331,8 @@ class CacheConfig(Section):
 
 @dataclass
 class ModelConfig(Section):
-    model: str = option("sage", "sage (GraphSAGE, mean aggregator) | gcn", result=True, choices=MODELS.declared)
+    model: str = option("sage", "sage (GraphSAGE, mean aggregator) | gcn",
+                        result=True, choices=MODELS.declared)
     hidden: int = option(256, "hidden width", result=True)
     dropout: float = option(0.5, "dropout between layers", result=True)
     lr: float | None = option(None, "Adam learning rate", result=True,
@@ -612,10 +619,12 @@ class BenchSamplerConfig(Config):
 
 @dataclass
 class CacheBenchOptions(Section):
-    policies: str = option("none,degree,presample,layer", "comma-separated cache policies", choices=CACHE_POLICIES.declared, listed=True)
+    policies: str = option("none,degree,presample,layer", "comma-separated cache policies",
+                           choices=CACHE_POLICIES.declared, listed=True)
     ratios: str = option("0.01,0.05,0.1,0.2,0.4",
                          "cache budgets as fractions of the feature rows")
-    schedules: str = option("random,locality", "comma-separated seed schedulers", choices=SCHEDULERS.declared, listed=True)
+    schedules: str = option("random,locality", "comma-separated seed schedulers",
+                            choices=SCHEDULERS.declared, listed=True)
     out: str = option("runs/bench_cache", "output folder: cache.csv, cache.png")
     epoch: int = option(0, "which epoch's access stream is measured")
     presample_epochs: int = option(1, "presample: pre-sampling epochs K")
