@@ -134,10 +134,69 @@ def test_cache_plot_ticks_legend_and_file(cache_run):
 
 
 def test_cache_plot_colours_are_fixed_per_name():
-    from twopgraph.bench.cache import policy_color, schedule_style
+    from twopgraph.bench.cache import policy_color, policy_marker, schedule_style
     assert policy_color("layer") == policy_color("layer")
     assert policy_color("my-lru") == policy_color("my-lru")  # registered extras: by name
+    assert policy_marker("my-lru") == policy_marker("my-lru")
+    assert len({policy_marker(p) for p in ("none", "degree", "presample", "layer")}) == 4
     assert schedule_style("random") != schedule_style("locality")
+
+
+def test_cache_plot_linear_axes_and_nested_hollow_markers(cache_run):
+    """Linear y axes (the bytes panel's log axis over 0.58-1.3 had ticks like 1.25x10^0);
+    every policy line has its policy's hollow marker, smaller than those drawn before it, so
+    lines that coincide stay visible."""
+    pytest.importorskip("matplotlib")
+    from twopgraph.bench.cache import figure, policy_marker
+    printed, _, _ = cache_run
+    fig = figure(printed)
+    for ax in fig.axes:
+        assert ax.get_yscale() == "linear"
+        lines = [ln for ln in ax.get_lines() if not ln.get_label().startswith(("_", "optimal"))]
+        assert len(lines) == 2 * 3
+        for ln in lines:
+            assert ln.get_marker() == policy_marker(ln.get_label().split(" / ")[0])
+            assert ln.get_markerfacecolor() == "none"
+        by_z = sorted(lines, key=lambda ln: ln.get_zorder())
+        sizes = [ln.get_markersize() for ln in by_z]
+        assert all(a > b for a, b in zip(sizes, sizes[1:])), sizes
+
+
+def test_one_batch_per_epoch_is_flagged_in_table_log_and_plot(root, tmp_path, capsys, caplog):
+    """synthetic-tiny in one batch: both schedules give the same batch; the table marks the
+    rows with * and a note, the log warns, the plot says so."""
+    pytest.importorskip("matplotlib")
+    from twopgraph.bench.cache import ONE_BATCH_NOTE, figure
+    out = tmp_path / "o"
+    with caplog.at_level("WARNING", logger="twopgraph"):
+        rc = main(["bench", "cache", "--dataset", "synthetic-tiny", "--data-root", str(root),
+                   "--ratios", "0.2", "--policies", "none,degree", "--schedules",
+                   "random,locality", "--fanouts", "5,5", "--batch-size", "4096",
+                   "--out", str(out)])
+    assert rc == 0
+    text = capsys.readouterr().out
+    rows = [ln for ln in text.splitlines() if ln.startswith(("none", "degree", "optimal"))]
+    assert rows and all(ln.split()[1] in ("random*", "locality*") for ln in rows), text
+    assert f"* {ONE_BATCH_NOTE}" in text
+    assert "one batch per epoch" in caplog.text
+    with open(out / "cache.csv", newline="") as f:
+        csv_rows = list(csv.DictReader(f))
+    assert {r["num_batches"] for r in csv_rows} == {"1"}
+    fig = figure(csv_rows_as_printed(csv_rows), title="t")
+    assert ONE_BATCH_NOTE in fig._suptitle.get_text()
+
+
+def csv_rows_as_printed(rows: list[dict]) -> list[dict]:
+    """cache.csv's rows with the numbers the figure reads as numbers."""
+    num = ("ratio", "hit_rate", "total_vs_baseline", "num_batches")
+    return [{k: (float(v) if k in num else v) for k, v in r.items()} for r in rows]
+
+
+def test_several_batches_are_not_flagged(cache_run):
+    from twopgraph.bench.cache import ONE_BATCH_NOTE, format_table, one_batch_schedules
+    printed, _, _ = cache_run
+    assert one_batch_schedules(printed) == []
+    assert ONE_BATCH_NOTE not in format_table(printed) and "*" not in format_table(printed)
 
 
 # -- bench sampler ---------------------------------------------------------------------------------

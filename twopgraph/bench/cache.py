@@ -29,11 +29,18 @@ Outputs in ``--out``:
   the policy, pre-sampling included), ``replay_s``, ``presample_s`` (the pre-sampling part of
   ``policy_s``: only when ``presample`` is among ``--policies``) and ``gather_s`` (only with
   ``--copy``). A column no row has a value for is left out; the others keep this order.
-- ``cache.png``: hit rate and total bytes / baseline against the cache ratio (x ticks at the
-  ratios asked for), one line per policy x schedule: the colour is the policy's (the same in
-  every run, whatever the order of ``--policies``), line style and marker the schedule's; the
-  optimum of each schedule is black in that schedule's line style ("optimal / <schedule>").
-  One legend, below both panels.
+- ``cache.png``: hit rate and total bytes / baseline (both on linear axes) against the cache
+  ratio (x ticks at the ratios asked for), one line per policy x schedule: the colour and the
+  (hollow) marker are the policy's (the same in every run, whatever the order of
+  ``--policies``), the line style the schedule's; markers shrink in drawing order, so lines
+  that coincide (two policies caching the same rows, two schedules giving the same batches)
+  stay visible as nested markers; the optimum of each schedule is pale black in that
+  schedule's line style ("optimal / <schedule>"). One legend, below both panels.
+
+A schedule whose epoch is **one batch** (the training set fits in one batch) gives every
+schedule the same batch, and no cache is reused within that epoch: its bytes beyond ``none``'s
+are the cache's fill only. Such rows are flagged (``*`` in the printed table, with a note; a
+warning line in the log) and the plot says so under its title.
 
 Example::
 
@@ -201,8 +208,13 @@ def write_csv(rows: list[dict], path: Path) -> None:
 POLICY_COLORS = {"none": "#ff7f0e", "degree": "#1f77b4", "presample": "#2ca02c",
                  "layer": "#d62728"}
 _EXTRA_COLORS = ("#9467bd", "#8c564b", "#e377c2", "#bcbd22", "#17becf")
-SCHEDULE_STYLES = {"random": ("-", "o"), "locality": ("--", "s"), "auto": ("-.", "^")}
-_EXTRA_STYLES = ((":", "D"), ((0, (5, 1, 1, 1)), "v"), ((0, (1, 3)), "P"))
+POLICY_MARKERS = {"none": "o", "degree": "s", "presample": "^", "layer": "D"}
+_EXTRA_MARKERS = ("v", "P", "X", "*", "h")
+SCHEDULE_STYLES = {"random": "-", "locality": "--", "auto": "-."}
+_EXTRA_STYLES = (":", (0, (5, 1, 1, 1)), (0, (1, 3)))
+#: marker sizes (points) of the first and the last line drawn: every line's marker is a bit
+#: smaller than the one drawn before it, so coinciding lines show as nested hollow markers
+MARKER_SIZES = (12.0, 4.5)
 
 
 def policy_color(policy: str) -> str:
@@ -213,11 +225,28 @@ def policy_color(policy: str) -> str:
     return _EXTRA_COLORS[zlib.crc32(policy.encode()) % len(_EXTRA_COLORS)]
 
 
-def schedule_style(schedule: str) -> tuple:
-    """(line style, marker) of ``schedule`` in ``cache.png``, fixed per name."""
+def policy_marker(policy: str) -> str:
+    """The marker of ``policy`` in ``cache.png``, fixed per name."""
+    if policy in POLICY_MARKERS:
+        return POLICY_MARKERS[policy]
+    return _EXTRA_MARKERS[zlib.crc32(policy.encode()) % len(_EXTRA_MARKERS)]
+
+
+def schedule_style(schedule: str):
+    """The line style of ``schedule`` in ``cache.png``, fixed per name."""
     if schedule in SCHEDULE_STYLES:
         return SCHEDULE_STYLES[schedule]
     return _EXTRA_STYLES[zlib.crc32(schedule.encode()) % len(_EXTRA_STYLES)]
+
+
+def one_batch_schedules(rows: list[dict]) -> list[str]:
+    """The schedules of ``rows`` whose measured epoch is one batch (every schedule gives that
+    batch, so they do not differ, and a cache's bytes beyond ``none``'s are its fill)."""
+    return list(dict.fromkeys(r["schedule"] for r in rows if int(r.get("num_batches", 0)) == 1))
+
+
+ONE_BATCH_NOTE = ("one batch per epoch: every schedule gives the same batch and no cached row "
+                  "is reused within the epoch (bytes beyond none's are the cache's fill only)")
 
 
 def figure(rows: list[dict], title: str = ""):
@@ -230,8 +259,12 @@ def figure(rows: list[dict], title: str = ""):
     policies = [p for p in dict.fromkeys(r["policy"] for r in rows) if p != "optimal"]
     fig = Figure(figsize=(12, 5.2 + 0.22 * (len(policies) + 1)), layout="constrained")
     axes = fig.subplots(1, 2)
+    drawn = [(s, p) for s in schedules for p in policies
+             if any(r["schedule"] == s and r["policy"] == p for r in rows)]
+    big, small = MARKER_SIZES
+    step = (big - small) / max(1, len(drawn) - 1)
     for s in schedules:
-        style, marker = schedule_style(s)
+        style = schedule_style(s)
         for p in ["optimal", *policies]:  # per schedule: the optimum first, then the policies
             pts = sorted((r["ratio"], r["hit_rate"], r["total_vs_baseline"])
                          for r in rows if r["schedule"] == s and r["policy"] == p)
@@ -242,13 +275,15 @@ def figure(rows: list[dict], title: str = ""):
                 kw = {"color": "black", "linestyle": style, "linewidth": 4.5, "alpha": 0.4,
                       "zorder": 1, "label": f"optimal / {s}"}  # stay visible above the floor
             else:
-                kw = {"color": policy_color(p), "linestyle": style, "marker": marker,
-                      "markersize": 5, "zorder": 2, "label": f"{p} / {s}"}
+                i = drawn.index((s, p))  # later lines: smaller markers, drawn on top
+                kw = {"color": policy_color(p), "linestyle": style, "marker": policy_marker(p),
+                      "markersize": big - i * step, "markerfacecolor": "none",
+                      "markeredgewidth": 1.5, "linewidth": 1.5, "zorder": 2 + i,
+                      "label": f"{p} / {s}"}
             axes[0].plot(x, [b for _, b, _ in pts], **kw)
             axes[1].plot(x, [c for _, _, c in pts], **kw)
     axes[0].set_ylabel("hit rate")
-    axes[1].set_ylabel("bytes copied (fill included) / none+random")
-    axes[1].set_yscale("log")
+    axes[1].set_ylabel("bytes copied (fill included) / none+random")  # linear: ~0.5-1.5
     ratios = sorted({float(r["ratio"]) for r in rows})
     for ax in axes:
         ax.set_xlabel("cache ratio (fraction of feature rows)")
@@ -262,8 +297,12 @@ def figure(rows: list[dict], title: str = ""):
     if handles:  # entries run schedule by schedule: one column per schedule
         fig.legend(handles, labels, loc="outside lower center", ncol=max(1, len(schedules)),
                    fontsize=8, handlelength=4)
+    single = one_batch_schedules(rows)
+    if single:
+        note = f"{', '.join(single)}: {ONE_BATCH_NOTE}"
+        title = f"{title}\n{note}" if title else note
     if title:
-        fig.suptitle(title)
+        fig.suptitle(title, color="firebrick" if single else "black")
     return fig
 
 
@@ -280,17 +319,23 @@ def plot(rows: list[dict], path: Path, title: str = "") -> bool:
 
 
 def format_table(rows: list[dict]) -> str:
+    """The printed table; a schedule of one batch per epoch is marked ``*`` (with a note
+    below: :data:`ONE_BATCH_NOTE`)."""
+    single = one_batch_schedules(rows)
     head = (f"{'policy':<10}{'schedule':<10}{'ratio':>6}{'hit_rate':>10}{'h2d_MiB':>11}"
             f"{'fill_MiB':>10}{'transfer':>10}{'vs_base':>9}{'tot/base':>9}{'vs_opt':>8}"
             f"{'tot/opt':>8}")
     lines = [head, "-" * len(head)]
     for r in sorted(rows, key=lambda r: (r["schedule"], r["ratio"], r["policy"] != "optimal",
                                          r["policy"])):
+        sched = r["schedule"] + ("*" if r["schedule"] in single else "")
         lines.append(
-            f"{r['policy']:<10}{r['schedule']:<10}{r['ratio']:>6g}{r['hit_rate']:>10.4f}"
+            f"{r['policy']:<10}{sched:<10}{r['ratio']:>6g}{r['hit_rate']:>10.4f}"
             f"{r['h2d_bytes'] / 2**20:>11.1f}{r['cache_fill_bytes'] / 2**20:>10.1f}"
             f"{r['transfer_ratio']:>10.4f}{r['bytes_vs_baseline']:>9.4f}"
             f"{r['total_vs_baseline']:>9.4f}{r['vs_optimal']:>8.3f}{r['total_vs_optimal']:>8.3f}")
+    if single:
+        lines.append(f"* {ONE_BATCH_NOTE}")
     return "\n".join(lines)
 
 
@@ -315,6 +360,9 @@ def run(cfg: BenchCacheConfig) -> int:
     setup = {"dataset": data.name, "fanouts": ",".join(map(str, s.fanouts)),
              "batch_size": s.batch_size, "seed": b.seed}
     rows = [{**setup, **r} for r in rows]
+    if single := one_batch_schedules(rows):
+        log.warning("bench cache: %s with --batch-size %d: %s", ", ".join(single),
+                    s.batch_size, ONE_BATCH_NOTE)
     out = Path(b.out)
     out.mkdir(parents=True, exist_ok=True)
     write_csv(rows, out / "cache.csv")
