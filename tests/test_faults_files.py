@@ -469,3 +469,36 @@ def test_dangling_out_symlink_is_named_as_such(tmp_path, capsys, below):
     assert "is a dangling symbolic link" in err and str(tmp_path / "gone") in err
     assert "exists and is not a folder" not in err
     assert not (tmp_path / "root").exists() and not (tmp_path / "gone").exists()
+
+
+@pytest.mark.parametrize("below", [False, True])
+def test_dangling_partition_out_is_named_before_any_work(tmp_path, capsys, below):
+    """``partition --out`` (dist/commands.py) through a dangling link: one line naming the
+    link, before the data is generated (it said "cannot create ... (File exists)", or failed
+    after clustering with "Not a directory")."""
+    link = tmp_path / "out"
+    link.symlink_to(tmp_path / "gone")
+    out = link / "sub" if below else link
+    rc, o, err = run_cli(["partition", "--dataset", "synthetic-tiny", "--data-root",
+                          tmp_path / "root", "--num-parts", "2", "--out", out], capsys)
+    assert rc == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"{link} is a dangling symbolic link (to {tmp_path / 'gone'}" in err
+    assert "exists and is not a folder" not in err and "File exists" not in err
+    assert not (tmp_path / "root").exists() and not (tmp_path / "gone").exists()
+
+
+@pytest.mark.parametrize("below", [False, True])
+def test_dangling_link_in_the_library_paths(tmp_path, below):
+    """The same line from RunDir (any run folder) and partition_selfdep (the Python API)."""
+    from twopgraph.errors import ConfigError
+    from twopgraph.partition.selfdep import partition_selfdep
+    from twopgraph.rundir import RunDir
+    link = tmp_path / "out"
+    link.symlink_to(tmp_path / "gone")
+    out = link / "sub" if below else link
+    with pytest.raises(ConfigError, match="is a dangling symbolic link") as err:
+        RunDir(out).claim()
+    assert "exists and is not a folder" not in str(err.value)
+    with pytest.raises(ConfigError, match="is a dangling symbolic link"):
+        partition_selfdep(community_data(n=200, seed=1), 2, 1, out)
+    assert not (tmp_path / "gone").exists()

@@ -168,6 +168,35 @@ def test_cli_run_whose_store_is_truncated_mid_epoch(tmp_path):
     assert "rebuilding it" in r.stderr and "feat.npy" in r.stderr
 
 
+def test_run_stopped_by_a_changed_store_says_failed(tmp_path, data, monkeypatch):
+    """A store that changes under a run stops it with its one line; metrics.json then says
+    "failed" with that line (it stayed "running" for ever), the lock is released and the
+    checkpoint of the last completed epoch is kept."""
+    from twopgraph.config import TrainConfig
+    from twopgraph.train import train
+    folder = store.write_store(data, tmp_path / "s")
+    out = tmp_path / "run"
+    cfg = TrainConfig.of(dataset=str(folder), fanouts=[5, 5], batch_size=256, epochs=6,
+                         hidden=8, out=str(out), progress=False, prefetch=0, threads=1,
+                         device="cpu", schedule="random", renumber=False, eval_every=0)
+    calls = []
+    boom = livemap.StoreChanged(f"{folder / 'feat.npy'} was modified while this run read it")
+
+    def check():
+        calls.append(1)
+        if len(calls) == 30:  # a few epochs in
+            raise boom
+    monkeypatch.setattr(livemap, "check", check)
+    with pytest.raises(livemap.StoreChanged):
+        train(cfg)
+    m = json.loads((out / "metrics.json").read_text())
+    done = len(m["epochs"])
+    assert m["status"] == "failed" and 1 <= done < 6
+    assert m["error"] == {"epoch": done, "message": str(boom)}
+    assert not (out / ".twopgraph.lock").exists()
+    assert torch.load(out / "checkpoint.pt", weights_only=False)["epochs_done"] == done
+
+
 # -- item 4: store files rewritten in place -------------------------------------------------
 def test_store_json_records_each_files_identity(tmp_path, data):
     folder = store.write_store(data, tmp_path / "s")
@@ -227,6 +256,28 @@ def test_converted_store_rewritten_in_place_is_rebuilt_from_its_source(tmp_path,
     assert "rebuilding it from its source" in caplog.text and "delete" not in caplog.text
     assert np.array_equal(np.asarray(again.feat), data.feat)
     assert again.fingerprint() == data.fingerprint()
+
+
+def test_renumbered_store_rewritten_in_place_is_rebuilt_with_what_changed(tmp_path, data,
+                                                                         caplog):
+    """The warning names what changed (StoreChanged.what), not "damaged ... delete the store
+    folder": the renumbered store is a cache, rebuilt at once."""
+    from twopgraph.partition.cluster import cluster_graph
+    from twopgraph.partition.renumber import renumber
+    d = store.open_store(store.write_store(data, tmp_path / "s"))
+    clustering = cluster_graph(d.graph, 8, train_idx=d.train_idx)
+    first, _, perm = renumber(d, clustering, cache_dir=tmp_path / "clusters")
+    folder = first.store
+    want = np.asarray(first.feat).copy()
+    del first
+    _rewrite_in_place(folder / "feat.npy")
+    with caplog.at_level("WARNING", logger="twopgraph"):
+        again, _, _ = renumber(d, clustering, cache_dir=tmp_path / "clusters")
+    assert f"renumbered store {folder}: feat.npy changed since the store was written" \
+        in caplog.text
+    assert "rebuilding it" in caplog.text
+    assert "damaged" not in caplog.text and "delete" not in caplog.text
+    assert np.array_equal(np.asarray(again.feat), want)
 
 
 def test_predict_does_not_call_changed_content_the_same_data(tmp_path):

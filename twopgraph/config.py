@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import copy
 import math
-import os
 import types
 import typing
 from dataclasses import MISSING, Field, asdict, dataclass, field, fields
@@ -665,18 +664,10 @@ class CacheBenchOptions(Section):
 
 
 def _not_dangling(out: Path, flag: str = "--out") -> None:
-    """Refuse in one line an ``out`` that is (or lies below) a symbolic link to nothing: the
-    link exists, so creating the folder fails, but it is not "a file in the way"."""
-    for p in (out, *out.parents):
-        if p.is_symlink() and not p.exists():
-            try:
-                target = os.readlink(p)
-            except OSError:
-                target = "?"
-            raise ConfigError(f"{flag} {out}: {p} is a dangling symbolic link (to {target}, "
-                              f"which does not exist); create its target or remove the link")
-        if p.exists():
-            return
+    """:func:`twopgraph.rundir.refuse_dangling`: a symbolic link to nothing in ``out``'s
+    path is refused in one line naming it."""
+    from .rundir import refuse_dangling
+    refuse_dangling(out, flag)
 
 
 @dataclass

@@ -84,6 +84,23 @@ def check_out(path: str | os.PathLike, resume: bool = False, overwrite: bool = F
     return held
 
 
+def refuse_dangling(path: str | os.PathLike, flag: str = "--out") -> None:
+    """Refuse in one line (:class:`ConfigError`) a ``path`` that is, or lies below, a symbolic
+    link to nothing: the link exists, so creating the folder fails, but it is not "a file in
+    the way". The message names the link and its target."""
+    path = Path(path)
+    for p in (path, *path.parents):
+        if p.is_symlink() and not p.exists():
+            try:
+                target = os.readlink(p)
+            except OSError:
+                target = "?"
+            raise ConfigError(f"{flag} {path}: {p} is a dangling symbolic link (to {target}, "
+                              f"which does not exist); create its target or remove the link")
+        if p.exists():
+            return
+
+
 class RunDir:
     """The output folder ``path`` of one run, claimed by :meth:`claim` (or ``with``) and
     given back by :meth:`release` (see the module doc). ``flag`` names the option in
@@ -152,6 +169,7 @@ class RunDir:
                  self.path)
 
     def _make_folders(self) -> None:
+        refuse_dangling(self.path, self.flag)
         missing = []
         p = self.path
         while not p.exists() and p != p.parent:

@@ -9,9 +9,10 @@ Outputs in ``out`` (written by :func:`train`):
   what :func:`twopgraph.predict.load_model` rebuilds the model from (``model_spec``:
   :func:`model_record`; ``dataset``: :func:`dataset_record`);
 - ``metrics.json`` -- ``status`` (``running`` after an epoch, ``ok`` at the end,
-  ``diverged``); at the top level the selected model's (``--select``: ``best-val`` = the
-  evaluated epoch with the best validation score, ``last`` = the final epoch; the best so far
-  while running) ``val_acc``, ``test_acc`` (accuracies), ``val_score``, ``test_score`` (in
+  ``diverged``, ``interrupted`` by a signal, ``failed`` with ``error`` when an error such as
+  a store changed under the run stopped it); at the top level the selected model's
+  (``--select``: ``best-val`` = the evaluated epoch with the best validation score, ``last``
+  = the final epoch; the best so far while running) ``val_acc``, ``test_acc`` (accuracies), ``val_score``, ``test_score`` (in
   ``metric``: ``acc`` or ``rocauc``, from ``--metric``), ``selected_epoch`` (0-based),
   ``metric`` and ``select`` (figures null for a diverged run); ``epochs`` (one object per
   epoch with the DESIGN.md metrics; evaluated epochs also ``val_acc``, ``test_acc``,
@@ -337,8 +338,9 @@ def write_metrics(out: Path, cfg: TrainConfig, device, plan: ThreadPlan, epochs_
     """``out/metrics.json``: the ``selection``'s figures at the top level (``val_acc``,
     ``test_acc``, ``val_score``, ``test_score`` of the selected epoch -- the best so far
     while running --, ``metric``, ``select``, ``selected_epoch``); ``final`` once training
-    has ended. ``status``: ``running`` (default before ``final``), ``ok`` (default with it)
-    or ``diverged`` (no figures, no selected epoch: the model's weights are not finite).
+    has ended. ``status``: ``running`` (default before ``final``), ``ok`` (default with it),
+    ``interrupted`` (a signal), ``failed`` (an error: :func:`write_failed`) or ``diverged``
+    (no figures, no selected epoch: the model's weights are not finite).
     ``extra`` adds (or replaces) top-level keys. Memory: ``peak_rss_mib`` and ``peak_pss_mib``
     of this process (:mod:`twopgraph.metrics`; PSS counts the pages of a memory-mapped store
     shared with other processes in part; null where it cannot be read)."""
@@ -797,6 +799,10 @@ def _train(cfg: TrainConfig, data: GraphData | None, device) -> TrainResult:
             write_metrics(out, cfg, device, loader.plan, epochs_log, sel,
                           status="interrupted", **info())
         raise
+    except TwopgraphError as e:  # e.g. a store changed under the run: its line, exit 2
+        if epochs_log and not isinstance(e, TrainingDiverged):  # (diverged: recorded above)
+            write_failed(out, cfg, device, loader.plan, epochs_log, e, sel, **info())
+        raise
     write_metrics(out, cfg, device, loader.plan, epochs_log, sel, final=True, **info())
     log_early_stop(cfg, epochs_log)
     if (warning := sel.warning()) is not None:
@@ -840,6 +846,21 @@ def write_diverged(out: Path, cfg: TrainConfig, device, plan: ThreadPlan, epochs
     try:
         write_metrics(out, cfg, device, plan, epochs_log, selection, status="diverged",
                       diverged=record, **extra)
+    except TwopgraphError as w:
+        log.warning("%s", w)
+
+
+def write_failed(out: Path, cfg: TrainConfig, device, plan: ThreadPlan, epochs_log: list,
+                 err: TwopgraphError, selection: Selection, **extra) -> None:
+    """``metrics.json`` of a run that ``err`` stopped after the epochs of ``epochs_log`` (a
+    store changed under it, a full disk, ...): ``"status": "failed"`` and ``error`` (its
+    one-line message and the epoch it stopped in); the figures of the model selected so far
+    stay (the checkpoint holds it). A failure to write it is logged: ``err`` stays the error
+    reported."""
+    record = {"epoch": len(epochs_log), "message": str(err)}
+    try:
+        write_metrics(out, cfg, device, plan, epochs_log, selection, status="failed",
+                      error=record, **extra)
     except TwopgraphError as w:
         log.warning("%s", w)
 

@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 from ..errors import ConfigError, Stopped, TwopgraphError
+from ..rundir import refuse_dangling
 
 log = logging.getLogger("twopgraph")
 
@@ -61,6 +62,7 @@ def _check_out_folder(out) -> None:
     if out is None or not str(out).strip():
         raise ConfigError("--out must name a folder, got an empty path")
     path = Path(out)
+    refuse_dangling(path)
     if path.exists() and not path.is_dir():
         raise ConfigError(f"--out {out} exists and is not a folder")
     parent = path.absolute().parent

@@ -70,7 +70,7 @@ from ..train import (CHECKPOINT, METRICS, Selection, build_training, dataset_rec
                      early_stop_record, evaluates_after, final_line, log_early_stop,
                      log_epoch, make_loader, model_record, patience_exhausted,
                      read_checkpoint, resolve_metric, run_signature, save_checkpoint,
-                     train_epoch, write_diverged, write_metrics)
+                     train_epoch, write_diverged, write_failed, write_metrics)
 from .env import DistEnv, detect, process_group, rank_device
 from .evaluate import evaluate_scores
 
@@ -451,6 +451,11 @@ def _run(cfg: TrainConfig, folder: Path, meta: dict, env: DistEnv, device, backe
                               status="interrupted")
             except TwopgraphError as w:
                 log.warning("%s", w)
+        raise
+    except TwopgraphError as e:  # e.g. a store changed under the run (diverged: recorded)
+        if env.is_main and epochs_log and not isinstance(e, TrainingDiverged):
+            write_failed(out, cfg, device, loader.plan, epochs_log, e, sel, **extra,
+                         early_stop=early_stop_record(cfg, epochs_log))
         raise
     mem = [None] * world
     dist.all_gather_object(mem, (peak_rss_mib(), pss.stop()))

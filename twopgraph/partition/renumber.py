@@ -31,6 +31,7 @@ import torch
 
 from ..errors import ConfigError, GraphFormatError
 from ..graph import CSRGraph, GraphData
+from ..livemap import StoreChanged
 from . import kernels
 from .cluster import Clustering, cluster_graph, default_num_clusters
 
@@ -85,6 +86,8 @@ def _renumbered_store(data, clustering, perm, key, folder, progress):
             if derived.get("from") == data.fingerprint() and derived.get("key") == key:
                 return (open_store(folder, name=data.name, check_symmetric=False),
                         clustering.permute(perm), perm)
+        except StoreChanged as e:  # what changed, without the advice to delete the folder
+            log.warning("renumbered store %s: %s; rebuilding it", folder, e.what)
         except GraphFormatError as e:
             log.warning("renumbered store %s is damaged, rebuilding it (%s)", folder, e)
     out = permuted_store(data, perm, folder, progress=progress, key=key)

@@ -557,6 +557,8 @@ def _refresh_source(folder: Path, data: GraphData, source_path) -> dict:
 
 
 def _check_replaceable(out: Path) -> None:
+    from ..rundir import refuse_dangling
+    refuse_dangling(out)
     if not out.exists():
         return
     if not out.is_dir():
