@@ -1,7 +1,8 @@
 """Whole-graph vs restricted exact evaluation (``--eval-scope all`` vs ``scored``) on one
 dataset: the auto decision's figures, the rows and bytes of every table each scope makes, the
 seconds, and the largest difference of the scored vertices' logits. ``--stream`` times the
-restricted scope with and without streamed layers (``scored_inference(stream=)``).
+restricted scope with and without streamed layers (``scored_inference(stream=)``), ``--inputs``
+with and without layer 0's inputs streamed in passes (``stream_inputs=``, ``--pass-rows``).
 
 The model is untrained (seeded initialisation): inference's cost and memory do not depend on
 the weights. Prints one JSON line.
@@ -47,6 +48,11 @@ def main() -> None:
     p.add_argument("--stream", default="auto",
                    help="comma-separated streaming modes of the restricted scope to time, in "
                         "order: auto (the default rule), on (every layer that can), off (none)")
+    p.add_argument("--inputs", default="auto",
+                   help="comma-separated modes of layer 0's inputs, in order: auto (the default "
+                        "rule), on (streamed in passes over the feature table), off (gathered)")
+    p.add_argument("--pass-rows", type=int, default=None,
+                   help="vertices per pass of streamed inputs (default: by the memory left)")
     a = p.parse_args()
     configure_threading()
     data = load_dataset(a.dataset, a.data_root, progress=False)
@@ -74,17 +80,20 @@ def main() -> None:
            "layers": a.layers, "auto_scope": plan.scope, "auto_choice": plan.choice,
            "plan_s": round(plan_s, 3), "scored_rows": forced.rows, "scored_edges": forced.edges}
     results = {}
-    for mode in a.stream.split(","):
+    for mode, im in [(m, i) for m in a.stream.split(",") for i in a.inputs.split(",")]:
         tables.clear()
         t = time.perf_counter()
         got = scored_inference(model, sampler, feat, "cpu", scored, a.batch_edges, plan=forced,
-                               stream=STREAM[mode])
+                               stream=STREAM[mode], stream_inputs=STREAM[im],
+                               pass_rows=a.pass_rows)
         key = "scored" if mode == "auto" else f"scored_stream_{mode}"
+        key += "" if im == "auto" else f"_inputs_{im}"
         rec[f"{key}_s"] = round(time.perf_counter() - t, 2)
         rec[f"{key}_streamed"] = forced.streamed
+        rec[f"{key}_input_passes"] = forced.input_passes
         rec[f"{key}_tables"] = tables[:]
         rec[f"{key}_table_bytes"] = sum(4 * n * d for n, d in tables)
-        results[mode] = got.values
+        results[(mode, im)] = got.values
     if len(results) > 1:
         first = next(iter(results.values()))
         rec["stream_max_abs_diff"] = max(float((v - first).abs().max()) if v.numel() else 0.0

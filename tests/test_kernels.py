@@ -308,6 +308,27 @@ def check_relu_dropout_bwd(kernel, twin):
         np.testing.assert_array_equal(out, twin(grad, keep, scale))
 
 
+def check_csr_spmm(kernel, twin):
+    """Rows with no entries, repeated columns, int32 and int64 ids, 1 and 300 columns; each
+    row's sum in entry order (the twin's np.add.at too): equal to 1e-6."""
+    rng = np.random.default_rng(11)
+    for rows, cols, nnz, f, idt in ((1, 1, 0, 1, np.int64), (5, 3, 12, 4, np.int32),
+                                    (400, 90, 3000, 300, np.int64), (2000, 7, 50, 16, np.int32)):
+        r = np.sort(rng.integers(0, rows, nnz))
+        indptr = np.searchsorted(r, np.arange(rows + 1)).astype(np.int64)
+        indices = rng.integers(0, cols, nnz).astype(idt)
+        values = rng.standard_normal(nnz).astype(np.float32)
+        h = rng.standard_normal((cols, f)).astype(np.float32)
+        out = np.full((rows, f), np.nan, dtype=np.float32)
+        want = np.empty_like(out)
+        kernel(indptr, indices, values, h, out)
+        twin(indptr, indices, values, h, want)
+        np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+        dense = np.zeros((rows, cols), np.float64)
+        np.add.at(dense, (np.repeat(np.arange(rows), np.diff(indptr)), indices), values)
+        np.testing.assert_allclose(out, dense @ h, rtol=1e-4, atol=1e-4)
+
+
 def _edge_lists():
     """Edge lists with duplicates, self loops and reverse pairs (and an empty one)."""
     rng = np.random.default_rng(7)
@@ -558,6 +579,7 @@ CHECKS = {
     "twopgraph.partition.coarsen.ball_seeds": check_ball_seeds,
     "twopgraph.dropout.relu_dropout_fwd": check_relu_dropout_fwd,
     "twopgraph.dropout.relu_dropout_bwd": check_relu_dropout_bwd,
+    "twopgraph.spmm.csr_spmm": check_csr_spmm,
 }
 
 

@@ -275,3 +275,32 @@ def test_relu_dropout_thread_count_independent():
     finally:
         numba.set_num_threads(prev)
     assert torch.equal(outs[0], outs[1])
+
+
+def test_inference_products_match_trainings(monkeypatch):
+    """Without a gradient (evaluation) a block's aggregation runs the numba CSR kernel
+    (:mod:`twopgraph.spmm`); with one, torch's (autograd). The two agree to float rounding,
+    for SAGE and GCN, and the kernel is what evaluation calls."""
+    import twopgraph.spmm as spmm_mod
+    from twopgraph.models import build_model
+    from twopgraph.sampler.minibatch import Block
+    rng = np.random.default_rng(3)
+    ns, nd = 50, 20
+    cnt = rng.integers(0, 6, nd)
+    indptr = torch.from_numpy(np.concatenate([[0], np.cumsum(cnt)]))
+    indices = torch.from_numpy(rng.integers(0, ns, int(cnt.sum())))
+    deg = torch.from_numpy(rng.integers(1, 9, ns).astype(np.float32))
+    block = Block(ns, nd, indptr, indices, deg, deg[:nd])
+    h = torch.from_numpy(rng.standard_normal((ns, 16)).astype(np.float32))
+    calls = []
+    real = spmm_mod.spmm
+    monkeypatch.setattr(spmm_mod, "spmm", lambda *a: calls.append(1) or real(*a))
+    for name in ("sage", "gcn"):
+        conv = build_model(name, 16, 8, 3, 1).convs[0]
+        trained = conv(block, h.requires_grad_(), h[:nd])
+        assert not calls
+        with torch.no_grad():
+            evaluated = conv(block, h, h[:nd])
+        assert calls
+        calls.clear()
+        torch.testing.assert_close(evaluated, trained.detach(), rtol=1e-5, atol=1e-5)

@@ -53,6 +53,7 @@ KERNEL_MODULES = (
     "twopgraph.partition.kernels",
     "twopgraph.partition.coarsen",
     "twopgraph.dropout",
+    "twopgraph.spmm",
 )
 
 #: The thread-safe threading layers (numba's "threadsafe" selection picks one of them).

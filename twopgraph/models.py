@@ -21,6 +21,7 @@ from typing import Callable
 import torch
 from torch import nn
 
+from . import spmm
 from .dropout import relu_dropout
 from .protocols import MODELS
 from .sampler.minibatch import Block, MiniBatch
@@ -59,6 +60,8 @@ def _spmm(block: Block, values: torch.Tensor, h_src: torch.Tensor) -> torch.Tens
     (and cuSPARSE's bfloat16 SpMM is not yet measured); the layer's dense parts stay in
     bfloat16."""
     dev = h_src.device.type
+    if spmm.usable(values, h_src) and not torch.is_autocast_enabled(dev):  # no gradient:
+        return spmm.spmm(block.indptr, block.indices, values, h_src)  # numba, 5-10x faster
     if torch.is_autocast_enabled(dev) or h_src.dtype != values.dtype:
         with torch.autocast(dev, enabled=False):
             return torch.sparse.mm(_csr_tensor(block, values.float(), h_src.shape[0]),
