@@ -281,8 +281,8 @@ def test_did_you_mean_a_npz_in_the_data_root(named_root, capsys):
     line = info(capsys, "amazon_foto", named_root)
     assert line.startswith(f"unknown dataset 'amazon_foto'; did you mean amazon_photo "
                            f"({named_root / 'amazon_photo.npz'})? Known: synthetic-tiny, ")
-    assert line.endswith(f"amazon_photo, tolokers, a path to a .npz file or a store folder "
-                         f"(data root: {named_root})")
+    assert line.endswith(f"amazon_photo, tolokers, tolokers_small, a path to a .npz file or a "
+                         f"store folder (data root: {named_root})")
 
 
 def test_did_you_mean_presets_ogb_stores_and_files(named_root, capsys):
@@ -290,9 +290,9 @@ def test_did_you_mean_presets_ogb_stores_and_files(named_root, capsys):
     assert "; did you mean ogbn-arxiv? Known:" in info(capsys, "ogbn_arxiv", named_root)
     assert "; did you mean amazon_photo (" in info(capsys, "Amazon_Photo", named_root)
     store = next((named_root / "stores").iterdir())
-    assert f"; did you mean {store}? Known:" in info(capsys, "tolokers-small", named_root)
-    # a store matches by its stem (without the -XXXXXXXX of its source path)
-    assert f"; did you mean {store}? Known:" in info(capsys, "tolokers_small", named_root)
+    # a store is named by its file's stem (without the -XXXXXXXX of its source path)
+    assert f"; did you mean tolokers_small ({store})? Known:" in \
+        info(capsys, "tolokers-small", named_root)
     line = info(capsys, "amazon_fotos.npz", named_root)
     assert line == (f"dataset file not found: amazon_fotos.npz (also looked in {named_root}); "
                     f"did you mean amazon_photo ({named_root / 'amazon_photo.npz'})?")

@@ -132,9 +132,13 @@ def cmd_partition(a) -> int:
 
 
 def cmd_datasets(a) -> int:
-    from .datasets import list_datasets, resolve_data_root
+    from .datasets import (DATASET_PATH_ENV, dataset_search_path, list_datasets,
+                           resolve_data_root)
     rows = list_datasets(a.data_root)
     print(f"data root: {resolve_data_root(a.data_root)}")
+    folders = dataset_search_path()
+    print(f"dataset path (${DATASET_PATH_ENV}): "
+          f"{', '.join(map(str, folders)) if folders else '(not set)'}")
     print(f"{'name':<22} {'kind':<10} {'cached':<7} description")
     for r in rows:
         print(f"{r['name']:<22} {r['kind']:<10} {'yes' if r['cached'] else 'no':<7} "

@@ -13,7 +13,12 @@ Names resolve in this order (:func:`load_dataset`):
    ``<root>/stores/<name>-<hash>/`` (:mod:`twopgraph.ingest`; never through ogb's in-memory
    processing); later runs read only the store, again ingested when the raw files change
    (an older twopgraph's ``<root>/ogbn_<x>/twopgraph.npz`` cache is still read);
-4. ``<root>/<name>.npz`` (drop any dataset in the DESIGN.md format into the data root).
+4. a name of a dataset file or store (:func:`named_dataset`): ``<root>/<name>.npz``, else
+   ``<name>.npz`` in a folder of ``$TWOPGRAPH_DATASET_PATH`` (folders separated by ``:``,
+   like ``PATH``: e.g. a shared, read-only folder of real graphs), else the store an earlier
+   run converted from a ``<name>.npz`` (``<root>/stores/<name>-<hash>/``: read through its
+   file while that exists, as the store it is once the file is gone). :func:`list_datasets`
+   (``twopgraph datasets``) lists all of them.
 
 The data root is ``--data-root``, else ``$TWOPGRAPH_DATA``, else ``./datasets``
 (:func:`resolve_data_root`). Every failure a user can fix raises a one-line
@@ -61,6 +66,8 @@ from .store import (HalfRangeError, NotUndirected, convert_npz, half_checked, is
 log = logging.getLogger("twopgraph")
 
 DATA_ROOT_ENV = "TWOPGRAPH_DATA"
+#: Folders (separated by ``os.pathsep``) where ``--dataset NAME`` also finds ``NAME.npz``.
+DATASET_PATH_ENV = "TWOPGRAPH_DATASET_PATH"
 DEFAULT_DATA_ROOT = "datasets"
 OGB_CACHE_FILE = "twopgraph.npz"
 #: Folder of the data root that holds the stores converted from ``.npz`` files.
@@ -155,9 +162,12 @@ def load_dataset(name: str, data_root=None, progress: bool = True,
     elif name in OGB_DATASETS:
         data = _load_ogb(name, root, progress, store_dtype)
     else:
-        path = root / f"{name}.npz"
-        if path.is_file():
-            return _read_npz(path, name, symmetrize, root, progress, store_dtype)
+        found = named_dataset(name, root, store_dtype)
+        if found is not None and found[0] == "npz":
+            return _read_npz(found[1], name, symmetrize, root, progress, store_dtype)
+        if found is not None:  # a converted store whose file is gone: the store is the data
+            data = open_store(found[1], name=name, check_symmetric=not symmetrize)
+            return _symmetrized(data, name) if symmetrize else data
         hint = _did_you_mean(name, root)
         raise ConfigError(f"unknown dataset {name!r}{hint}{' K' if hint else '; k'}nown: "
                           f"{', '.join(_known_names(root))}, a path to a .npz file or a store "
@@ -264,7 +274,11 @@ def float32_feature_bytes(name: str, data_root=None) -> int | None:
                     meta = read_store_meta(store)
                     return 4 * int(meta["num_nodes"]) * int(meta["num_features"])
             return None
-        path = _npz_file(name if name.endswith(".npz") else f"{name}.npz", root)
+        if _plain_name(name):
+            found = named_dataset(name, root)
+            path = found[1] if found is not None and found[0] == "npz" else None
+        else:
+            path = _npz_file(name, root) if name.endswith(".npz") else None
         if path is not None:
             shape = NpzMember(path, "feat").shape
             return 4 * int(np.prod(shape, dtype=np.int64))
@@ -403,8 +417,10 @@ def dataset_path(name: str, data_root=None) -> Path | None:
     if name in OGB_DATASETS:
         cache = _ogb_folder(name, root) / OGB_CACHE_FILE
         return cache if cache.is_file() else _ogb_source(name, root)
-    path = root / f"{name}.npz"
-    return path if path.is_file() else None
+    with contextlib.suppress(ConfigError):  # an ambiguous name: none (loading says why)
+        found = named_dataset(name, root)
+        return None if found is None else found[1]
+    return None
 
 
 def dataset_identity(name: str, data_root=None, store_dtype: str = "float32") -> dict:
@@ -428,6 +444,13 @@ def dataset_identity(name: str, data_root=None, store_dtype: str = "float32") ->
     if name.endswith(".npz"):
         ident["name"] = Path(name).stem
     path = dataset_path(name, data_root)
+    if path is not None and name not in _synthetic_presets() and is_store(path):  # named
+        ident["store"] = str(path.resolve())
+        with contextlib.suppress(TwopgraphError):
+            meta = read_store_meta(path)
+            if not files_changed(path, meta):
+                ident["fingerprint"] = str(meta["fingerprint"])
+        return ident
     if path is None or not path.is_file():
         return ident
     ident["path"] = str(path.resolve())
@@ -493,11 +516,94 @@ def partition_dataset(name: str, data_root, partitions, source: dict, given: boo
     return name
 
 
+def dataset_search_path() -> list[Path]:
+    """The folders of ``$TWOPGRAPH_DATASET_PATH`` (separated by ``os.pathsep``, ``~``
+    expanded; empty entries skipped), where ``--dataset NAME`` also finds ``NAME.npz``."""
+    env = os.environ.get(DATASET_PATH_ENV, "")
+    return [Path(p).expanduser() for p in env.split(os.pathsep) if p.strip()]
+
+
+def _plain_name(name: str) -> bool:
+    """Whether ``name`` can name a dataset file or store: no folder part, no ``.npz``."""
+    return bool(name) and "/" not in name and os.sep not in name and \
+        not name.endswith(".npz") and name not in (".", "..")
+
+
+def named_dataset(name: str, data_root=None, store_dtype: str = "float32"):
+    """What the plain name ``name`` (not a preset, OGB name or path) loads, without loading
+    it: ``("npz", path)`` for ``<root>/<name>.npz``, else ``<name>.npz`` in the first folder
+    of :func:`dataset_search_path` that has it, else the source file of the store an earlier
+    run converted from a ``<name>.npz`` while that file exists; ``("store", folder)`` for
+    such a store whose file is gone (of ``store_dtype`` features where both exist); None if
+    the name is none of these. Stores of several different files with that name are
+    ambiguous: one-line :class:`ConfigError` naming them."""
+    if not _plain_name(name):
+        return None
+    root = resolve_data_root(data_root)
+    for folder in [root, *dataset_search_path()]:
+        path = folder / f"{name}.npz"
+        if path.is_file():
+            return "npz", path
+    by_source = _converted_stores(root).get(name, {})
+    if not by_source:
+        return None
+    if len(by_source) > 1:
+        raise ConfigError(
+            f"dataset name {name!r} is ambiguous: {root / STORES_DIR} holds stores of "
+            f"{len(by_source)} different files of that name ("
+            f"{', '.join(sorted(by_source))}); give the .npz file or the store folder")
+    source, folders = next(iter(by_source.items()))
+    path = _source_path(source, root)
+    if path.is_file():
+        return "npz", path
+    want = [f for f in folders if f.name.endswith(_dtype_suffix(store_dtype))
+            and (store_dtype != "float32" or not f.name.endswith(_dtype_suffix("float16")))]
+    return "store", (want or folders)[0]
+
+
+def _source_path(key: str, root: Path) -> Path:
+    """The file a store's source ``key`` names: the key itself when absolute, else relative
+    to the data root (:func:`_source_key`)."""
+    path = Path(key)
+    return path if path.is_absolute() else root / path
+
+
+def _converted_stores(root: Path) -> dict[str, dict[str, list[Path]]]:
+    """The stores under ``<root>/stores`` converted from a ``.npz`` file (a store a user can
+    name by the file's stem), as ``{stem: {source key: [store folders]}}``; not those of the
+    synthetic presets, ``synthetic-papers`` or OGB datasets (named as such), nor a damaged
+    or foreign folder."""
+    import re
+    stores = root / STORES_DIR
+    out: dict[str, dict[str, list[Path]]] = {}
+    reserved = set(_synthetic_presets()) | set(OGB_DATASETS)
+    with contextlib.suppress(OSError):  # an unreadable data root: no stores from it
+        for folder in sorted(stores.iterdir()) if stores.is_dir() else []:
+            m = re.fullmatch(r"(.+)-[0-9a-f]{8}(-float16)?", folder.name)
+            if m is None or m.group(1) in reserved or m.group(1).startswith("synthetic-papers"):
+                continue
+            if not is_store(folder):
+                continue
+            try:
+                source = read_store_meta(folder).get("source") or {}
+            except TwopgraphError:
+                continue
+            key = source.get("key") or source.get("path")
+            if not key or source.get("spec_fingerprint") or not str(key).endswith(".npz"):
+                continue
+            out.setdefault(m.group(1), {}).setdefault(str(key), []).append(folder)
+    return out
+
+
 def list_datasets(data_root=None) -> list[dict]:
     """Every known dataset: presets, OGB names, then each ``*.npz`` in the data root.
 
-    Each entry is ``{"name", "kind" ("synthetic"|"ogb"|"npz"), "cached" (bool), "path" (str),
-    "description"}``; ``cached`` says whether loading needs no generation/download/conversion.
+    Each entry is ``{"name", "kind" ("synthetic"|"ogb"|"npz"|"store"), "cached" (bool),
+    "path" (str), "description"}``; ``cached`` says whether loading needs no
+    generation/download/conversion. Beyond the presets and OGB names: every name
+    :func:`named_dataset` resolves, once (the ``.npz`` files of the data root, then those of
+    each folder of ``$TWOPGRAPH_DATASET_PATH``, then the stores converted from files of
+    other names, kind ``store``).
     """
     root = resolve_data_root(data_root)
     out = []
@@ -518,12 +624,31 @@ def list_datasets(data_root=None) -> list[dict]:
             desc += f" (raw files in {folder}, not ingested yet)"
         out.append(dict(name=name, kind="ogb", cached=cached, path=str(path),
                         description=desc))
-    for path in sorted(root.glob("*.npz")) if root.is_dir() else []:
-        if path.stem in presets:
+    listed = set(presets) | set(OGB_DATASETS)
+    for folder in [root, *dataset_search_path()]:
+        where = "the data root" if folder == root else f"{folder} (${DATASET_PATH_ENV})"
+        with contextlib.suppress(OSError):  # a folder that is not there: nothing from it
+            for path in sorted(folder.glob("*.npz")) if folder.is_dir() else []:
+                if path.stem in listed or not _plain_name(path.stem):
+                    continue  # a name found earlier wins, as when loading
+                listed.add(path.stem)
+                size = path.stat().st_size / 2**20
+                out.append(dict(name=path.stem, kind="npz", cached=True, path=str(path),
+                                description=f".npz file in {where} ({size:.1f} MiB)"))
+    for stem, by_source in _converted_stores(root).items():
+        if stem in listed:
             continue
-        size = path.stat().st_size / 2**20
-        out.append(dict(name=path.stem, kind="npz", cached=True, path=str(path),
-                        description=f".npz file in the data root ({size:.1f} MiB)"))
+        folders = [f for fs in by_source.values() for f in fs]
+        if len(by_source) > 1:
+            desc = (f"ambiguous: stores of {len(by_source)} different {stem}.npz files; load "
+                    f"one by its store folder")
+        else:
+            source = _source_path(next(iter(by_source)), root)
+            desc = (f"store converted from {source}" if source.is_file() else
+                    f"store converted from {source} (that file is gone: the store is the "
+                    f"dataset now)")
+        out.append(dict(name=stem, kind="store", cached=True, path=str(folders[0]),
+                        description=desc))
     return out
 
 
@@ -544,31 +669,27 @@ def _describe_preset(preset) -> str:
 
 
 def _known_names(root: Path) -> list[str]:
-    """Names for error messages: presets, OGB names, and the stems of ``*.npz`` in ``root``."""
+    """Names for error messages: presets, OGB names, and the names of files and stores
+    (:func:`list_datasets`)."""
     names = list(_synthetic_presets()) + list(OGB_DATASETS)
-    if root.is_dir():
-        names += sorted(p.stem for p in root.glob("*.npz") if p.stem not in names)
+    with contextlib.suppress(OSError):
+        names += [d["name"] for d in list_datasets(root)
+                  if d["kind"] in ("npz", "store") and d["name"] not in names]
     return names
 
 
 def _did_you_mean(name: str, root: Path) -> str:
     """``"; did you mean cora (datasets/cora.npz)?"`` for the known names closest to
-    ``name`` (presets, OGB names, ``*.npz`` in the data root, stores under it; letter case
-    ignored), or ``""`` when none is close."""
+    ``name`` (presets, OGB names, the files and stores :func:`list_datasets` names; letter
+    case ignored), or ``""`` when none is close."""
     import difflib
-    import re
     shown: dict[str, str] = {}  # name -> what to show
     for n in list(_synthetic_presets()) + list(OGB_DATASETS):
         shown.setdefault(n, n)
     with contextlib.suppress(OSError):  # an unreadable data root: no names from it
-        for p in sorted(root.glob("*.npz")):
-            shown.setdefault(p.stem, f"{p.stem} ({p})")
-        stores = root / STORES_DIR
-        # converted stores, <stem>-<8 hex digits of the source path>: loaded by their folder
-        for p in sorted(stores.iterdir()) if stores.is_dir() else []:
-            stem = re.sub(r"-[0-9a-f]{8}$", "", p.name)
-            if stem not in shown and is_store(p):
-                shown[stem] = str(p)
+        for d in list_datasets(root):  # files and stores, each under the name it loads by
+            if d["kind"] in ("npz", "store"):
+                shown.setdefault(d["name"], f"{d['name']} ({d['path']})")
     typed = Path(name).name.removesuffix(".npz").lower()
     keys = {k.lower(): k for k in shown}
     score = {k: difflib.SequenceMatcher(None, typed, k).ratio() for k in keys}
@@ -610,10 +731,13 @@ def _symmetrized(data: GraphData, where: str) -> GraphData:
 
 
 def _npz_file(name: str, root: Path) -> Path | None:
-    """``name`` as an existing ``.npz`` path, else ``root / name`` if that exists, else None."""
-    for path in (Path(name).expanduser(), root / name):
-        if path.is_file():
-            return path
+    """``name`` as an existing ``.npz`` path, else ``root / name`` if that exists, else in a
+    folder of ``$TWOPGRAPH_DATASET_PATH`` (a relative ``name``), else None."""
+    path = Path(name).expanduser()
+    folders = [root] + (dataset_search_path() if not path.is_absolute() else [])
+    for p in (path, *(f / path for f in folders)):
+        if p.is_file():
+            return p
     return None
 
 

@@ -9,10 +9,12 @@ sampling workers, the feature cache with its lookahead, the prefetch thread and,
 side-stream copies. Nothing is renumbered: ``seeds`` and ``input_nodes`` are the caller's
 vertex ids.
 
-Example::
+Example (``synthetic-tiny`` is generated into the data root on first use; a real graph loads
+by name the same way, e.g. ``load_dataset("cora")`` with ``cora.npz`` in the data root or
+with ``export TWOPGRAPH_DATASET_PATH=../shared/datasets``)::
 
     >>> from twopgraph.datasets import load_dataset                     # doctest: +SKIP
-    >>> data = load_dataset("cora", data_root="datasets")                # doctest: +SKIP
+    >>> data = load_dataset("synthetic-tiny", data_root="datasets")      # doctest: +SKIP
     >>> loader = NodeLoader(data, fanouts=[10, 5], batch_size=256)       # doctest: +SKIP
     >>> for mb in loader:                                                # doctest: +SKIP
     ...     loss = F.cross_entropy(model(mb.blocks, mb.features), mb.labels)
