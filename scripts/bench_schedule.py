@@ -42,6 +42,7 @@ from twopgraph.datasets import resolve_data_root  # noqa: E402
 from twopgraph.partition import (LocalityPrep, cluster_graph, default_num_clusters,  # noqa: E402
                                  prepare_locality, renumber)
 from twopgraph.sampler import NeighborSampler, make_scheduler, parse_fanouts  # noqa: E402
+from twopgraph.store import export_npz  # noqa: E402
 from twopgraph.train import TrainConfig, train  # noqa: E402
 
 
@@ -138,12 +139,16 @@ def main(argv=None) -> int:
         print(name, json.dumps(row), file=sys.stderr, flush=True)
 
     if dgl_py is not None:
-        npz = str(dataset_path(a.dataset, a.data_root))
-        env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), NUMBA_NUM_THREADS=str(a.threads))
-        d = run_json([dgl_py, str(ROOT / "scripts" / "dgl_baseline.py"), "--npz", npz,
-                      "--mode", "sample", "--sample-epochs", str(a.sample_epochs), "--json",
-                      "--fanouts", a.fanouts, "--batch-size", str(a.batch_size), "--seed", "0",
-                      "--threads", str(a.threads)], env)
+        src = dataset_path(a.dataset, a.data_root)
+        with tempfile.TemporaryDirectory(prefix="bench_schedule-") as tmp:
+            if src is None or not src.is_file():  # a store (the presets): DGL reads a .npz
+                src = export_npz(data, Path(tmp) / f"{data.name}.npz")
+            env = dict(os.environ, OMP_NUM_THREADS=str(a.threads),
+                       NUMBA_NUM_THREADS=str(a.threads))
+            d = run_json([dgl_py, str(ROOT / "scripts" / "dgl_baseline.py"), "--npz", str(src),
+                          "--mode", "sample", "--sample-epochs", str(a.sample_epochs), "--json",
+                          "--fanouts", a.fanouts, "--batch-size", str(a.batch_size), "--seed",
+                          "0", "--threads", str(a.threads)], env)
         res["dgl"] = {k: d[k] for k in ("sample_epoch_s", "input_nodes_per_batch")}
 
     if a.curve:

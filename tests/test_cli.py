@@ -280,8 +280,11 @@ def test_info_json(root, capsys):
     assert info["num_nodes"] == 2000
     assert info["num_edges_undirected"] > 0 and info["num_features"] == 16
     assert info["train"] + info["val"] + info["test"] <= 2000
-    assert Path(info["path"]) == root / "synthetic-tiny.npz"
-    assert (root / "synthetic-tiny.npz").is_file()
+    # the preset's store, its one copy (no .npz)
+    assert Path(info["path"]).resolve() == Path(info["store"])
+    assert Path(info["store"]).parent == Path(root).resolve() / "stores"
+    assert (Path(info["path"]) / "feat.npy").is_file()
+    assert not list(Path(root).glob("synthetic-tiny*.npz"))
     # after generation, `datasets` reports it as cached
     rc, o, _ = run_cli(["datasets", "--data-root", root], capsys)
     row = next(ln for ln in o.splitlines() if ln.split()[:1] == ["synthetic-tiny"])

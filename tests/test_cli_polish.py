@@ -242,13 +242,17 @@ def test_same_dataset_by_fingerprint_file_or_name(root, part1, tmp_path):
     from twopgraph.partition.selfdep import read_meta
     src = read_meta(part1)["source"]
     assert same_dataset(dataset_identity("synthetic-tiny", root), src)
-    assert same_dataset(dataset_identity(src["path"], root), src)  # the .npz by its path
+    assert src["path"] is None  # a preset has no file: its store is its one copy
     assert same_dataset(dataset_identity(src["store"], root), src)  # the store folder
-    copy = tmp_path / "copy.npz"  # same content elsewhere: its store has the fingerprint
-    shutil.copy(src["path"], copy)
     from twopgraph.datasets import load_dataset
+    from twopgraph.store import export_npz
+    copy = tmp_path / "copy.npz"  # same content in a file: its store has the fingerprint
+    export_npz(load_dataset("synthetic-tiny", root, progress=False), copy)
     load_dataset(str(copy), root, progress=False)
     assert same_dataset(dataset_identity(str(copy), root), src)
+    # the file by its path (a partition made from a .npz records it)
+    assert same_dataset(dataset_identity(str(copy), root), dict(src, fingerprint=None,
+                                                                path=str(copy), store=None))
     # not loadable here (another data root): the name decides
     assert same_dataset(dataset_identity("synthetic-tiny", tmp_path / "elsewhere"), src)
     assert not same_dataset(dataset_identity("cora", tmp_path / "elsewhere"), src)

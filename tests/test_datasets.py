@@ -386,49 +386,173 @@ def test_data_root_resolution(tmp_path, monkeypatch):
     data = small_graphdata()
     data.save_npz(tmp_path / "envgraph.npz")
     assert_same(load_dataset("envgraph"), data)
-    assert dataset_path("synthetic-tiny") == tmp_path / "synthetic-tiny.npz"
+    from twopgraph.synthetic import SYNTHETIC_PRESETS
+    assert dataset_path("synthetic-tiny") == \
+        datasets.preset_store(SYNTHETIC_PRESETS["synthetic-tiny"], tmp_path)
 
 
 # -- synthetic presets and listing --------------------------------------------------------------
+#: Content fingerprints of synthetic-tiny's arrays, as every twopgraph since generator version 2
+#: made them (its .npz cache and store before issue 19, its store alone since): checkpoints and
+#: partitions of runs made before record these.
+TINY_FINGERPRINT = {"float32": "1156e66b89e85f06eaf1e672511ac3a7",
+                    "float16": "5ca4e40347caa7072b3bf4ccfb156833"}
+
+
+def feature_files(root: Path) -> list[Path]:
+    return sorted(root.rglob("feat.npy"))
+
+
+@pytest.mark.parametrize("store_dtype", ["float32", "float16"])
+def test_preset_is_written_once_into_its_store(tmp_path, store_dtype):
+    """Before issue 19 a preset was generated in memory, written as <root>/<name>.npz (+ a
+    .spec.json sidecar) and then again as a store: two copies on disk."""
+    from twopgraph import synthetic
+    spec = synthetic.SYNTHETIC_PRESETS["synthetic-tiny"]
+    data = load_dataset("synthetic-tiny", data_root=tmp_path, progress=False,
+                        store_dtype=store_dtype)
+    store = datasets.preset_store(spec, tmp_path, store_dtype)
+    assert data.store == store.resolve() and data.name == "synthetic-tiny"
+    assert not list(tmp_path.rglob("*.npz")) and not list(tmp_path.rglob("*.spec.json"))
+    assert feature_files(tmp_path) == [store / "feat.npy"]  # one copy of the features
+    assert not list(tmp_path.glob("stores/.*"))  # no temporary folder left
+    # the same arrays as generate() and as older twopgraphs made: the same fingerprint
+    fresh = synthetic.generate(spec)
+    if store_dtype == "float16":
+        fresh.feat = fresh.feat.astype(np.float16)
+    assert_same(data, fresh)
+    assert data.feat.dtype == np.dtype(store_dtype) and data.graph.indices.dtype == np.int32
+    assert data.fingerprint() == fresh.fingerprint() == TINY_FINGERPRINT[store_dtype]
+    meta = json.loads((store / "store.json").read_text())
+    assert meta["source"]["spec_fingerprint"] == synthetic.spec_fingerprint(spec)
+    assert meta["fingerprint"] == TINY_FINGERPRINT[store_dtype] and meta["undirected"]
+    ident = datasets.dataset_identity("synthetic-tiny", tmp_path, store_dtype)
+    assert ident == {"name": "synthetic-tiny", "path": None, "store": str(store.resolve()),
+                     "fingerprint": TINY_FINGERPRINT[store_dtype]}
+    assert dataset_path("synthetic-tiny", tmp_path, store_dtype) == store
+
+
 def test_synthetic_tiny_is_cached(tmp_path, monkeypatch):
     from twopgraph import synthetic
     first = load_dataset("synthetic-tiny", data_root=tmp_path, progress=False)
-    path = tmp_path / "synthetic-tiny.npz"
-    assert path.is_file() and dataset_path("synthetic-tiny", tmp_path) == path
-    assert not list(tmp_path.glob("*.tmp"))
+    store = datasets.preset_store(synthetic.SYNTHETIC_PRESETS["synthetic-tiny"], tmp_path)
+    assert dataset_path("synthetic-tiny", tmp_path) == store and first.store == store.resolve()
 
     def no_generation(*args, **kwargs):
-        raise AssertionError("generated again instead of reading the cache")
+        raise AssertionError("generated again instead of reading the store")
     monkeypatch.setattr(synthetic, "generate", no_generation)
+    monkeypatch.setattr(synthetic, "write_store", no_generation)
     second = load_dataset("synthetic-tiny", data_root=tmp_path, progress=False)
-    assert second.name == "synthetic-tiny"
+    assert second.name == "synthetic-tiny" and second.store == store.resolve()
     assert_same(first, second)
+
+
+def test_preset_is_generated_in_bounded_memory(tmp_path, monkeypatch):
+    """The store is written as the generator makes the arrays, the features chunk by chunk:
+    the traced peak stays far below the feature table (generating it in memory and writing
+    it then holds the whole table, and more)."""
+    import tracemalloc
+    from dataclasses import replace
+
+    from twopgraph import synthetic
+    monkeypatch.setattr(synthetic, "_CHUNK", 1 << 18)  # 1 MiB blocks of features
+    spec = replace(synthetic.SYNTHETIC_PRESETS["synthetic-tiny"], name="wide",
+                   num_nodes=100_000, num_edges=200_000, num_features=256,
+                   num_communities=200)
+    table = spec.num_nodes * spec.num_features * 4  # 98 MiB
+    tracemalloc.start()
+    try:
+        data = datasets.load_preset(spec, tmp_path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert data.feat.shape == (spec.num_nodes, spec.num_features)
+    # the generator's own working set (its chunks of edge samples: ~20 MiB here) and one
+    # block of features; never the table (98 MiB)
+    assert peak < table / 3, f"peak {peak / 2**20:.1f} MiB for a {table / 2**20:.0f} MiB table"
+    assert not list(tmp_path.rglob("*.npz"))
+
+
+def test_a_store_of_another_spec_is_not_reused(tmp_path, monkeypatch):
+    """A preset's store is keyed by its spec fingerprint (every field that changes the arrays
+    and the generator version): a store of another spec or generator version is another
+    folder, and a folder whose store.json names another spec is generated again."""
+    from twopgraph import synthetic
+    spec = synthetic.SYNTHETIC_PRESETS["synthetic-tiny"]
+    with monkeypatch.context() as m:
+        m.setattr(synthetic, "GENERATOR_VERSION", synthetic.GENERATOR_VERSION - 1)
+        older = load_dataset("synthetic-tiny", data_root=tmp_path, progress=False)
+    data = load_dataset("synthetic-tiny", data_root=tmp_path, progress=False)
+    assert older.store != data.store and data.store == datasets.preset_store(spec, tmp_path)
+    assert data.fingerprint() == TINY_FINGERPRINT["float32"]
+    meta_path = data.store / "store.json"
+    meta = json.loads(meta_path.read_text())
+    meta["source"]["spec_fingerprint"] = "0" * 32  # made from another spec
+    meta_path.write_text(json.dumps(meta))
+    assert not [d for d in list_datasets(tmp_path) if d["name"] == "synthetic-tiny"][0]["cached"]
+    again = load_dataset("synthetic-tiny", data_root=tmp_path, progress=False)
+    assert json.loads(meta_path.read_text())["source"]["spec_fingerprint"] == \
+        synthetic.spec_fingerprint(spec)
+    assert again.fingerprint() == TINY_FINGERPRINT["float32"]
+
+
+def test_old_npz_cache_is_no_longer_needed(tmp_path, monkeypatch, caplog):
+    """A data root of an older twopgraph: <root>/synthetic-tiny.npz + .spec.json and the store
+    converted from it. The preset gets its store of one copy; the older files are left alone
+    (the user's to delete), and whatever recorded the older copy's identity -- a checkpoint's
+    data fingerprint, a partition's source -- names the same dataset."""
+    import logging
+
+    from twopgraph import synthetic
+    from twopgraph.datasets import same_dataset
+    spec = synthetic.SYNTHETIC_PRESETS["synthetic-tiny"]
+    npz = tmp_path / "synthetic-tiny.npz"
+    datasets.load_synthetic(spec, npz)  # the .npz cache and sidecar as older versions wrote
+    old_store = datasets.load_dataset(str(npz), data_root=tmp_path, progress=False).store
+    old_source = {"name": "synthetic-tiny", "path": str(npz.resolve()),
+                  "store": str(old_store), "fingerprint": TINY_FINGERPRINT["float32"]}
+    before = sorted(p.name for p in tmp_path.iterdir())
+    # a read-only data root of an older version: the old cache is read into memory
+    def read_only(*args, **kwargs):
+        from twopgraph.errors import OutputError
+        raise OutputError("cannot write: read-only file system")
+    with monkeypatch.context() as m, caplog.at_level(logging.WARNING, logger="twopgraph"):
+        m.setattr(synthetic, "write_store", read_only)
+        assert dataset_path("synthetic-tiny", tmp_path) == npz
+        kept = load_dataset("synthetic-tiny", data_root=tmp_path, progress=False)
+    assert kept.store is None and kept.fingerprint() == TINY_FINGERPRINT["float32"]
+    assert "reading the older cache" in caplog.text
+    data = load_dataset("synthetic-tiny", data_root=tmp_path, progress=False)
+    assert data.store == datasets.preset_store(spec, tmp_path).resolve() != old_store
+    assert data.fingerprint() == GraphData.load_npz(npz).fingerprint() == \
+        TINY_FINGERPRINT["float32"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing deleted or added
+    assert same_dataset(datasets.dataset_identity("synthetic-tiny", tmp_path), old_source)
+    row = [d for d in list_datasets(tmp_path) if d["name"] == "synthetic-tiny"]
+    assert len(row) == 1 and row[0]["cached"] and row[0]["path"] == str(data.store)
 
 
 @pytest.mark.parametrize("stale", ["generator_version", "spec", "old_sidecar"])
 def test_stale_synthetic_cache_is_regenerated(tmp_path, monkeypatch, stale):
+    """load_synthetic: the .npz cache of a caller's path (scripts that need a file)."""
     from dataclasses import replace
 
     from twopgraph import synthetic
+    spec = synthetic.SYNTHETIC_PRESETS["synthetic-tiny"]
     fresh = synthetic.generate("synthetic-tiny")
     path, sidecar = tmp_path / "synthetic-tiny.npz", tmp_path / "synthetic-tiny.spec.json"
     with monkeypatch.context() as m:  # a cache written by an older generator or another spec
         if stale == "generator_version":
             m.setattr(synthetic, "GENERATOR_VERSION", synthetic.GENERATOR_VERSION - 1)
-        if stale == "spec":
-            m.setitem(synthetic.SYNTHETIC_PRESETS, "synthetic-tiny",
-                      replace(synthetic.SYNTHETIC_PRESETS["synthetic-tiny"], seed=1))
-        load_dataset("synthetic-tiny", data_root=tmp_path, progress=False)
+        datasets.load_synthetic(replace(spec, seed=1) if stale == "spec" else spec, path)
     if stale == "old_sidecar":  # format of twopgraph <= issue 9: no fingerprint
         sidecar.write_text(json.dumps({"generator_version": synthetic.GENERATOR_VERSION,
-                                       "spec": synthetic.spec_summary(
-                                           synthetic.SYNTHETIC_PRESETS["synthetic-tiny"])}))
+                                       "spec": synthetic.spec_summary(spec)}))
     if stale != "spec":
         small_graphdata().save_npz(path)  # stale content under the old sidecar
-    again = load_dataset("synthetic-tiny", data_root=tmp_path, progress=False)
+    again = datasets.load_synthetic(spec, path)
     assert_same(again, fresh)
-    assert json.loads(sidecar.read_text())["fingerprint"] == \
-        synthetic.spec_fingerprint(synthetic.SYNTHETIC_PRESETS["synthetic-tiny"])
+    assert json.loads(sidecar.read_text())["fingerprint"] == synthetic.spec_fingerprint(spec)
     assert_same(GraphData.load_npz(path), fresh)
 
 
@@ -448,11 +572,15 @@ def test_synthetic_cache_ignores_name_and_description(tmp_path, monkeypatch):
 
 def test_list_datasets(tmp_path):
     small_graphdata().save_npz(tmp_path / "cora.npz")
-    small_graphdata().save_npz(tmp_path / "synthetic-tiny.npz")  # a preset's cache
+    small_graphdata().save_npz(tmp_path / "synthetic-tiny.npz")  # an older version's cache
+    rows = {d["name"]: d for d in list_datasets(tmp_path)}
+    assert not rows["synthetic-tiny"]["cached"]  # no longer read: the preset's store is
+    tiny = load_dataset("synthetic-tiny", data_root=tmp_path, progress=False)
     rows = {d["name"]: d for d in list_datasets(tmp_path)}
     for d in rows.values():
         assert set(d) == {"name", "kind", "cached", "path", "description"}
     assert rows["synthetic-tiny"]["kind"] == "synthetic" and rows["synthetic-tiny"]["cached"]
+    assert rows["synthetic-tiny"]["path"] == str(tiny.store)
     assert rows["synthetic-small"]["kind"] == "synthetic" and not rows["synthetic-small"]["cached"]
     assert rows["ogbn-arxiv"] == dict(rows["ogbn-arxiv"], kind="ogb", cached=False,
                                       path=str(tmp_path / "ogbn_arxiv" / "raw" / "edge.csv.gz"))
@@ -468,7 +596,7 @@ def test_unwritable_root_is_a_user_error(tmp_path):
     root.mkdir()
     root.chmod(0o500)
     try:
-        with pytest.raises(TwopgraphError, match="cannot write dataset cache"):
+        with pytest.raises(TwopgraphError, match="cannot write the dataset store"):
             load_dataset("synthetic-tiny", data_root=root, progress=False)
     finally:
         root.chmod(0o700)

@@ -351,25 +351,30 @@ def test_dtype_problems_are_named(tmp_path, cdata, key, value, match):
 # -- 5. damaged caches heal ----------------------------------------------------------------------
 @pytest.mark.parametrize("damage", ["garbage", "truncated", "asymmetric"])
 def test_damaged_synthetic_cache_is_rebuilt_with_one_warning(tmp_path, caplog, damage):
-    """Today's main: the same traceback on every run until the file is deleted by hand."""
+    """Today's main: the same traceback on every run until the file is deleted by hand.
+    The preset's cache is its store (no .npz since issue 19): a damaged or changed file of
+    it is rebuilt."""
     fresh = load_dataset("synthetic-tiny", data_root=tmp_path, progress=False)
     path = dataset_path("synthetic-tiny", tmp_path)
+    assert path == fresh.store
+    fresh = fresh.fingerprint()  # (the maps are dropped before their files are damaged)
+    feat = path / "feat.npy"
     if damage == "garbage":
-        path.write_bytes(b"\x00" * 1000)
+        feat.write_bytes(b"\x00" * 1000)
     elif damage == "truncated":
-        path.write_bytes(path.read_bytes()[:5000])
-    else:  # readable, but the graph lost one reverse entry (same sizes otherwise)
-        arr = arrays(fresh)
-        g = broken("asymmetric", fresh)
-        arr.update(indptr=g.indptr, indices=g.indices)
-        save(path, **arr, num_classes=np.int64(fresh.num_classes))
+        feat.write_bytes(feat.read_bytes()[:5000])
+    else:  # readable, but the graph lost one reverse entry (same sizes): changed in place
+        indices = np.load(path / "indices.npy", mmap_mode="r+")
+        indices[0] = (int(indices[0]) + 1) % 2000
+        indices.flush()
+        del indices
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="twopgraph"):
         again = load_dataset("synthetic-tiny", data_root=tmp_path, progress=False)
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(warnings) == 1 and str(path) in warnings[0] and "rebuilding" in warnings[0]
     assert "\n" not in warnings[0]
-    assert again.fingerprint() == fresh.fingerprint()
+    assert again.fingerprint() == fresh
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="twopgraph"):
         load_dataset("synthetic-tiny", data_root=tmp_path, progress=False)

@@ -111,7 +111,7 @@ def test_train_synthetic_tiny_by_name(tmp_path):
         assert e["h2d_bytes"] == e["feature_rows"] * nf * 4
     # 5 classes: chance is ~0.2
     assert res.val_acc > 0.5 and res.test_acc > 0.5
-    assert (tmp_path / "data" / "synthetic-tiny.npz").is_file()
+    assert len(list((tmp_path / "data" / "stores").glob("synthetic-tiny-*/feat.npy"))) == 1
 
 
 # -- determinism ----------------------------------------------------------------------------------

@@ -147,10 +147,10 @@ def cmd_datasets(a) -> int:
 
 
 def cmd_info(a) -> int:
-    from .datasets import dataset_path
+    from .datasets import dataset_path, store_dtype_of
     data = DataConfig(a.dataset, a.data_root, a.symmetrize, a.store_dtype).validate().load()
     info = data.summary()
-    path = dataset_path(a.dataset, a.data_root)
+    path = dataset_path(a.dataset, a.data_root, store_dtype_of(data, a.store_dtype))
     info["path"] = str(path) if path is not None else None
     info.update(_memory_plan(data))
     _print_record(info, a.json)

@@ -3,8 +3,9 @@
 Names resolve in this order (:func:`load_dataset`):
 
 1. a synthetic preset (``twopgraph.synthetic.SYNTHETIC_PRESETS``, e.g. ``synthetic-tiny``):
-   generated once, then cached as ``<root>/<name>.npz`` beside ``<root>/<name>.spec.json``
-   (see :func:`load_synthetic`);
+   generated once, straight into its store ``<root>/stores/<name>-<hash of its spec>/`` in
+   chunks (see :func:`load_preset`; an older twopgraph's ``<root>/<name>.npz`` cache is no
+   longer needed);
 2. a path to an existing ``.npz`` file (also tried relative to the data root): the dataset
    format (CSR) or the COO exchange format (``edge_index``; symmetrised while ingested);
 3. ``ogbn-arxiv``, ``ogbn-products``, ``ogbn-papers100M``: OGB's raw files in ogb's own
@@ -145,8 +146,7 @@ def load_dataset(name: str, data_root=None, progress: bool = True,
     if papers is not None:
         data = load_papers(papers, root, progress, store_dtype=store_dtype)
     elif name in presets:
-        data = load_synthetic(presets[name], root / f"{name}.npz", progress, stored=True,
-                              store_dtype=store_dtype)
+        data = load_preset(presets[name], root, progress, store_dtype=store_dtype)
     elif is_store(Path(name).expanduser()):
         data = open_store(Path(name).expanduser(), check_symmetric=not symmetrize)
         if store_dtype != "float32" and data.feat.dtype != np.dtype(store_dtype):
@@ -228,6 +228,83 @@ def load_papers(spec, data_root=None, progress: bool = False,
         raise TwopgraphError(f"cannot write the dataset store of {spec.name}: {e}; choose a "
                              f"writable --data-root or ${DATA_ROOT_ENV}") from None
     return open_store(folder, name=spec.name)
+
+
+def preset_store(spec, data_root=None, store_dtype: str = "float32") -> Path:
+    """The store of the synthetic preset ``spec`` (:class:`~twopgraph.synthetic.SyntheticSpec`):
+    ``<data root>/stores/<name>-<8 hex digits of its spec fingerprint>`` (``-float16``
+    appended for ``store_dtype`` float16); it need not exist yet."""
+    from .synthetic import spec_fingerprint
+    root = resolve_data_root(data_root)
+    stem = str(spec.name).replace("/", "_") or "synthetic"
+    return root / STORES_DIR / (f"{stem}-{spec_fingerprint(spec)[:8]}"
+                                + _dtype_suffix(store_dtype))
+
+
+def _preset_meta(spec, folder: Path) -> dict | None:
+    """``store.json`` of the store at ``folder`` when it holds the preset ``spec`` (its spec
+    fingerprint recorded), else None; a damaged one raises :class:`GraphFormatError`."""
+    from .synthetic import spec_fingerprint
+    if not is_store(folder):
+        return None
+    meta = read_store_meta(folder)
+    return meta if (meta.get("source") or {}).get("spec_fingerprint") == \
+        spec_fingerprint(spec) else None
+
+
+def load_preset(spec, data_root=None, progress: bool = False,
+                store_dtype: str = "float32") -> GraphData:
+    """The store of the synthetic preset ``spec`` (:func:`preset_store`), generated straight
+    into it on first use (:func:`twopgraph.synthetic.write_store`: the features and the CSR
+    written chunk by chunk as they are made; one copy on disk, no ``.npz``) and reused while
+    it holds this spec (its spec fingerprint: every field that changes the arrays and the
+    generator version). A damaged store, or one whose files changed since it was written, is
+    rebuilt with one warning. Where the store cannot be written (a read-only data root), an
+    older twopgraph's ``<data root>/<name>.npz`` cache of the same spec is read into memory
+    instead; without one, one line says to choose a writable data root."""
+    from .synthetic import GENERATOR_VERSION, spec_fingerprint, spec_summary
+    from .synthetic import write_store as generate_store
+    root = resolve_data_root(data_root)
+    folder = preset_store(spec, root, store_dtype)
+    try:
+        if _preset_meta(spec, folder) is not None:
+            return open_store(folder, name=spec.name)
+    except GraphFormatError as e:
+        _rebuilding(folder, e)
+    log.info("generating %s (%s vertices, %s undirected edges) into %s", spec.name,
+             f"{spec.num_nodes:,}", f"{spec.num_edges:,}", folder)
+    source = {"spec_fingerprint": spec_fingerprint(spec), "generator_version": GENERATOR_VERSION,
+              "spec": spec_summary(spec)}
+    try:
+        generate_store(spec, folder, source=source, progress=progress,
+                       feat_dtype=_converted(store_dtype))
+    except OutputError as e:
+        legacy = _legacy_preset_cache(spec, root)
+        if legacy is None:
+            raise TwopgraphError(f"cannot write the dataset store of {spec.name}: {e}; choose "
+                                 f"a writable --data-root or ${DATA_ROOT_ENV}") from None
+        log.warning("cannot write the dataset store of %s (%s): reading the older cache %s "
+                    "into memory instead (give a writable --data-root or $%s)", spec.name,
+                    e.strerror or e, legacy, DATA_ROOT_ENV)
+        data = _in_memory(legacy, spec.name, False)
+        if store_dtype != "float32":
+            data.feat = next(half_checked([np.asarray(data.feat)],
+                                          f"{spec.name} features")).astype(np.float16)
+        return data
+    return open_store(folder, name=spec.name)
+
+
+def _legacy_preset_cache(spec, root: Path) -> Path | None:
+    """``<root>/<name>.npz``, the cache an older twopgraph wrote for the preset ``spec``, when
+    its ``.spec.json`` sidecar vouches for this spec; else None. No longer written (the
+    preset's store is its one copy), only read where the store cannot be written."""
+    from .synthetic import spec_fingerprint
+    path = root / f"{spec.name}.npz"
+    try:
+        have = json.loads(path.with_suffix(".spec.json").read_text()).get("fingerprint")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return path if have == spec_fingerprint(spec) and path.is_file() else None
 
 
 def store_folder(npz, data_root=None, stem: str | None = None,
@@ -404,21 +481,32 @@ def _stored(npz: Path, root: Path, name: str | None, symmetrize: bool = False,
         raise GraphFormatError(f"{npz}: {e.problem}") from None
 
 
-def dataset_path(name: str, data_root=None) -> Path | None:
-    """The ``.npz`` that :func:`load_dataset` reads or caches for ``name``; None if unknown.
+def dataset_path(name: str, data_root=None, store_dtype: str = "float32") -> Path | None:
+    """What :func:`load_dataset` reads or caches for ``name``: its ``.npz`` file, an OGB
+    dataset's raw file, a synthetic preset's store folder (:func:`preset_store`; an older
+    twopgraph's ``<root>/<name>.npz`` cache of the same spec where the store is not there but
+    that file is); None if unknown.
 
-    For synthetic presets and OGB names the file need not exist yet (it is the cache path).
+    For synthetic presets and OGB names the path need not exist yet (it is the cache path):
+    ``path.exists()`` tells whether loading needs no generation, download or conversion
+    (OGB: ingestion aside).
     """
     root = resolve_data_root(data_root)
-    if name in _synthetic_presets():
-        return root / f"{name}.npz"
+    presets = _synthetic_presets()
+    if name in presets:
+        store = preset_store(presets[name], root, store_dtype)
+        if not is_store(store):
+            legacy = _legacy_preset_cache(presets[name], root)
+            if legacy is not None:
+                return legacy
+        return store
     if name.endswith(".npz"):
         return _npz_file(name, root)
     if name in OGB_DATASETS:
         cache = _ogb_folder(name, root) / OGB_CACHE_FILE
         return cache if cache.is_file() else _ogb_source(name, root)
     with contextlib.suppress(ConfigError):  # an ambiguous name: none (loading says why)
-        found = named_dataset(name, root)
+        found = named_dataset(name, root, store_dtype)
         return None if found is None else found[1]
     return None
 
@@ -427,12 +515,22 @@ def dataset_identity(name: str, data_root=None, store_dtype: str = "float32") ->
     """What identifies dataset ``name`` without loading it (nothing is generated, converted or
     downloaded): ``name`` (the name it loads under: a ``.npz`` path's stem), ``path`` (the
     ``.npz`` it is read from, resolved; None if there is none yet), ``store`` (its store folder,
-    resolved: the folder given, or the one converted from ``path``; None if none) and
-    ``fingerprint`` (of its content, from a store up to date with its file and whose files are
-    as written; None if unknown).
+    resolved: the folder given, the one converted from ``path``, a synthetic preset's; None if
+    none) and ``fingerprint`` (of its content, from a store up to date with its file or spec
+    and whose files are as written; None if unknown). A synthetic preset's fingerprint is
+    that of its arrays, the same whether an older twopgraph's ``.npz`` cache or its store
+    holds them.
     The keys are those of a partition's ``meta.json`` ``source`` (:func:`same_dataset`)."""
     root = resolve_data_root(data_root)
     ident = {"name": name, "path": None, "store": None, "fingerprint": None}
+    presets = _synthetic_presets()
+    if name in presets:
+        store = preset_store(presets[name], root, store_dtype)
+        with contextlib.suppress(TwopgraphError, OSError):
+            meta = _preset_meta(presets[name], store)
+            if meta is not None and not files_changed(store, meta):
+                ident.update(store=str(store.resolve()), fingerprint=str(meta["fingerprint"]))
+                return ident
     folder = Path(name).expanduser()
     if name not in _synthetic_presets() and is_store(folder):
         ident["store"] = str(folder.resolve())
@@ -443,7 +541,7 @@ def dataset_identity(name: str, data_root=None, store_dtype: str = "float32") ->
         return ident
     if name.endswith(".npz"):
         ident["name"] = Path(name).stem
-    path = dataset_path(name, data_root)
+    path = dataset_path(name, data_root, store_dtype)
     if path is not None and name not in _synthetic_presets() and is_store(path):  # named
         ident["store"] = str(path.resolve())
         with contextlib.suppress(TwopgraphError):
@@ -475,9 +573,12 @@ def same_dataset(ident: dict, source: dict) -> bool:
     """Whether :func:`dataset_identity` ``ident`` names the dataset described by ``source``
     (same keys, e.g. a partition's ``meta.json`` ``source``): by content fingerprint where both
     are known, else by file (the ``.npz`` or the store folder) where both are known, else by
-    name."""
+    name -- except a file against a dataset known by its store alone (a synthetic preset, a
+    store folder), which only fingerprints could tell apart: not the same."""
     if ident.get("fingerprint") and source.get("fingerprint"):
         return ident["fingerprint"] == source["fingerprint"]
+    if ident.get("path") and not source.get("path") and source.get("store"):
+        return False
     known = False
     for key in ("path", "store"):
         mine, theirs = ident.get(key), source.get(key)
@@ -609,8 +710,10 @@ def list_datasets(data_root=None) -> list[dict]:
     out = []
     presets = _synthetic_presets()
     for name, preset in presets.items():
-        path = root / f"{name}.npz"
-        out.append(dict(name=name, kind="synthetic", cached=path.is_file(), path=str(path),
+        path, cached = preset_store(preset, root), False
+        with contextlib.suppress(TwopgraphError, OSError):  # damaged: rebuilt when loaded
+            cached = _preset_meta(preset, path) is not None
+        out.append(dict(name=name, kind="synthetic", cached=cached, path=str(path),
                         description=_describe_preset(preset)))
     out.append(dict(name="synthetic-papers:SCALE", kind="synthetic", cached=False, path="",
                     description="ogbn-papers100M's shape at SCALE (e.g. 0.25: 27.8M vertices, "
@@ -741,10 +844,12 @@ def _npz_file(name: str, root: Path) -> Path | None:
     return None
 
 
-def load_synthetic(spec, path: str | os.PathLike, progress: bool = False,
-                   stored: bool = False, store_dtype: str = "float32") -> GraphData:
-    """The dataset of :class:`~twopgraph.synthetic.SyntheticSpec` ``spec``: read from the
-    cache ``path`` (``.npz``) if it was made from this spec, else generated and cached there.
+def load_synthetic(spec, path: str | os.PathLike, progress: bool = False) -> GraphData:
+    """The dataset of :class:`~twopgraph.synthetic.SyntheticSpec` ``spec`` in memory, cached
+    as the ``.npz`` at ``path`` (for tools that need a file, e.g. ``scripts/bench_scaling.py``
+    for DGL): read from there if it was made from this spec, else generated and written
+    there. The presets of ``--dataset`` do not use it: they live in their store alone
+    (:func:`load_preset`).
 
     Cache format: the DESIGN.md ``.npz`` plus a sidecar ``<path stem>.spec.json`` with
     ``fingerprint`` (:func:`~twopgraph.synthetic.spec_fingerprint`: every spec field that
@@ -755,9 +860,7 @@ def load_synthetic(spec, path: str | os.PathLike, progress: bool = False,
     between leaves no sidecar that vouches for other content. A cache that cannot be read or
     fails validation (damaged, truncated) is reported in one warning naming the file and
     regenerated. ``GraphData.name`` is the spec's name. An unwritable folder raises
-    :class:`TwopgraphError`. ``stored`` returns the memory-mapped store of the cache
-    (:func:`store_folder`, written from the generated arrays or converted from the ``.npz``)
-    instead of arrays in memory, with its features as ``store_dtype``.
+    :class:`TwopgraphError`.
     """
     from .synthetic import GENERATOR_VERSION, generate, spec_fingerprint, spec_summary
     path = Path(path)
@@ -769,17 +872,9 @@ def load_synthetic(spec, path: str | os.PathLike, progress: bool = False,
         except (OSError, ValueError, AttributeError):  # missing, unreadable, not an object
             have = None
         if have == want:
-            if stored:
-                try:
-                    return _stored(path, path.parent, spec.name, progress=progress,
-                                   store_dtype=store_dtype)
-                except GraphFormatError as e:
-                    log.warning("dataset cache %s is damaged, rebuilding it (%s)", path,
-                                str(e).removeprefix(f"{path}: "))
-            else:
-                data = _read_cache(path, spec.name)
-                if data is not None:
-                    return data
+            data = _read_cache(path, spec.name)
+            if data is not None:
+                return data
         elif have is None:
             log.warning("cached %s has no readable %s: regenerating it", path, sidecar.name)
         else:
@@ -798,9 +893,7 @@ def load_synthetic(spec, path: str | os.PathLike, progress: bool = False,
     except OSError as e:
         raise TwopgraphError(f"cannot write dataset cache {path} ({e.strerror or e}); "
                              f"choose a writable --data-root or ${DATA_ROOT_ENV}") from e
-    if stored and store_dtype != "float32":  # converted from the cache just written
-        return _stored(path, path.parent, spec.name, progress=progress, store_dtype=store_dtype)
-    return _store_of(data, path, path.parent, spec.name, progress) if stored else data
+    return data
 
 
 def _in_memory(npz: Path, name: str | None, symmetrize: bool) -> GraphData:
@@ -812,18 +905,6 @@ def _in_memory(npz: Path, name: str | None, symmetrize: bool) -> GraphData:
         except GraphFormatError as e:
             raise GraphFormatError(f"{npz}: {e}") from None
     return data
-
-
-def _store_of(data: GraphData, npz: Path, root: Path, name: str, progress: bool) -> GraphData:
-    """``data``, just written to the cache ``npz``, as the store of that file (written from
-    the arrays in hand, not read back) opened memory-mapped."""
-    source = source_identity(npz, _source_key(npz, root))
-    try:
-        folder = write_store(data, store_folder(npz, root), source=source, progress=progress)
-    except OutputError as e:
-        raise TwopgraphError(f"cannot write the dataset store of {npz}: {e}; choose a "
-                             f"writable --data-root or ${DATA_ROOT_ENV}") from None
-    return open_store(folder, name=name)
 
 
 def _read_cache(path: Path, name: str) -> GraphData | None:

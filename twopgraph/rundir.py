@@ -397,8 +397,8 @@ def check_data_root(data_root=None, dataset: str | None = None) -> None:
     problem = _probe(existing)
     if problem is None:
         return
-    cache = dataset_path(dataset, data_root) if dataset else None
-    if cache is not None and not cache.is_file():
+    cache = dataset_path(dataset, data_root) if dataset else None  # a file or a store folder
+    if cache is not None and not cache.exists():
         raise ConfigError(f"{flag} {root} is not writable ({problem}): {dataset} is not cached "
                           f"there and cannot be generated or converted; choose a writable "
                           f"--data-root (or $TWOPGRAPH_DATA)")

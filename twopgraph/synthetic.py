@@ -261,6 +261,52 @@ class _Layout:
 
 
 def _generate(spec: SyntheticSpec, progress: bool) -> GraphData:
+    arrays = {}
+
+    def put(name, shape, dtype, chunks):  # filled chunk by chunk (one copy of each array)
+        out = np.empty(shape, dtype=dtype)
+        a = 0
+        for c in chunks:
+            out[a:a + c.shape[0]] = c
+            a += c.shape[0]
+        arrays[name] = out
+
+    _stream(spec, progress, put)
+    return GraphData(graph=CSRGraph(arrays["indptr"], arrays["indices"]), feat=arrays["feat"],
+                     label=arrays["label"], train_idx=arrays["train_idx"],
+                     val_idx=arrays["val_idx"], test_idx=arrays["test_idx"], name=spec.name,
+                     num_classes=spec.num_classes)
+
+
+def write_store(spec: SyntheticSpec, folder, *, source: dict | None = None,
+                progress: bool = False, feat_dtype=None):
+    """Generate ``spec`` straight into a dataset store at ``folder``
+    (:mod:`twopgraph.store`): each array is written as the generator makes it, the features
+    and the CSR's ``indices`` chunk by chunk, so memory holds the generator's own arrays (the
+    edge keys, the layout) and one chunk, never a copy of the dataset. The arrays are those of
+    :func:`generate` (byte for byte: the same fingerprint); ``feat_dtype`` ``float16`` stores
+    the features rounded to float16 (refused beyond its range). ``source`` is recorded in
+    ``store.json``. Written under a temporary name and renamed when complete; returns the
+    folder."""
+    from .store import _Writer, half_checked
+    half = feat_dtype is not None and np.dtype(feat_dtype) == np.float16
+    with _Writer(folder) as w:
+        def put(name, shape, dtype, chunks):
+            if name == "feat" and half:
+                chunks, dtype = half_checked(chunks, f"{spec.name} features"), np.float16
+            w.put(name, shape, dtype, chunks)
+
+        _stream(spec, progress, put)
+        meta = {"name": spec.name, "num_classes": int(spec.num_classes), "source": source,
+                "derived": None}
+        # validated once (features finite, labels, splits); undirected by construction
+        return w.commit(meta, validate=True, undirected=True)
+
+
+def _stream(spec: SyntheticSpec, progress: bool, put) -> None:
+    """Generate ``spec``, handing each array to ``put(name, shape, dtype, chunks)`` as soon as
+    it is made (``chunks``: arrays whose concatenation along axis 0 is the array, consumed
+    before ``put`` returns); what :func:`generate` and :func:`write_store` share."""
     rng_layout, rng_edges, rng_label, rng_feat, rng_split = (
         np.random.default_rng(s) for s in np.random.SeedSequence(spec.seed).spawn(5))
     n = spec.num_nodes
@@ -280,8 +326,15 @@ def _generate(spec: SyntheticSpec, progress: bool) -> GraphData:
         del inv
 
         stages.start("csr")
-        graph = _csr_from_undirected_keys(keys, n)
-        del keys
+        e = keys.shape[0]
+        keys.resize((2 * e,), refcheck=False)  # in place where it can grow (no second copy)
+        directed, keys = keys, None
+        indptr = _symmetric_keys(directed, e, n)
+        put("indptr", indptr.shape, np.int64, [indptr])
+        del indptr
+        put("indices", (2 * e,), np.int32 if n < 2**31 else np.int64,
+            _index_chunks(directed, n))
+        del directed
         stages.done()
 
         stages.start("labels")
@@ -290,20 +343,22 @@ def _generate(spec: SyntheticSpec, progress: bool) -> GraphData:
         label = layout.comm_class[comm]
         noisy = rng_label.random(n) < spec.label_noise
         label[noisy] = rng_label.integers(0, spec.num_classes, int(noisy.sum()))
+        del noisy
+        put("label", label.shape, np.int64, [label])
         stages.done()
 
         stages.start("features")
-        feat = _features(spec, label, comm, rng_feat)
-        del comm
+        put("feat", (n, spec.num_features), np.float32,
+            _feature_chunks(spec, label, comm, rng_feat))
+        del comm, label
         stages.done()
 
         stages.start("splits")
-        train_idx, val_idx, test_idx = _splits(spec, rng_split)
+        for key, idx in zip(("train_idx", "val_idx", "test_idx"), _splits(spec, rng_split)):
+            put(key, idx.shape, np.int64, [idx])
         stages.done()
     finally:
         stages.close()
-    return GraphData(graph=graph, feat=feat, label=label, train_idx=train_idx, val_idx=val_idx,
-                     test_idx=test_idx, name=spec.name, num_classes=spec.num_classes)
 
 
 def _make_layout(spec: SyntheticSpec, rng: np.random.Generator) -> _Layout:
@@ -434,48 +489,52 @@ def _sorted_unique(keys: np.ndarray) -> np.ndarray:
     return keys[keep]
 
 
-def _csr_from_undirected_keys(keys: np.ndarray, n: int) -> CSRGraph:
-    """Symmetric CSR (sorted rows, int32 indices) from sorted unique keys ``u*N + v``, u < v."""
-    e = keys.shape[0]
-    directed = np.empty(2 * e, dtype=np.int64)
-    directed[:e] = keys
+def _symmetric_keys(directed: np.ndarray, e: int, n: int) -> np.ndarray:
+    """``directed`` (int64, 2E) holds the sorted unique undirected keys ``u*N + v`` (u < v) in
+    its first half: fill the second half with the reversed keys ``v*N + u``, sort the whole
+    in place (row-major CSR order) and return ``indptr`` (int64, N+1)."""
     deg = np.zeros(n, dtype=np.int64)
     for a in range(0, e, _CHUNK):
-        k = keys[a:a + _CHUNK]
+        k = directed[a:min(a + _CHUNK, e)]
         u = k // n
         v = k - u * n
         directed[e + a:e + a + k.shape[0]] = v * n + u
         deg += np.bincount(u, minlength=n)
         deg += np.bincount(v, minlength=n)
     directed.sort()
-    indices = np.empty(2 * e, dtype=np.int32 if n < 2**31 else np.int64)
-    for a in range(0, 2 * e, _CHUNK):
-        np.remainder(directed[a:a + _CHUNK], n, out=indices[a:a + _CHUNK], casting="unsafe")
-    del directed
     indptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(deg, out=indptr[1:])
-    return CSRGraph(indptr, indices)
+    return indptr
 
 
-def _features(spec: SyntheticSpec, label: np.ndarray, comm: np.ndarray,
-              rng: np.random.Generator) -> np.ndarray:
-    """float32 (N x F): scaled class and community centroids plus Gaussian noise."""
+def _index_chunks(directed: np.ndarray, n: int):
+    """The CSR's ``indices`` (int32 when N < 2^31) of the sorted directed keys, chunk by
+    chunk."""
+    dtype = np.int32 if n < 2**31 else np.int64
+    for a in range(0, directed.shape[0], _CHUNK):
+        chunk = np.empty(min(_CHUNK, directed.shape[0] - a), dtype=dtype)
+        np.remainder(directed[a:a + _CHUNK], n, out=chunk, casting="unsafe")
+        yield chunk
+
+
+def _feature_chunks(spec: SyntheticSpec, label: np.ndarray, comm: np.ndarray,
+                    rng: np.random.Generator):
+    """The rows of :func:`_features`, a block of ``_CHUNK // F`` rows at a time (the same
+    random stream, whatever consumes them)."""
     f = spec.num_features
     scale = np.float32(1.0 / np.sqrt(f))  # unit-norm centroids (in expectation)
     class_c = (rng.standard_normal((spec.num_classes, f), dtype=np.float32)
                * (scale * np.float32(spec.class_signal)))
     comm_c = (rng.standard_normal((spec.num_communities, f), dtype=np.float32)
               * (scale * np.float32(spec.community_signal)))
-    feat = np.empty((spec.num_nodes, f), dtype=np.float32)
     rows = max(1, _CHUNK // f)
     noise = np.float32(spec.feature_noise)
     for a in range(0, spec.num_nodes, rows):
-        block = feat[a:a + rows]
-        rng.standard_normal(block.shape, dtype=np.float32, out=block)
+        block = rng.standard_normal((min(rows, spec.num_nodes - a), f), dtype=np.float32)
         block *= noise
         block += class_c[label[a:a + rows]]
         block += comm_c[comm[a:a + rows]]
-    return feat
+        yield block
 
 
 def _splits(spec: SyntheticSpec, rng: np.random.Generator):
