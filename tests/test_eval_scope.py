@@ -201,6 +201,32 @@ def test_streamed_inputs_read_the_table_in_order_once_per_pass(cdata, monkeypatc
     assert thin_plan.input_passes == 0
 
 
+@pytest.mark.parametrize("name", ["sage", "gcn"])
+@pytest.mark.parametrize("hidden", [16, 3])
+def test_pushed_edges_scatter_like_sorted_tiles(cdata, name, hidden, monkeypatch):
+    """Streamed layers and inputs add each edge straight into the sums (``message`` x
+    ``edge_weight``, :func:`~twopgraph.spmm.scatter_rows`) or through ``conv.aggregate`` of
+    target-sorted tiles (``SCATTER`` False, and any conv without the two methods): the same
+    logits, those of whole-graph inference. hidden 3 < 8 features: messages projected."""
+    m = _model(cdata.num_features, cdata.num_classes, name, hidden, 3)
+    sampler = NeighborSampler(cdata.graph, [-1] * 3)
+    want = layerwise_inference(m, sampler, cdata.feat, CPU, batch_edges=97)
+    s = cdata.val_idx
+    plan = plan_scope(m, cdata.graph, scored_ids(cdata.num_nodes, s), "scored")
+    calls = []
+    real = inference.scatter_rows
+    monkeypatch.setattr(inference, "scatter_rows", lambda *a: calls.append(1) or real(*a))
+    got = {}
+    for scatter in (True, False):
+        monkeypatch.setattr(inference, "SCATTER", scatter)
+        calls.clear()
+        got[scatter] = scored_inference(m, sampler, cdata.feat, CPU, s, plan=plan, stream=True,
+                                        stream_inputs=True, pass_rows=40, batch_edges=97)
+        assert bool(calls) == scatter
+        torch.testing.assert_close(got[scatter].take(s), want[torch.from_numpy(s)],
+                                   rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_streamed_inputs_from_a_memory_map(cdata, tmp_path, dtype):
     """A memory-mapped feature table and CSR (a store's) are read by file in ranges

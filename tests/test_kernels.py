@@ -329,6 +329,22 @@ def check_csr_spmm(kernel, twin):
         np.testing.assert_allclose(out, dense @ h, rtol=1e-4, atol=1e-4)
 
 
+def check_scatter_rows(kernel, twin):
+    """Repeated targets, rows never hit, 1..5 workers: the twin's sums to 1e-5."""
+    rng = np.random.default_rng(12)
+    for rows, srcs, e, f, parts in ((1, 1, 0, 1, 1), (7, 5, 40, 3, 2), (300, 80, 5000, 64, 5),
+                                    (3, 900, 2000, 8, 4)):
+        tgt = rng.integers(0, rows, e).astype(np.int64)
+        src = rng.integers(0, srcs, e).astype(np.int64)
+        w = rng.standard_normal(e).astype(np.float32)
+        y = rng.standard_normal((srcs, f)).astype(np.float32)
+        acc = rng.standard_normal((rows, f)).astype(np.float32)
+        want = acc.copy()
+        kernel(tgt, src, w, y, acc, parts)
+        twin(tgt, src, w, y, want, parts)
+        np.testing.assert_allclose(acc, want, rtol=1e-5, atol=1e-5)
+
+
 def _edge_lists():
     """Edge lists with duplicates, self loops and reverse pairs (and an empty one)."""
     rng = np.random.default_rng(7)
@@ -580,6 +596,7 @@ CHECKS = {
     "twopgraph.dropout.relu_dropout_fwd": check_relu_dropout_fwd,
     "twopgraph.dropout.relu_dropout_bwd": check_relu_dropout_bwd,
     "twopgraph.spmm.csr_spmm": check_csr_spmm,
+    "twopgraph.spmm.scatter_rows": check_scatter_rows,
 }
 
 

@@ -49,6 +49,7 @@ from .models import BlockGNN
 from .sampler import NeighborSampler
 from .sampler.kernels import sample_neighbors, sample_neighbors_serial
 from .sampler.minibatch import Block
+from .spmm import scatter_rows
 
 log = logging.getLogger("twopgraph")
 
@@ -986,6 +987,10 @@ def _plan_push(nxt, conv, graph, level: np.ndarray, upper: np.ndarray,
     return widths
 
 
+#: :class:`_Push` adds edges straight into its accumulators where the conv allows
+#: (:meth:`_Push._scatter`); False: always through ``conv.aggregate`` of sorted tiles.
+SCATTER = True
+
 #: :class:`_Push` marks the next level's vertices in an n-byte array when it holds at least
 #: 1/PUSH_MARK of the vertices (the array is then at most 4x the level's own int32 ids), and
 #: binary-searches each neighbour otherwise.
@@ -1022,6 +1027,26 @@ class _Push:
         # each upper vertex's place in level (level None: all vertices in id order)
         self.own = upper.astype(np.int64) if level is None else np.searchsorted(level, upper)
 
+    def _scatters(self, y: torch.Tensor) -> bool:
+        """Whether :meth:`push` adds each edge straight into ``acc`` (:meth:`_scatter`): the
+        conv gives its ``message`` and ``edge_weight`` and both live on the host."""
+        return (SCATTER and hasattr(self.conv, "message") and hasattr(self.conv, "edge_weight")
+                and y.device.type == "cpu" and self.acc.table.device.type == "cpu")
+
+    def _scatter(self, tgt: np.ndarray, src: np.ndarray, dst: np.ndarray,
+                 y: torch.Tensor) -> None:
+        """``acc[tgt] += edge_weight * message(y)[src]`` per edge (:func:`scatter_rows`):
+        the same sums as ``conv.aggregate`` over the tile, without grouping the edges by
+        target (a sort of every edge pushed)."""
+        ids = self.upper[tgt].astype(np.int64)
+        count = torch.from_numpy(self.indptr[ids + 1] - self.indptr[ids])
+        w = self.conv.edge_weight(_degree_of(self.sampler, dst)[torch.from_numpy(src)],
+                                  _degree_of(self.sampler, ids), count)
+        m = self.conv.message(y).to(torch.float32).contiguous()
+        acc = self.acc.table
+        scatter_rows(tgt, src, w.to(torch.float32).contiguous().numpy(), m.numpy(),
+                     acc.numpy(), max(1, min(torch.get_num_threads(), 8)))
+
     def push(self, a: int, b: int, y: torch.Tensor, dst: np.ndarray, offs: np.ndarray,
              nbrs: np.ndarray) -> None:
         """Positions ``[a, b)`` of the level, vertices ``dst``, outputs ``y``; their CSR rows
@@ -1035,7 +1060,10 @@ class _Push:
             hit = up[np.minimum(pos, max(up.shape[0] - 1, 0))] == nbrs if up.shape[0] \
                 else np.zeros(nbrs.shape[0], dtype=bool)
             tgt = pos[hit].astype(np.int64)
-        if tgt.shape[0]:
+        if tgt.shape[0] and self._scatters(y):
+            self._scatter(tgt, np.repeat(np.arange(b - a, dtype=np.int64), np.diff(offs))[hit],
+                          dst, y)
+        elif tgt.shape[0]:
             src = np.repeat(np.arange(b - a, dtype=np.int64), np.diff(offs))[hit]
             order = np.argsort(tgt, kind="stable")
             tgt, src = tgt[order], src[order]

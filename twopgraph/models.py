@@ -102,6 +102,16 @@ class SAGEConv(nn.Module):
             return _spmm(block, w, self.lin_neigh(h_src))
         return _spmm(block, w, h_src)
 
+    def message(self, h_src: torch.Tensor) -> torch.Tensor:
+        """What :meth:`aggregate` sums of each src row (weighted by :meth:`edge_weight`)."""
+        return self.lin_neigh(h_src) if self.in_dim > self.out_dim else h_src
+
+    def edge_weight(self, src_deg: torch.Tensor, dst_deg: torch.Tensor,
+                    count: torch.Tensor) -> torch.Tensor:
+        """Each edge's weight in :meth:`aggregate` from its src's and dst's degrees and the
+        dst's neighbour count (per edge): ``1 / count`` (the mean)."""
+        return 1.0 / count.clamp(min=1).to(torch.float32)
+
     def combine(self, h_dst: torch.Tensor, agg: torch.Tensor,
                 dst_deg: torch.Tensor) -> torch.Tensor:
         """The layer's output from the dst rows ``h_dst`` and their summed :meth:`aggregate`
@@ -146,6 +156,16 @@ class GCNConv(nn.Module):
         if self.in_dim > self.out_dim:
             return _spmm(block, w, self.lin(h_src))
         return _spmm(block, w, h_src)
+
+    def message(self, h_src: torch.Tensor) -> torch.Tensor:
+        """See :meth:`SAGEConv.message`."""
+        return self.lin(h_src) if self.in_dim > self.out_dim else h_src
+
+    def edge_weight(self, src_deg: torch.Tensor, dst_deg: torch.Tensor,
+                    count: torch.Tensor) -> torch.Tensor:
+        """See :meth:`SAGEConv.edge_weight`: ``d_v / s_v / sqrt((d_v + 1) (d_u + 1))``."""
+        scale = dst_deg / count.clamp(min=1).to(dst_deg.dtype) / torch.sqrt(dst_deg + 1.0)
+        return scale / torch.sqrt(src_deg + 1.0)
 
     def combine(self, h_dst: torch.Tensor, agg: torch.Tensor,
                 dst_deg: torch.Tensor) -> torch.Tensor:

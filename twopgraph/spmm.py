@@ -70,3 +70,32 @@ def usable(values: torch.Tensor, h: torch.Tensor) -> bool:
     return (h.device.type == "cpu" and values.device.type == "cpu"
             and h.dtype == torch.float32 and values.dtype == torch.float32
             and not (torch.is_grad_enabled() and (h.requires_grad or values.requires_grad)))
+
+
+@njit(parallel=True, nogil=True, cache=True)
+def scatter_rows(tgt, src, w, y, acc, parts):
+    """``acc[tgt[e]] += w[e] * y[src[e]]`` for every entry ``e`` in order (``y`` and ``acc``
+    C-contiguous float32): ``parts`` workers in parallel, each owning an equal range of
+    ``acc``'s rows and scanning all entries, so no two write one row and each row's sum
+    follows the entries' order."""
+    n = acc.shape[0]
+    f = y.shape[1]
+    for k in prange(parts):
+        lo = n * k // parts
+        hi = n * (k + 1) // parts
+        for e in range(tgt.shape[0]):
+            t = tgt[e]
+            if t < lo or t >= hi:
+                continue
+            we = w[e]
+            s = src[e]
+            for j in range(f):
+                acc[t, j] += we * y[s, j]
+
+
+def scatter_rows_ref(tgt, src, w, y, acc, parts):
+    """NumPy twin of :func:`scatter_rows`."""
+    np.add.at(acc, tgt, w[:, None] * y[src])
+
+
+register(scatter_rows, scatter_rows_ref)
