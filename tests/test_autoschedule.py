@@ -210,6 +210,23 @@ def test_small_graph_decides_without_clustering(tmp_path, monkeypatch, name):
     assert probe_balls(2_450_000, 196_615, 1024) == 1
 
 
+def test_nodeloader_auto_probes_before_clustering(tmp_path, monkeypatch):
+    """NodeLoader's schedule="auto" (its default) decides as train does: where the probe shows
+    that clusters cannot pay, nothing is clustered (it always ran METIS); the batches are
+    those of schedule="random"."""
+    import sys
+    renumber_mod = sys.modules["twopgraph.partition.renumber"]
+    monkeypatch.setattr(renumber_mod, "cluster_graph",
+                        lambda *a, **k: pytest.fail("clustered"))
+    data = dense_data()
+    auto = NodeLoader(data, [10, 10], batch_size=50, threads=1, data_root=tmp_path)
+    assert auto.schedule == "random" and auto.schedule_choice["basis"] == "probe"
+    rnd = NodeLoader(data, [10, 10], batch_size=50, threads=1, schedule="random")
+    for a, b in zip(auto, rnd):
+        assert torch.equal(a.seeds, b.seeds) and torch.equal(a.input_nodes, b.input_nodes)
+    assert not (tmp_path / "clusters").exists()
+
+
 def test_auto_without_clusters_is_refused(tmp_path):
     data = dense_data()
     with pytest.raises(ConfigError, match="needs the METIS cluster"):

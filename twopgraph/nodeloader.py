@@ -74,8 +74,9 @@ class NodeLoader:
       ``$TWOPGRAPH_DATA``; with neither they are computed in memory and not kept -- nothing
       is written into the working directory) or ``"auto"`` (as ``twopgraph train``'s
       default: locality where it cuts the input vertices per batch by a meaningful share,
-      measured on a few batches here, else random; clusters as for locality; with
-      ``shuffle=False``, random).
+      measured on a few batches here, else random; first the probe of ``twopgraph train``,
+      which takes random without any clustering where even nearby seeds cannot pay; else
+      clusters as for locality; with ``shuffle=False``, random).
       ``loader.schedule`` is the scheduler used, ``loader.schedule_choice`` the figures of
       an ``auto`` decision (None otherwise);
     - ``shuffle`` [None = True for ``split="train"``, else False]: False keeps the seeds in
@@ -166,7 +167,14 @@ class NodeLoader:
         self.shuffle = shuffle
         self.epoch = 0
         view = data if seeds is data.train_idx else replace(data, train_idx=seeds, store=None)
-        parts = None
+        parts, choice = None, None
+        if clustered and schedule == "auto":  # as train: the probe first, clusters if they may pay
+            from .sampler.autoschedule import probe_schedule
+            s = self.config.sampling
+            probe = probe_schedule(view.graph, view.train_idx, s.fanouts, s.batch_size, seed,
+                                   num_clusters=s.num_clusters)
+            if probe.schedule == "random":
+                choice, clustered = probe, False
         if clustered:
             root = _cluster_root(data_root)
             s = self.config.sampling
@@ -175,7 +183,7 @@ class NodeLoader:
                                     cache_dir=None if root is None else root / "clusters")
             parts = prep.clustering.parts
         self._loader = make_loader(
-            self.config, view, self.device, parts=parts,
+            self.config, view, self.device, parts=parts, schedule_choice=choice,
             wrap_scheduler=None if shuffle else
             (lambda s: InOrderScheduler(s.train_idx, s.batch_size, seed=s.seed)))
 
