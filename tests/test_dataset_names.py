@@ -83,6 +83,29 @@ def test_dataset_path_env_folders_in_order(tmp_path, monkeypatch):
     assert str(in_b2) not in {d["path"] for d in list_datasets(root)}
 
 
+def test_store_folders_by_name(tmp_path, monkeypatch):
+    """A store folder in the data root or in a folder of the path is named by its folder."""
+    from twopgraph import store
+    root, shared = tmp_path / "root", tmp_path / "shared"
+    data = community_data(n=300, seed=7)
+    store.write_store(data, root / "mystore")
+    store.write_store(data, shared / "sharedstore")
+    monkeypatch.setenv(DATASET_PATH_ENV, str(shared))
+    assert named_dataset("mystore", root) == ("store", root / "mystore")
+    assert named_dataset("sharedstore", root) == ("store", shared / "sharedstore")
+    d = load_dataset("sharedstore", data_root=root, progress=False)
+    assert d.fingerprint() == data.fingerprint() and d.name == "sharedstore"
+    assert load_dataset("mystore", data_root=root).num_nodes == 300
+    with pytest.raises(ConfigError, match="store-dtype applies to datasets twopgraph converts"):
+        load_dataset("mystore", data_root=root, store_dtype="float16")
+    ident = dataset_identity("sharedstore", root)
+    assert ident["store"] == str((shared / "sharedstore").resolve())
+    assert ident["fingerprint"] == data.fingerprint()
+    rows = {d["name"]: d for d in list_datasets(root)}
+    assert rows["mystore"]["kind"] == rows["sharedstore"]["kind"] == "store"
+    assert "stores" not in rows and "clusters" not in rows
+
+
 def test_two_files_of_one_name_are_ambiguous(tmp_path, capsys):
     root = tmp_path / "root"
     one, two = _npz(tmp_path / "x", "g", seed=1), _npz(tmp_path / "y", "g", seed=2)

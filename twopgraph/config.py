@@ -176,10 +176,11 @@ class Section:
 class DataConfig(Section):
     dataset: str = option("synthetic-small", "synthetic-tiny | synthetic-small | "
                           "synthetic-products | ogbn-arxiv | ogbn-products | ogbn-papers100M | "
-                          "a .npz path | a store folder | NAME: DATA_ROOT/NAME.npz, else "
-                          "NAME.npz in a folder of $TWOPGRAPH_DATASET_PATH (':'-separated), "
-                          "else the store converted earlier from a NAME.npz (`twopgraph "
-                          "datasets` lists them)", result=True)
+                          "a .npz path | a store folder | NAME: DATA_ROOT/NAME.npz or the "
+                          "store DATA_ROOT/NAME, else the same in a folder of "
+                          "$TWOPGRAPH_DATASET_PATH (':'-separated), else the store converted "
+                          "earlier from a NAME.npz (`twopgraph datasets` lists them)",
+                          result=True)
     data_root: str | None = option(None, "where datasets are generated, cached and looked up; "
                                    "ogb's root", show_default="$TWOPGRAPH_DATA, else ./datasets")
     symmetrize: bool = option(False, "make a directed graph undirected while loading (every "

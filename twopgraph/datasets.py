@@ -14,9 +14,10 @@ Names resolve in this order (:func:`load_dataset`):
    ``<root>/stores/<name>-<hash>/`` (:mod:`twopgraph.ingest`; never through ogb's in-memory
    processing); later runs read only the store, again ingested when the raw files change
    (an older twopgraph's ``<root>/ogbn_<x>/twopgraph.npz`` cache is still read);
-4. a name of a dataset file or store (:func:`named_dataset`): ``<root>/<name>.npz``, else
-   ``<name>.npz`` in a folder of ``$TWOPGRAPH_DATASET_PATH`` (folders separated by ``:``,
-   like ``PATH``: e.g. a shared, read-only folder of real graphs), else the store an earlier
+4. a name of a dataset file or store (:func:`named_dataset`): ``<root>/<name>.npz`` or the
+   store folder ``<root>/<name>/``, else the same in a folder of ``$TWOPGRAPH_DATASET_PATH``
+   (folders separated by ``:``, like ``PATH``: e.g. a shared, read-only folder of real
+   graphs or stores), else the store an earlier
    run converted from a ``<name>.npz`` (``<root>/stores/<name>-<hash>/``: read through its
    file while that exists, as the store it is once the file is gone). :func:`list_datasets`
    (``twopgraph datasets``) lists all of them.
@@ -165,8 +166,12 @@ def load_dataset(name: str, data_root=None, progress: bool = True,
         found = named_dataset(name, root, store_dtype)
         if found is not None and found[0] == "npz":
             return _read_npz(found[1], name, symmetrize, root, progress, store_dtype)
-        if found is not None:  # a converted store whose file is gone: the store is the data
+        if found is not None:  # a store folder, or a converted store whose file is gone
             data = open_store(found[1], name=name, check_symmetric=not symmetrize)
+            if store_dtype != "float32" and data.feat.dtype != np.dtype(store_dtype):
+                raise ConfigError(f"{name} is the store {found[1]} of {data.feat.dtype} "
+                                  f"features: --store-dtype applies to datasets twopgraph "
+                                  f"converts from a file")
             return _symmetrized(data, name) if symmetrize else data
         hint = _did_you_mean(name, root)
         raise ConfigError(f"unknown dataset {name!r}{hint}{' K' if hint else '; k'}nown: "
@@ -632,12 +637,13 @@ def _plain_name(name: str) -> bool:
 
 def named_dataset(name: str, data_root=None, store_dtype: str = "float32"):
     """What the plain name ``name`` (not a preset, OGB name or path) loads, without loading
-    it: ``("npz", path)`` for ``<root>/<name>.npz``, else ``<name>.npz`` in the first folder
-    of :func:`dataset_search_path` that has it, else the source file of the store an earlier
-    run converted from a ``<name>.npz`` while that file exists; ``("store", folder)`` for
-    such a store whose file is gone (of ``store_dtype`` features where both exist); None if
-    the name is none of these. Stores of several different files with that name are
-    ambiguous: one-line :class:`ConfigError` naming them."""
+    it: in the data root, then in each folder of :func:`dataset_search_path`, the file
+    ``<name>.npz`` (``("npz", path)``) or the store folder ``<name>/`` (``("store",
+    folder)``), the first found; else the source file of the store an earlier run converted
+    from a ``<name>.npz`` while that file exists, or that store once the file is gone (of
+    ``store_dtype`` features where both exist); None if the name is none of these. Stores of
+    several different files with that name are ambiguous: one-line :class:`ConfigError`
+    naming them."""
     if not _plain_name(name):
         return None
     root = resolve_data_root(data_root)
@@ -645,6 +651,8 @@ def named_dataset(name: str, data_root=None, store_dtype: str = "float32"):
         path = folder / f"{name}.npz"
         if path.is_file():
             return "npz", path
+        if is_store(folder / name):
+            return "store", folder / name
     by_source = _converted_stores(root).get(name, {})
     if not by_source:
         return None
@@ -702,9 +710,9 @@ def list_datasets(data_root=None) -> list[dict]:
     Each entry is ``{"name", "kind" ("synthetic"|"ogb"|"npz"|"store"), "cached" (bool),
     "path" (str), "description"}``; ``cached`` says whether loading needs no
     generation/download/conversion. Beyond the presets and OGB names: every name
-    :func:`named_dataset` resolves, once (the ``.npz`` files of the data root, then those of
-    each folder of ``$TWOPGRAPH_DATASET_PATH``, then the stores converted from files of
-    other names, kind ``store``).
+    :func:`named_dataset` resolves, once (the ``.npz`` files and store folders of the data
+    root, then those of each folder of ``$TWOPGRAPH_DATASET_PATH``, then the stores converted
+    from ``.npz`` files; a store is of kind ``store``).
     """
     root = resolve_data_root(data_root)
     out = []
@@ -731,13 +739,20 @@ def list_datasets(data_root=None) -> list[dict]:
     for folder in [root, *dataset_search_path()]:
         where = "the data root" if folder == root else f"{folder} (${DATASET_PATH_ENV})"
         with contextlib.suppress(OSError):  # a folder that is not there: nothing from it
-            for path in sorted(folder.glob("*.npz")) if folder.is_dir() else []:
-                if path.stem in listed or not _plain_name(path.stem):
+            entries = sorted(folder.glob("*.npz")) + sorted(
+                p for p in folder.iterdir() if is_store(p)) if folder.is_dir() else []
+            for path in entries:
+                stem = path.stem if path.suffix == ".npz" else path.name
+                if stem in listed or not _plain_name(stem):
                     continue  # a name found earlier wins, as when loading
-                listed.add(path.stem)
-                size = path.stat().st_size / 2**20
-                out.append(dict(name=path.stem, kind="npz", cached=True, path=str(path),
-                                description=f".npz file in {where} ({size:.1f} MiB)"))
+                listed.add(stem)
+                if path.suffix == ".npz":
+                    size = path.stat().st_size / 2**20
+                    out.append(dict(name=stem, kind="npz", cached=True, path=str(path),
+                                    description=f".npz file in {where} ({size:.1f} MiB)"))
+                else:
+                    out.append(dict(name=stem, kind="store", cached=True, path=str(path),
+                                    description=f"store folder in {where}"))
     for stem, by_source in _converted_stores(root).items():
         if stem in listed:
             continue
