@@ -664,3 +664,27 @@ def test_distributed_evaluation_is_restricted_too(tmp_path):
             else:
                 assert res["eval_scope"] == "scored" and res["eval_rows"] == plan.rows
                 assert rows == plan.rows[:2] and max(rows) < data.num_nodes // 5
+
+
+def test_default_input_passes_keep_their_sums_in_memory(cdata, monkeypatch):
+    """Passes sized by the memory the page cache can give way to keep their sums in memory:
+    a scratch file for them would be written back on every random update."""
+    m = _model(cdata.num_features, cdata.num_classes, "sage", 16, 3)
+    sampler = NeighborSampler(cdata.graph, [-1] * 3)
+    s = cdata.test_idx
+    plan = plan_scope(m, cdata.graph, scored_ids(cdata.num_nodes, s), "scored")
+    fill = 4 * cdata.num_features * plan.rows[0] // 2  # room for about half the level a pass
+    monkeypatch.setattr(inference, "fillable_host_bytes", lambda *a, **k: fill)
+    monkeypatch.setattr(inference, "available_host_bytes", lambda *a, **k: fill)
+    places = []
+    init = EvalTable.__init__
+
+    def spy(self, n, d, where, device, scratch_dir=None):
+        places.append((where, d))
+        init(self, n, d, where, device, scratch_dir)
+
+    monkeypatch.setattr(EvalTable, "__init__", spy)
+    scored_inference(m, sampler, cdata.feat, CPU, s, plan=plan, stream_inputs=True)
+    sums = [w for w, d in places if d == cdata.num_features]  # the passes' (hidden: 16)
+    assert plan.input_passes >= 2 and len(sums) == plan.input_passes
+    assert set(sums) == {"host"}

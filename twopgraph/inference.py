@@ -864,7 +864,11 @@ def _input_passes(conv, src, sampler, level: np.ndarray, device, batch_edges: in
         log.info("exact evaluation: layer 0 inputs, pass %d of %d (%d of %d vertices)",
                  p + 1, k, d1 - d0, m)
         rows = d1 - d0
-        where = place or table_place(row_bytes * rows, device, host_bytes=host)
+        # sized to INPUT_PASS_SHARE of the fillable memory: placed by the same share (at the
+        # default TABLE_SHARE they went to a scratch file whose random updates were written
+        # back again and again: 600 GB written at 1/4 papers under 12 GiB)
+        where = place or table_place(row_bytes * rows, device, host_bytes=host,
+                                     share=INPUT_PASS_SHARE)
         push = _Push(conv, None, level[d0:d1], sampler, device,
                      [EvalTable(rows, width, where, device, scratch_dir)])
         feats = read_ranges(table, ranges, drop=drop) if table is not None else \
