@@ -64,7 +64,7 @@ from .cache.feature_cache import activation_reserve_bytes, feat_dtype, resolve_b
 from .cache.host import HostFeatures, host_tensor
 from .cache.readahead import worth_reading_ahead
 from .config import TrainConfig, describe_defaults, resolve_device
-from .errors import ConfigError, Stopped, TrainingDiverged, TwopgraphError
+from .errors import ConfigError, OutputError, Stopped, TrainingDiverged, TwopgraphError
 from .fingerprint import run_fingerprint
 from .graph import GraphData, atomic_write_bytes
 from .inference import (  # noqa: F401 (API)
@@ -800,7 +800,9 @@ def _train(cfg: TrainConfig, data: GraphData | None, device) -> TrainResult:
                           status="interrupted", **info())
         raise
     except TwopgraphError as e:  # e.g. a store changed under the run: its line, exit 2
-        if epochs_log and not isinstance(e, TrainingDiverged):  # (diverged: recorded above)
+        # (diverged: recorded above; a failed write: the disk is the problem, and the files
+        # written so far stay as they were)
+        if epochs_log and not isinstance(e, (TrainingDiverged, OutputError)):
             write_failed(out, cfg, device, loader.plan, epochs_log, e, sel, **info())
         raise
     write_metrics(out, cfg, device, loader.plan, epochs_log, sel, final=True, **info())
@@ -855,8 +857,9 @@ def write_failed(out: Path, cfg: TrainConfig, device, plan: ThreadPlan, epochs_l
     """``metrics.json`` of a run that ``err`` stopped after the epochs of ``epochs_log`` (a
     store changed under it, a full disk, ...): ``"status": "failed"`` and ``error`` (its
     one-line message and the epoch it stopped in); the figures of the model selected so far
-    stay (the checkpoint holds it). A failure to write it is logged: ``err`` stays the error
-    reported."""
+    stay (the checkpoint holds it). Not called for a failed write (:class:`OutputError`),
+    which leaves the files written so far as they were. A failure to write it is logged:
+    ``err`` stays the error reported."""
     record = {"epoch": len(epochs_log), "message": str(err)}
     try:
         write_metrics(out, cfg, device, plan, epochs_log, selection, status="failed",

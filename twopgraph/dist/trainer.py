@@ -60,7 +60,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from ..rng import mix_key
 from ..config import DataConfig, TrainConfig, describe_defaults
 from ..datasets import partition_dataset
-from ..errors import ConfigError, Stopped, TrainingDiverged, TwopgraphError
+from ..errors import ConfigError, OutputError, Stopped, TrainingDiverged, TwopgraphError
 from ..loader import available_cores
 from ..metrics import PssMonitor, peak_rss_mib, transfer_metrics
 from ..partition.selfdep import Part, load_part, read_meta
@@ -453,7 +453,7 @@ def _run(cfg: TrainConfig, folder: Path, meta: dict, env: DistEnv, device, backe
                 log.warning("%s", w)
         raise
     except TwopgraphError as e:  # e.g. a store changed under the run (diverged: recorded)
-        if env.is_main and epochs_log and not isinstance(e, TrainingDiverged):
+        if env.is_main and epochs_log and not isinstance(e, (TrainingDiverged, OutputError)):
             write_failed(out, cfg, device, loader.plan, epochs_log, e, sel, **extra,
                          early_stop=early_stop_record(cfg, epochs_log))
         raise
