@@ -30,6 +30,13 @@ from twopgraph.graph import CSRGraph, GraphData
 from twopgraph.synthetic import generate
 from conftest import community_data
 
+
+@pytest.fixture(autouse=True)
+def _own_data_root(tmp_path, monkeypatch):
+    """Stores converted by a test go under its own folder, never into the checkout's
+    default data root (``datasets/``), where they were left behind."""
+    monkeypatch.setenv("TWOPGRAPH_DATA", str(tmp_path / "data-root"))
+
 REPO = Path(__file__).resolve().parents[1]
 
 
