@@ -90,6 +90,17 @@ def test_restricted_equals_whole_graph_on_the_scored_vertices(cdata, name, hidde
                                    atol=1e-5)
 
 
+def _streaming_case(cdata, name: str, hidden: int, layers: int):
+    """A model, its full-neighbour sampler, whole-graph logits, scored ids (duplicates and
+    isolated vertices) and their scored-scope plan: the streaming tests' common case."""
+    m = _model(cdata.num_features, cdata.num_classes, name, hidden, layers)
+    sampler = NeighborSampler(cdata.graph, [-1] * layers)
+    want = layerwise_inference(m, sampler, cdata.feat, CPU, batch_edges=97)
+    n = cdata.num_nodes
+    s = np.concatenate([cdata.val_idx[:9], cdata.val_idx[:9], [n - 1, n - 2, 0]])
+    return m, sampler, want, s, plan_scope(m, cdata.graph, scored_ids(n, s), "scored")
+
+
 @pytest.mark.parametrize("name", ["sage", "gcn"])
 @pytest.mark.parametrize("hidden, layers", [(16, 2), (3, 3), (64, 3), (16, 4)])
 @pytest.mark.parametrize("place", ["host", "disk"])
@@ -98,12 +109,7 @@ def test_streamed_layers_equal_whole_graph(cdata, name, hidden, layers, place, t
     layer's accumulators chunk by chunk, ranges of 97 edges and chunks of a dozen rows, so
     a dst's neighbours arrive over many tiles), the tables in memory or in scratch files:
     whole-graph inference's logits to 1e-5, and ``plan.streamed`` says so."""
-    m = _model(cdata.num_features, cdata.num_classes, name, hidden, layers)
-    sampler = NeighborSampler(cdata.graph, [-1] * layers)
-    want = layerwise_inference(m, sampler, cdata.feat, CPU, batch_edges=97)
-    n = cdata.num_nodes
-    s = np.concatenate([cdata.val_idx[:9], cdata.val_idx[:9], [n - 1, n - 2, 0]])
-    plan = plan_scope(m, cdata.graph, scored_ids(n, s), "scored")
+    m, sampler, want, s, plan = _streaming_case(cdata, name, hidden, layers)
     got = scored_inference(m, sampler, cdata.feat, CPU, s, plan=plan, stream=True,
                            batch_edges=97, chunk_bytes=4 * 16 * 12, place=place,
                            scratch_dir=tmp_path)
@@ -147,12 +153,7 @@ def test_streamed_inputs_equal_whole_graph(cdata, name, hidden, layers, place, p
     one pass or many, tables in memory or in scratch files), with the layers above streamed
     or not: whole-graph inference's logits to 1e-5, and ``plan.input_passes`` counts the
     passes."""
-    m = _model(cdata.num_features, cdata.num_classes, name, hidden, layers)
-    sampler = NeighborSampler(cdata.graph, [-1] * layers)
-    want = layerwise_inference(m, sampler, cdata.feat, CPU, batch_edges=97)
-    n = cdata.num_nodes
-    s = np.concatenate([cdata.val_idx[:9], cdata.val_idx[:9], [n - 1, n - 2, 0]])
-    plan = plan_scope(m, cdata.graph, scored_ids(n, s), "scored")
+    m, sampler, want, s, plan = _streaming_case(cdata, name, hidden, layers)
     m1 = plan.rows[0]
     passes = 1 if pass_rows is None else -(-m1 // pass_rows)
     for stream in (True, False):
