@@ -67,6 +67,7 @@ from .config import TrainConfig, describe_defaults, resolve_device
 from .errors import ConfigError, OutputError, Stopped, TrainingDiverged, TwopgraphError
 from .fingerprint import run_fingerprint
 from .graph import GraphData, atomic_write_bytes
+from .heap import BatchHeap
 from .inference import (  # noqa: F401 (API)
     EVAL_CHUNK_BYTES,
     EvalTable,
@@ -1080,6 +1081,7 @@ def train_epoch(model, opt, loader: Loader, epoch: int, progress: bool = True,
 
     batches = loader.epoch(epoch)
     last_read = t0
+    heap = BatchHeap().__enter__()  # batches reuse the pages the last one freed
     try:
         for mb in batches:
             tc = time.perf_counter()
@@ -1095,12 +1097,14 @@ def train_epoch(model, opt, loader: Loader, epoch: int, progress: bool = True,
             if tally.full or (bar is not None and now - last_read >= READ_SECONDS):
                 read()
                 last_read = now = time.perf_counter()
-            compute_s += now - tc
+            heap.step()
+            compute_s += time.perf_counter() - tc
         tc = time.perf_counter()
         read()  # the epoch's last steps
         compute_s += time.perf_counter() - tc
     finally:
         batches.close()
+        heap.__exit__(None, None, None)  # after the loader's threads stopped
         if bar is not None:
             bar.close()
     epoch_s = time.perf_counter() - t0
@@ -1110,7 +1114,7 @@ def train_epoch(model, opt, loader: Loader, epoch: int, progress: bool = True,
            "train_acc": tally.correct / max(seen, 1), "epoch_s": epoch_s,
            "compute_s": compute_s, "seeds_per_s": seen / epoch_s, "cpu_s": cpu_s,
            "cpu_per_wall": cpu_s / epoch_s, "sampler_device": loader.sampler_device.type,
-           "amp": amp}
+           "amp": amp, "heap_trims": heap.trims}
     rec.update(loader.stats.as_dict())
     if tally.nonfinite is not None:
         rec["nonfinite"] = tally.nonfinite
