@@ -27,8 +27,10 @@ import torch  # noqa: E402
 
 from twopgraph.config import TrainConfig  # noqa: E402
 from twopgraph.sampler import make_sampler  # noqa: E402
-from twopgraph.train import (accuracy, build_training, eval_features, layerwise_inference,  # noqa: E402
-                             locality_for, make_loader, train_epoch)
+from twopgraph.checkpoint import build_training
+from twopgraph.inference import accuracy, layerwise_inference
+from twopgraph.pipeline import eval_features, locality_for, make_loader
+from twopgraph.train import train_epoch
 
 
 def run(cfg: TrainConfig, data, parts, sampler_name: str, device: str) -> tuple[float, float]:

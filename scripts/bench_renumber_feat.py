@@ -62,7 +62,9 @@ def main() -> int:
     from twopgraph.config import TrainConfig
     from twopgraph.datasets import load_dataset, resolve_data_root
     from twopgraph.store import _row_chunks
-    from twopgraph.train import build_training, locality_for, make_loader, train_epoch
+    from twopgraph.checkpoint import build_training
+    from twopgraph.pipeline import locality_for, make_loader
+    from twopgraph.train import train_epoch
 
     t0 = time.perf_counter()
     data = load_dataset(a.dataset, a.data_root, progress=False)
@@ -115,7 +117,7 @@ def gather_only(cfg, rdata, prep, copy_table, src, perm, repeats: int,
     import torch
 
     from twopgraph.cache.host import HostTable
-    from twopgraph.train import make_loader
+    from twopgraph.pipeline import make_loader
     loader = make_loader(cfg, rdata, "cpu", parts=prep.clustering.parts)
     stream = [np.ascontiguousarray(ids, dtype=np.int64) for ids in loader.input_stream(0)]
     if batches:

@@ -150,7 +150,7 @@ def one_scale(scale: float, work: Path, a, env: dict) -> dict:
                "from twopgraph.jit import configure_threading; configure_threading(); "
                "d = load_dataset('ogbn-papers100M', data_root=%r, progress=False); "
                % (str(ROOT), r))
-    cluster = ("from twopgraph.config import TrainConfig; from twopgraph.train import "
+    cluster = ("from twopgraph.config import TrainConfig; from twopgraph.pipeline import "
                "locality_for; cfg = TrainConfig.of(dataset='ogbn-papers100M', data_root=%r, "
                "schedule='locality', renumber=%s); cfg, _ = cfg.resolved(d.num_nodes); "
                "locality_for(d, ['locality'], cfg)")

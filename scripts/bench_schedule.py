@@ -43,7 +43,8 @@ from twopgraph.partition import (LocalityPrep, cluster_graph, default_num_cluste
                                  prepare_locality, renumber)
 from twopgraph.sampler import NeighborSampler, make_scheduler, parse_fanouts  # noqa: E402
 from twopgraph.store import export_npz  # noqa: E402
-from twopgraph.train import TrainConfig, train  # noqa: E402
+from twopgraph.config import TrainConfig
+from twopgraph.train import train  # noqa: E402
 
 
 def sampling(data, prep, schedule, a, fanouts) -> dict:

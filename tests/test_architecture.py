@@ -127,7 +127,7 @@ def test_cycle_finder_finds_a_planted_cycle():
 # Layers, bottom first; a module may import its own layer and the ones below, never above.
 LAYERS = [
     {"twopgraph", "twopgraph.__main__", "twopgraph.errors", "twopgraph.registry",
-     "twopgraph.jit", "twopgraph.heap", "twopgraph.rng", "twopgraph.fingerprint", "twopgraph.graph",
+     "twopgraph.jit", "twopgraph.heap", "twopgraph.files", "twopgraph.rng", "twopgraph.fingerprint", "twopgraph.graph",
      "twopgraph.metrics", "twopgraph.protocols", "twopgraph.synthetic", "twopgraph.datasets",
      "twopgraph.rundir", "twopgraph.store", "twopgraph.livemap", "twopgraph.csrbuild",
      "twopgraph.ingest", "twopgraph.papers"},
@@ -135,6 +135,7 @@ LAYERS = [
      "twopgraph.partition", "twopgraph.models", "twopgraph.dropout",
      "twopgraph.spmm"},
     {"twopgraph.config", "twopgraph.loader"},
+    {"twopgraph.pipeline", "twopgraph.checkpoint"},
     {"twopgraph.train", "twopgraph.inference", "twopgraph.nodeloader"},
     {"twopgraph.dist", "twopgraph.bench", "twopgraph.predict"},
     {"twopgraph.cli"},
@@ -265,7 +266,8 @@ def test_docs_worked_example_policy_plugs_in(tmp_path):
 
     from twopgraph.cache import CacheDirectory, replay
     from twopgraph.protocols import CACHE_POLICIES
-    from twopgraph.train import TrainConfig, train
+    from twopgraph.config import TrainConfig
+    from twopgraph.train import train
 
     path = tmp_path / "lru.py"
     path.write_text(_docs_example())

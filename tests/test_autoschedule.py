@@ -22,7 +22,8 @@ from twopgraph.nodeloader import NodeLoader
 from twopgraph.sampler import NeighborSampler
 from twopgraph.sampler.autoschedule import (AUTO_BATCHES, AUTO_THRESHOLD, ScheduleChoice,
                                             choose_schedule, decide, measure)
-from twopgraph.train import make_loader, train
+from twopgraph.pipeline import make_loader
+from twopgraph.train import train
 
 COMMUNITIES, SIZE = 40, 25  # 1000 vertices in 40 closed communities
 
@@ -137,7 +138,7 @@ def _batches(loader, epoch):
 @pytest.mark.parametrize("data_fn,expect", [(clustered_data, "locality"),
                                             (dense_data, "random")])
 def test_auto_loader_draws_the_batches_of_the_explicit_schedule(tmp_path, data_fn, expect):
-    from twopgraph.train import locality_for
+    from twopgraph.pipeline import locality_for
     data = data_fn()
     kw = dict(fanouts=[10, 10]) if expect == "random" else {}
     auto = _cfg(tmp_path, "a", schedule="auto", **kw)
@@ -190,7 +191,7 @@ def test_small_graph_decides_without_clustering(tmp_path, monkeypatch, name):
 
     from conftest import shared_dataset
     from twopgraph.sampler.autoschedule import PROBE_BALLS_THRESHOLD, probe_balls
-    from twopgraph.train import locality_for
+    from twopgraph.pipeline import locality_for
     data = shared_dataset(name)
     calls = []
     renumber_mod = sys.modules["twopgraph.partition.renumber"]

@@ -22,7 +22,8 @@ from twopgraph.cache.window import NO_USE, NextUseWindow
 from twopgraph.errors import ConfigError
 from twopgraph.protocols import CACHE_POLICIES
 from twopgraph.sampler import NeighborSampler, RandomScheduler, make_scheduler
-from twopgraph.train import TrainConfig, train
+from twopgraph.config import TrainConfig
+from twopgraph.train import train
 from conftest import community_data, power_law_data, shared_dataset
 from oracles import (belady_copies, exhaustive_copies, simulate_static, simulate_window,
                      static_order)

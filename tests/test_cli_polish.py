@@ -66,7 +66,8 @@ def old_run(finished, tmp_path) -> Path:
 
 # -- 1. an --out that already holds a run ---------------------------------------------------------
 def test_run_files_are_what_train_writes():
-    from twopgraph.train import CHECKPOINT, METRICS
+    from twopgraph.checkpoint import CHECKPOINT
+    from twopgraph.train import METRICS
     assert set(RUN_FILES) == {CHECKPOINT, METRICS}
 
 
@@ -141,7 +142,8 @@ def test_resume_continues_without_overwrite(old_run, root, capsys):
 
 
 def test_python_api_refuses_too(old_run, tmp_path):
-    from twopgraph.train import TrainConfig, train
+    from twopgraph.config import TrainConfig
+    from twopgraph.train import train
     data = community_data(300, k=3)
     kw = {"epochs": 1, "hidden": 8, "fanouts": [3], "batch_size": 64, "out": str(old_run),
           "device": "cpu", "progress": False, "schedule": "random", "threads": 1}

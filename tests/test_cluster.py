@@ -11,7 +11,9 @@ from twopgraph.partition import (Clustering, cluster_graph, cluster_permutation,
                                  default_num_clusters, edge_cut, renumber, to_original_order)
 from twopgraph.partition import cluster as cluster_mod
 from twopgraph.partition.cluster import sparsify
-from twopgraph.train import TrainConfig, accuracy, train
+from twopgraph.config import TrainConfig
+from twopgraph.inference import accuracy
+from twopgraph.train import train
 from conftest import community_data, random_graph
 
 

@@ -199,7 +199,8 @@ def test_auto_schedule_skips_clustering_where_the_probe_says_it_cannot_pay(tmp_p
                                                                           monkeypatch):
     from test_autoschedule import clustered_data, dense_data
     from twopgraph.sampler.autoschedule import PROBE_THRESHOLD
-    from twopgraph.train import locality_for, make_loader, train
+    from twopgraph.pipeline import locality_for, make_loader
+    from twopgraph.train import train
     calls = []
     real = cluster_mod.cluster_graph
     renumber_mod = sys.modules["twopgraph.partition.renumber"]

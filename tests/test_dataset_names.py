@@ -12,7 +12,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from twopgraph.datasets import (DATASET_PATH_ENV, dataset_identity, list_datasets,

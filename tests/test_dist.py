@@ -24,7 +24,8 @@ from twopgraph.errors import ConfigError, TwopgraphError
 from twopgraph.models import build_model
 from twopgraph.partition.selfdep import load_part, partition_selfdep
 from twopgraph.sampler import NeighborSampler, RandomScheduler
-from twopgraph.train import TrainConfig, accuracy, layerwise_inference
+from twopgraph.config import TrainConfig
+from twopgraph.inference import accuracy, layerwise_inference
 
 FANOUTS = [5, 5]
 

@@ -165,6 +165,29 @@ def test_streamed_inputs_equal_whole_graph(cdata, name, hidden, layers, place, p
                                    atol=1e-5)
 
 
+def test_one_input_pass_holds_memory_at_a_time(cdata, monkeypatch):
+    """A pass's accumulators are sized to most of the memory left: the previous pass's must
+    be gone when the next one's are made (they were not, and a 1/4 papers run in 12 GiB was
+    killed in its second pass)."""
+    import weakref
+
+    from twopgraph import inference
+    live, seen = weakref.WeakSet(), []
+
+    class Counted(inference._Push):
+        def __init__(self, *a, **k):
+            seen.append(len(live))
+            super().__init__(*a, **k)
+            live.add(self)
+
+    monkeypatch.setattr(inference, "_Push", Counted)
+    m, sampler, want, s, plan = _streaming_case(cdata, "sage", 16, 2)
+    got = scored_inference(m, sampler, cdata.feat, CPU, s, plan=plan, stream=False,
+                           stream_inputs=True, pass_rows=-(-plan.rows[0] // 3), batch_edges=97)
+    assert plan.input_passes == 3 and seen == [0, 0, 0]
+    torch.testing.assert_close(got.take(s), want[torch.from_numpy(s)], rtol=1e-5, atol=1e-5)
+
+
 def test_streamed_inputs_read_the_table_in_order_once_per_pass(cdata, monkeypatch):
     """Streamed, layer 0 reads the feature table in ascending ranges that cover it once per
     pass, and by id only each dst's own row, once (never a chunk's neighbours gathered at

@@ -446,7 +446,7 @@ def small_checkpoint(tmp_path_factory):
 def test_truncated_checkpoint_is_named_truncated_or_corrupt(small_checkpoint, tmp_path, size):
     from twopgraph.errors import ConfigError
     from twopgraph.predict import read_model_checkpoint
-    from twopgraph.train import read_checkpoint
+    from twopgraph.checkpoint import read_checkpoint
     bad = tmp_path / "checkpoint.pt"
     bad.write_bytes(small_checkpoint.read_bytes()[:size])
     for read in (lambda: read_model_checkpoint(bad),

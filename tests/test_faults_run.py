@@ -25,7 +25,8 @@ import torch
 from conftest import community_data, run_cli, join_all
 from twopgraph.cli import main
 from twopgraph.errors import ConfigError, TrainingDiverged, TwopgraphError
-from twopgraph.rundir import LOCK_NAME, RunDir, human_bytes
+from twopgraph.files import human_bytes
+from twopgraph.rundir import LOCK_NAME, RunDir
 
 TRAIN_FAST = ["--epochs", "1", "--hidden", "16", "--fanouts", "5,5", "--batch-size", "256",
               "--no-progress", "--device", "cpu"]
@@ -347,11 +348,12 @@ def test_dist_timeout_refused_by_the_launcher(tmp_path, capsys, monkeypatch, tim
 
 
 def _failing_writes(monkeypatch, name: str, after: int, err=errno.ENOSPC):
-    """Make the ``after``-th and later writes of ``name`` by train.py fail half-way with
-    ``err``, inside the real atomic writer (which must leave no temp file)."""
+    """Make the ``after``-th and later writes of ``name`` by a run (checkpoint.py, metrics.py)
+    fail half-way with ``err``, inside the real atomic writer (which must leave no temp
+    file)."""
+    import twopgraph.checkpoint as ck
     import twopgraph.metrics as metrics
-    import twopgraph.train as tr
-    real = tr.atomic_write_bytes
+    real = ck.atomic_write_bytes
     count = [0]
 
     def atomic(path, write):
@@ -363,7 +365,7 @@ def _failing_writes(monkeypatch, name: str, after: int, err=errno.ENOSPC):
                     raise OSError(err, os.strerror(err))
             write(f)
         return real(path, half)
-    monkeypatch.setattr(tr, "atomic_write_bytes", atomic)
+    monkeypatch.setattr(ck, "atomic_write_bytes", atomic)
     monkeypatch.setattr(metrics, "atomic_write_bytes", atomic)
 
 

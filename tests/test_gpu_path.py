@@ -22,18 +22,20 @@ import pytest
 import torch
 
 import twopgraph
+import twopgraph.pipeline as pl
 import twopgraph.train as tr
 from twopgraph.cache.feature_cache import (ACTIVATION_FACTOR, EVAL_BYTES_PER_EDGE,
                                            activation_reserve_bytes, eval_bytes,
                                            input_rows_estimate, resolve_budget,
                                            train_step_bytes)
 from twopgraph.cache.host import HostFeatures
+from twopgraph.checkpoint import build_training
 from twopgraph.config import TrainConfig
 from twopgraph.errors import ConfigError, TrainingDiverged
+from twopgraph.pipeline import device_sampler_bytes, make_loader, resolve_sampler_device
 from twopgraph.sampler import make_sampler
 from twopgraph.sampler.device import TorchNeighborSampler
-from twopgraph.train import (READ_EVERY, device_sampler_bytes, make_loader,
-                             resolve_sampler_device, train, train_epoch)
+from twopgraph.train import READ_EVERY, train, train_epoch
 from conftest import community_data, run_cli
 
 CUDA = torch.cuda.is_available()
@@ -169,13 +171,13 @@ def _device_sampler_on_cpu(monkeypatch):
     """make_loader's samplers replaced by the ``device`` one on CPU torch (the config path
     picks ``neighbor`` on the host; ``device`` on CPU is what CI can run)."""
     made = []
-    real = tr.make_sampler
+    real = pl.make_sampler
 
     def device_instead(name, graph, fanouts, **kw):
         s = real("device", graph, fanouts, device="cpu", **kw)
         made.append(s)
         return s
-    monkeypatch.setattr(tr, "make_sampler", device_instead)
+    monkeypatch.setattr(pl, "make_sampler", device_instead)
     return made
 
 
@@ -256,7 +258,7 @@ def test_no_host_sync_inside_the_step(cdata, tmp_path, monkeypatch, device):
     # batch 8: 38 steps. dropout 0: the fused CPU dropout draws its key with one .item() of
     # a host tensor per layer (no device involved; on CUDA torch's dropout runs).
     c = cfg(tmp_path / "o", batch_size=8, dropout=0.0, device=device, schedule="random")
-    model, opt, _, _ = tr.build_training(c, cdata, torch.device(device))
+    model, opt, _, _ = build_training(c, cdata, torch.device(device))
     loader = make_loader(c, cdata, device)
     steps = len(loader)
     assert steps >= 2 * READ_EVERY - 2
@@ -301,7 +303,7 @@ def test_divergence_found_at_the_read_with_its_exact_step(cdata, tmp_path, monke
 
 def test_nonfinite_recorded_with_its_step_without_stopping(cdata, tmp_path, monkeypatch):
     c = cfg(tmp_path / "o", batch_size=8, schedule="random")
-    model, opt, _, _ = tr.build_training(c, cdata, torch.device("cpu"))
+    model, opt, _, _ = build_training(c, cdata, torch.device("cpu"))
     loader = make_loader(c, cdata, "cpu")
     poison = _Poison(at=23)
     monkeypatch.setattr(tr, "F", poison)
@@ -410,16 +412,16 @@ def test_default_cuda_budget_leaves_the_reserve(cdata, tmp_path, monkeypatch):
     free, total = 10 << 20, 12 << 20
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (free, total))
 
-    def source(policy, feat, ctx, device, *, ratio=None, gb=None, dtype="float32", **kw):
-        got.update(ratio=ratio, gb=gb, device=device)
+    def source(policy, feat, ctx, device, *, budget=None, dtype="float32", **kw):
+        got.update(budget=budget, device=device, **kw)
         return HostFeatures(feat)
 
     class FakeLoader:
         def __init__(self, *a, **k):
             self.args = a
 
-    monkeypatch.setattr(tr, "build_feature_source", source)
-    monkeypatch.setattr(tr, "Loader", FakeLoader)
+    monkeypatch.setattr(pl, "build_feature_source", source)
+    monkeypatch.setattr(pl, "Loader", FakeLoader)
     c = cfg(tmp_path / "o", sampler_device="cpu", cache_policy="layer", hidden=64,
             schedule="random")
     loader = make_loader(c, cdata, torch.device("cuda"))
@@ -430,12 +432,11 @@ def test_default_cuda_budget_leaves_the_reserve(cdata, tmp_path, monkeypatch):
     assert loader.activation_reserve_bytes == reserve > 0
     row_bytes = 4 * cdata.num_features
     rows = min(cdata.num_nodes, (free - total // 4 - reserve) // row_bytes)
-    assert got["ratio"] is None and got["gb"] * 2 ** 30 == rows * row_bytes
+    assert got["budget"] == rows and "ratio" not in got and "gb" not in got  # rows, once
     # an explicit budget is the user's: no reserve taken from it
     make_loader(cfg(tmp_path / "o", sampler_device="cpu", cache_ratio=0.5, schedule="random"),
-                cdata,
-                torch.device("cuda"))
-    assert got["ratio"] == 0.5 and got["gb"] is None
+                cdata, torch.device("cuda"))
+    assert got["budget"] == int(0.5 * cdata.num_nodes)
 
 
 def test_epoch_records_carry_the_new_keys(cdata, tmp_path):

@@ -10,7 +10,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import numpy as np
@@ -18,8 +17,7 @@ import pytest
 import torch
 
 from twopgraph import livemap, store
-from twopgraph.datasets import load_dataset, store_folder
-from twopgraph.errors import GraphFormatError
+from twopgraph.datasets import load_dataset
 from twopgraph.graph import GraphData
 
 from conftest import community_data

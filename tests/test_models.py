@@ -12,7 +12,7 @@ from twopgraph.graph import CSRGraph
 from twopgraph.models import build_model
 from twopgraph.sampler.minibatch import Block
 from twopgraph.sampler import NeighborSampler
-from twopgraph.train import layerwise_inference
+from twopgraph.inference import layerwise_inference
 from conftest import community_data, random_graph
 
 

@@ -11,7 +11,8 @@ from twopgraph.cli import main as cli_main
 from twopgraph.errors import ConfigError
 from twopgraph.partition import cluster_graph
 from twopgraph.sampler import LocalityScheduler, RandomScheduler, make_scheduler
-from twopgraph.train import TrainConfig, train
+from twopgraph.config import TrainConfig
+from twopgraph.train import train
 from conftest import community_data
 
 N = 3000

@@ -22,7 +22,9 @@ from twopgraph.graph import GraphData
 from twopgraph.inference import accuracy, layerwise_inference, resolve_metric, rocauc, score
 from twopgraph.predict import load_model
 from twopgraph.sampler import NeighborSampler
-from twopgraph.train import CHECKPOINT, METRICS, Selection, TrainConfig, train
+from twopgraph.checkpoint import CHECKPOINT
+from twopgraph.config import TrainConfig
+from twopgraph.train import METRICS, Selection, train
 
 CPU = torch.device("cpu")
 TOP = ("val_acc", "test_acc", "val_score", "test_score")

@@ -174,7 +174,7 @@ def test_launcher_stop_then_resume_equals_an_uninterrupted_run(tiny_parts, tmp_p
     """1 rank through the launcher, stopped by SIGTERM, resumed (in-process: the same code as a
     rank, world size 1): the same epochs and figures as a run never stopped."""
     from twopgraph.dist import DistEnv, train_distributed
-    from twopgraph.train import TrainConfig
+    from twopgraph.config import TrainConfig
     root, parts, _ = tiny_parts
     out = tmp_path / "run"
     code, err, _ = _stop_launcher(_launch(parts, root, out, 1, "--epochs", "5"), out,

@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 import tracemalloc
-import zipfile
 from pathlib import Path
 
 import numpy as np

@@ -11,7 +11,9 @@ import torch
 
 from twopgraph.errors import ConfigError
 from twopgraph.sampler.neighbor import NeighborSampler
-from twopgraph.train import CHECKPOINT, METRICS, TrainConfig, train
+from twopgraph.checkpoint import CHECKPOINT
+from twopgraph.config import TrainConfig
+from twopgraph.train import METRICS, train
 from conftest import community_data
 
 EPOCH_KEYS = {"epoch", "epoch_s", "sample_s", "load_s", "compute_s", "input_nodes_per_batch",

@@ -18,8 +18,9 @@ from twopgraph.cache import FeatureCache, HostFeatures, make_policy
 from twopgraph.models import build_model
 from twopgraph.sampler.neighbor import NeighborSampler
 from twopgraph.metrics import fillable_host_bytes
-from twopgraph.train import (EvalTable, Relabel, available_host_bytes, eval_features,
-                             layerwise_inference, make_loader, relabel_on_device, table_place)
+from twopgraph.inference import (EvalTable, Relabel, layerwise_inference, relabel_on_device, table_place)
+from twopgraph.metrics import available_host_bytes
+from twopgraph.pipeline import eval_features, make_loader
 from conftest import community_data
 from test_cache import sampled_stream
 from test_models import _randomize_params

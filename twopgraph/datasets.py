@@ -57,7 +57,8 @@ from pathlib import Path
 import numpy as np
 
 from .errors import ConfigError, GraphFormatError, OutputError, TwopgraphError
-from .graph import CSRGraph, GraphData, atomic_write_bytes
+from .files import atomic_write_bytes
+from .graph import CSRGraph, GraphData
 from .ingest import (NpzMember, coo_npz, ingest, is_coo_npz, ogb_raw, read_ogb_split,
                      source_record)
 from .livemap import StoreChanged

@@ -15,14 +15,8 @@ Example::
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
-import re
-import shutil
-import socket
-import tempfile
-import threading
 import weakref
 import zipfile
 import zlib
@@ -32,7 +26,8 @@ from pathlib import Path
 import numpy as np
 from numba import njit, prange
 
-from .errors import GraphFormatError, OutputError
+from .errors import GraphFormatError
+from .files import atomic_write_bytes
 from .fingerprint import fingerprint
 from .jit import register
 from .rng import splitmix64
@@ -812,173 +807,6 @@ def _split_ids(x, n: int, what: str) -> np.ndarray | None:
         raise GraphFormatError(f"{what} must be vertex ids (1-D integers) or a boolean mask, "
                                f"got {a.dtype} of shape {a.shape}")
     return np.sort(a.astype(np.int64))
-
-
-def atomic_write_bytes(path: str | os.PathLike, write) -> None:
-    """Write ``path`` through ``write(binary file)`` into a temp file beside it, then rename
-    (readers never see a half-written file; the temp file is removed on failure).
-
-    The temp file is ``.<name>.tmp-<pid>-<host>-<8 random characters>``; one left behind by a
-    writer killed with SIGKILL is removed by the next write of the same ``path`` from the same
-    host once that pid is no longer alive. The file gets the mode of a plain ``open()``
-    (``0o666`` less the process umask), not ``mkstemp``'s ``0o600``.
-
-    A destination that cannot take the file (disk or quota full, read-only or not writable
-    folder, a path that cannot name a file) raises :class:`~twopgraph.errors.OutputError`
-    naming ``path`` and the free space there; an existing ``path`` is left as it was. Any other
-    error (a bug in ``write``) propagates unchanged.
-    """
-    path = Path(path)
-    folder = path.parent
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        _remove_orphan_temps(path)
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=_temp_prefix(path.name))
-    except OSError as e:
-        # EEXIST: the folder is a file; ENOENT: a folder that cannot hold files (/proc/self)
-        if e.errno == errno.EEXIST:
-            raise _output_error(path, e, f"{e.filename or folder} is not a folder") from e
-        if e.errno in _DESTINATION_ERRNOS or e.errno == errno.ENOENT:
-            raise _output_error(path, e) from e
-        raise
-    stage = "write"
-    try:
-        with os.fdopen(fd, "wb") as f:
-            try:
-                os.fchmod(f.fileno(), 0o666 & ~_process_umask())
-            except (OSError, AttributeError):  # no modes (vfat, some network mounts; Windows)
-                pass
-            write(f)
-        stage = "rename"
-        os.replace(tmp, path)
-    except BaseException as e:
-        try:
-            os.unlink(tmp)
-        except OSError:  # already gone, or cannot be removed: the first error matters
-            pass
-        errnos = _DESTINATION_ERRNOS if stage == "rename" else _SPACE_ERRNOS
-        cause = _destination_fault(e, errnos)
-        if cause is not None:
-            raise _output_error(path, cause) from e
-        raise
-
-
-# errno values that mean the disk or quota is full, the file too large or the file system
-# read-only (also while ``write`` runs) ...
-_SPACE_ERRNOS = frozenset(getattr(errno, n) for n in ("ENOSPC", "EDQUOT", "EFBIG", "EROFS")
-                          if hasattr(errno, n))
-# ... or that the destination cannot take a file at all (checked where the file is created and
-# renamed: while ``write`` runs, a permission error may come from a file it reads)
-_DESTINATION_ERRNOS = _SPACE_ERRNOS | {errno.EACCES, errno.EPERM, errno.ENOTDIR, errno.EISDIR,
-                                       errno.ENAMETOOLONG}
-_UMASK_LOCK = threading.Lock()
-
-
-def _temp_prefix(name: str) -> str:
-    """``.<name>.tmp-<pid>-<host>-``: the temp file of this process for target ``name``."""
-    return f".{name}.tmp-{os.getpid()}-{_host_tag()}-"
-
-
-def _host_tag() -> str:
-    """This host's name, reduced to ``[A-Za-z0-9.]`` (a data root on a shared file system may
-    hold temp files of writers on other hosts, whose pids mean nothing here)."""
-    return re.sub(r"[^A-Za-z0-9.]", "_", socket.gethostname())[:64] or "localhost"
-
-
-def _remove_orphan_temps(path: Path) -> None:
-    """Remove the temp files of ``path`` left by writers of this host that are gone (best
-    effort: an orphan that cannot be removed is left)."""
-    if os.name != "posix":  # os.kill(pid, 0) is the liveness test
-        return
-    pattern = re.compile(re.escape(f".{path.name}.tmp-") + r"(\d+)-" + re.escape(_host_tag())
-                         + r"-[a-z0-9_]{8}")
-    try:
-        entries = list(os.scandir(path.parent))
-    except OSError:
-        return
-    for entry in entries:
-        m = pattern.fullmatch(entry.name)
-        if m is None or _pid_alive(int(m.group(1))):
-            continue
-        try:
-            if entry.is_file(follow_symlinks=False):
-                os.unlink(entry.path)
-        except OSError:  # removed by another writer meanwhile, or not ours to remove
-            pass
-
-
-def _pid_alive(pid: int) -> bool:
-    """Whether process ``pid`` of this host exists and is not a zombie (killed, unreaped)."""
-    if pid == os.getpid():
-        return True  # another thread of this process may be writing
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    except OverflowError:  # no such pid can exist
-        return False
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-        return stat[stat.rindex(b")") + 2:stat.rindex(b")") + 3] != b"Z"
-    except (OSError, ValueError):  # no /proc: trust os.kill
-        return True
-
-
-def _process_umask() -> int:
-    """The process umask: from /proc/self/status on Linux, else set and restored under a lock
-    (``os.umask`` is the only portable reader, and it writes the process-wide value)."""
-    try:
-        with open("/proc/self/status", "rb") as f:
-            for line in f:
-                if line.startswith(b"Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    with _UMASK_LOCK:
-        mask = os.umask(0o022)
-        os.umask(mask)
-    return mask
-
-
-def _destination_fault(exc: BaseException, errnos: frozenset) -> OSError | None:
-    """The :class:`OSError` with an errno in ``errnos`` that caused ``exc`` (``exc`` itself or
-    an exception it was raised from or while handling: ``torch.save`` turns a full disk into a
-    ``RuntimeError``), or None."""
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        if isinstance(exc, OSError) and not isinstance(exc, OutputError) and exc.errno in errnos:
-            return exc
-        exc = exc.__cause__ or exc.__context__
-    return None
-
-
-def _output_error(path: Path, e: OSError, reason: str | None = None) -> OutputError:
-    """``cannot write PATH: REASON (FREE free in FOLDER)`` as an :class:`OutputError`
-    (``FOLDER``: the nearest existing folder above ``path``)."""
-    folder = path.parent.absolute()
-    while not os.path.isdir(folder) and folder != folder.parent:
-        folder = folder.parent
-    try:
-        free = _format_bytes(shutil.disk_usage(folder).free)
-    except OSError:
-        free = "unknown space"
-    err = OutputError(f"cannot write {path}: {reason or e.strerror or e} ({free} free in "
-                      f"{folder})")
-    err.errno, err.strerror, err.filename = e.errno, e.strerror, str(path)
-    return err
-
-
-def _format_bytes(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{n} B" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
 
 
 # -- renumbering kernel (numba) and its NumPy twin ------------------------------------------------

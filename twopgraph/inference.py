@@ -879,6 +879,10 @@ def _input_passes(conv, src, sampler, level: np.ndarray, device, batch_edges: in
             y = src.read_range(a, b) if x is None else _as_read(src, torch.from_numpy(x))
             push.push(a, b, y, np.arange(a, b, dtype=np.int64), offs, nbrs)
         yield int(d0), int(d1), push
+        # Dropped before the next pass makes its table: bound here, this pass's accumulators
+        # lived on beside the next one's (2 x INPUT_PASS_SHARE of the memory: at 1/4 papers
+        # under 12 GiB the cgroup killed the run in its second pass).
+        push = feats = nbrs_of = y = x = None
 
 
 #: Share of :func:`fillable_host_bytes` the accumulators of one pass of layer 0's streamed

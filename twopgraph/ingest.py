@@ -41,7 +41,6 @@ Example::
 from __future__ import annotations
 
 import contextlib
-import gzip
 import logging
 import sys
 import time

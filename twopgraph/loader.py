@@ -188,7 +188,7 @@ class Loader:
         self.plan = plan
         self.prefetch = int(prefetch) if self.plan.background else 0
         self.stats = EpochStats()
-        # Set by whoever sized the feature source (train.make_loader): reported per epoch.
+        # Set by whoever sized the feature source (pipeline.make_loader): reported per epoch.
         self.activation_reserve_bytes = 0
         self.cuda = self.device.type == "cuda"
         self.copy_stream = torch.cuda.Stream(self.device) if self.cuda else None

@@ -27,7 +27,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Self
 
-from .graph import atomic_write_bytes
+from .files import atomic_write_bytes
 
 
 @dataclass

@@ -4,7 +4,7 @@ Iterating a ``NodeLoader`` is one epoch: :class:`~twopgraph.sampler.minibatch.Mi
 objects whose ``blocks`` (PyG style: ``block.edge_index``, ``block.size``; or DGL style:
 ``block.indptr``/``indices``), ``features`` (float32, rows of ``input_nodes``) and ``labels``
 (int64, of ``seeds``) are on ``device``. It is the very pipeline ``twopgraph train`` runs
-(:func:`twopgraph.train.make_loader` -> :class:`twopgraph.loader.Loader`): scheduler,
+(:func:`twopgraph.pipeline.make_loader` -> :class:`twopgraph.loader.Loader`): scheduler,
 sampling workers, the feature cache with its lookahead, the prefetch thread and, on CUDA, the
 side-stream copies. Nothing is renumbered: ``seeds`` and ``input_nodes`` are the caller's
 vertex ids.
@@ -41,7 +41,7 @@ from .protocols import SCHEDULERS
 from .rundir import check_data_root
 from .sampler.minibatch import MiniBatch
 from .sampler.schedule import RandomScheduler
-from .train import make_loader, needs_clusters
+from .pipeline import make_loader, needs_clusters
 
 log = logging.getLogger("twopgraph")
 

@@ -11,7 +11,7 @@ epoch.
 
 :func:`predict` runs exact layer-wise inference
 (:func:`~twopgraph.inference.layerwise_inference`) the way the training's evaluation did --
-on the same renumbering (``--renumber``: :func:`~twopgraph.train.locality_for`), reading the
+on the same renumbering (``--renumber``: :func:`~twopgraph.pipeline.locality_for`), reading the
 features in the training's ``--feat-dtype``, in ranges of its ``--eval-batch-edges`` -- and
 returns one row per vertex in the dataset's original order: class ids (int64, N) or logits
 (float32, N x C). So the accuracy of the predictions on the test split is the ``test_acc``
@@ -49,14 +49,15 @@ from .cache.feature_cache import feat_dtype
 from .cache.host import HostFeatures
 from .config import PredictConfig, TrainConfig, resolve_device
 from .errors import ConfigError
-from .graph import GraphData, atomic_write_bytes
+from .files import atomic_write_bytes
+from .graph import GraphData
 from .inference import accuracy, layerwise_inference
 from .loader import ThreadPlan
 from .models import BlockGNN, build_model
 from .partition import to_original_order
 from .sampler import make_sampler
-from .train import (CHECKPOINT_FORMAT, CHECKPOINT_READ_ERRORS, damaged_checkpoint, locality_for,
-                    resolve_sampler_device)
+from .checkpoint import CHECKPOINT_FORMAT, CHECKPOINT_READ_ERRORS, damaged_checkpoint
+from .pipeline import locality_for, resolve_sampler_device
 
 log = logging.getLogger("twopgraph")
 

@@ -21,9 +21,10 @@ written with one-line errors, and not left behind empty by a run that failed.
   cannot be written (read-only, ``/proc/...``, a full disk) is refused before loading data.
   :func:`check_data_root` does the same for the data root, where a dataset must be generated
   or converted.
-- **Writes during the run**: :func:`writing` turns an ``OSError`` (full disk, read-only,
-  removed folder) into one :class:`~twopgraph.errors.TwopgraphError` line naming the file and
-  the space left; files are written atomically (:func:`~twopgraph.graph.atomic_write_bytes`),
+- **Writes during the run**: :func:`~twopgraph.files.writing` turns an ``OSError`` (full
+  disk, read-only, removed folder) into one :class:`~twopgraph.errors.TwopgraphError` line
+  naming the file and the space left; files are written atomically
+  (:func:`~twopgraph.files.atomic_write_bytes`),
   so the previous checkpoint and metrics stay intact and no half-written file remains.
 - **Cleanup**: a run that fails removes the folders it created if they are still empty (bad
   data, a refused ``--resume``, Ctrl-C before the first epoch ends): no empty ``--out`` is left.
@@ -38,16 +39,15 @@ Example::
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import logging
 import os
-import shutil
 import socket
 import tempfile
 from pathlib import Path
 
-from .errors import ConfigError, TwopgraphError
+from .errors import ConfigError
+from .files import free_note
 
 try:
     import fcntl
@@ -227,7 +227,7 @@ class RunDir:
                     os.unlink(self.lock_path)
                 os.close(fd)
                 raise ConfigError(f"{self.flag} {self.path}: cannot write there "
-                                  f"({e.strerror or e}{_free_note(self.path)})") from None
+                                  f"({e.strerror or e}{free_note(self.path)})") from None
             self._fd = fd
             return
         raise ConfigError(f"{self.flag} {self.path}: could not take {LOCK_NAME} (other runs keep "
@@ -414,40 +414,3 @@ def _probe(folder: Path) -> str | None:
     with contextlib.suppress(OSError):
         os.unlink(name)
     return None
-
-
-@contextlib.contextmanager
-def writing(path: str | os.PathLike):
-    """Run the block that writes ``path``; an ``OSError`` it raises becomes one
-    :class:`TwopgraphError` line naming the file, the reason and the space left there.
-    (Write atomically inside, so that nothing half-written remains.)"""
-    try:
-        yield
-    except TwopgraphError:
-        raise
-    except OSError as e:
-        path = Path(path)
-        hint = ""
-        if e.errno in (errno.ENOSPC, errno.EDQUOT):
-            hint = "; free some space or choose another --out"
-        raise TwopgraphError(f"cannot write {path} ({e.strerror or e}{_free_note(path.parent)})"
-                             f"{hint}; the files written before are kept") from None
-
-
-def _free_note(folder: Path) -> str:
-    """``", 1.2 MiB free on FOLDER"`` (empty if unknown)."""
-    try:
-        free = shutil.disk_usage(folder).free
-    except OSError:
-        return ""
-    return f", {human_bytes(free)} free on {folder}"
-
-
-def human_bytes(n: int) -> str:
-    """``1536`` -> ``"1.5 KiB"``."""
-    v = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if v < 1024 or unit == "TiB":
-            return f"{v:.0f} {unit}" if unit == "B" else f"{v:.1f} {unit}"
-        v /= 1024
-    return f"{v:.1f} TiB"

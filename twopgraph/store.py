@@ -20,7 +20,7 @@ Layout of a store folder (every array a plain ``.npy`` file, C order, native byt
                     known by construction), "arrays": {name: {"dtype", "shape",
                     "bytes"}}, "source": {"path", "size", "mtime_ns"} or null, "derived"}
 
-A store is written under a temporary name (``.NAME.tmp-PID-HOST`` beside it) and renamed when
+A store is written under a temporary name (:mod:`twopgraph.files`) beside it and renamed when
 complete, so a writer killed half-way never leaves a folder that reads as a store; the
 temporary folders of dead writers on this host are removed by the next write beside them.
 Conversion validates the content once (:meth:`GraphData.validate`, features read in chunks);
@@ -41,11 +41,9 @@ Example::
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
-import re
 import shutil
 import time
 import weakref
@@ -57,7 +55,8 @@ import numpy as np
 
 from . import livemap
 from .errors import GraphFormatError, OutputError, TwopgraphError
-from .graph import (SPLITS, CSRGraph, GraphData, _host_tag, _output_error, _pid_alive,
+from .files import atomic_write_bytes, host_tag, output_error, sweep_orphans, temp_folder
+from .graph import (SPLITS, CSRGraph, GraphData,
                     check_permutation, inverse_permutation, permute_csr)
 from .livemap import StoreChanged
 
@@ -70,7 +69,6 @@ STORE_META = "store.json"
 CHUNK_BYTES = 64 << 20
 ARRAYS = ("indptr", "indices", "feat", "label", *SPLITS, "node_ids")
 _OPTIONAL = ("node_ids",)
-_TMP = re.compile(r"^\.(?P<name>.+)\.tmp-(?P<pid>\d+)-(?P<host>[A-Za-z0-9._]+)$")
 # What numpy, zipfile and zlib raise for a damaged archive or member.
 _READ_ERRORS = (OSError, ValueError, zipfile.BadZipFile, EOFError, zlib.error)
 
@@ -239,15 +237,11 @@ def _check_content(data: GraphData, folder: Path, meta: dict) -> None:
 def rewrite_meta(folder, meta: dict) -> bool:
     """Replace the ``store.json`` of the store at ``folder`` by ``meta`` (atomically: temporary
     file, then rename); False where the folder is not writable (nothing changes then)."""
-    folder = Path(folder)
-    tmp = folder / f".{STORE_META}.tmp-{os.getpid()}-{_host_tag()}"
+    text = (json.dumps(meta, indent=1) + "\n").encode()
     try:
-        tmp.write_text(json.dumps(meta, indent=1) + "\n")
-        os.replace(tmp, folder / STORE_META)
+        atomic_write_bytes(Path(folder) / STORE_META, lambda f: f.write(text))
         return True
-    except OSError:  # a read-only store: checked again next time
-        with contextlib.suppress(OSError):
-            tmp.unlink()
+    except OSError:  # a read-only store (OutputError is one too): checked again next time
         return False
 
 
@@ -302,10 +296,7 @@ class _Writer:
         try:
             parent.mkdir(parents=True, exist_ok=True)
             clean_orphans(parent)
-            self.tmp = parent / f".{self.folder.name}.tmp-{os.getpid()}-{_host_tag()}"
-            if self.tmp.exists():
-                shutil.rmtree(self.tmp)
-            self.tmp.mkdir()
+            self.tmp = temp_folder(self.folder)
         except OSError as e:
             raise _write_error(self.folder, e) from e
         self.records = {}
@@ -419,7 +410,7 @@ def _replace_folder(tmp: Path, folder: Path) -> None:
     """Rename the complete ``tmp`` to ``folder``, replacing an older store there. If another
     writer finished the same store first, theirs is kept and ``tmp`` removed."""
     if folder.exists():
-        old = folder.parent / f".{folder.name}.old-{os.getpid()}-{_host_tag()}"
+        old = folder.parent / f".{folder.name}.old-{os.getpid()}-{host_tag()}"
         try:
             os.rename(folder, old)
         except FileNotFoundError:
@@ -442,24 +433,13 @@ def _replace_folder(tmp: Path, folder: Path) -> None:
 def _write_error(folder: Path, e: OSError) -> TwopgraphError:
     if isinstance(e, OutputError):
         return e
-    return _output_error(folder, e, None)
+    return output_error(folder, e, None)
 
 
 def clean_orphans(parent) -> list[Path]:
     """Remove temporary store folders in ``parent`` whose writer (a process of this host) is
     gone; returns what was removed."""
-    removed = []
-    try:
-        entries = list(os.scandir(parent))
-    except OSError:
-        return removed
-    for entry in entries:
-        m = _TMP.match(entry.name)
-        if m is None or m.group("host") != _host_tag() or _pid_alive(int(m.group("pid"))):
-            continue
-        shutil.rmtree(entry.path, ignore_errors=True)
-        removed.append(Path(entry.path))
-    return removed
+    return sweep_orphans(parent, accept=Path.is_dir)
 
 
 def _row_chunks(arr: np.ndarray, rows: np.ndarray | None = None):
@@ -787,7 +767,7 @@ def export_npz(data: GraphData, path) -> Path:
     """Write ``data`` as a DESIGN.md ``.npz`` (uncompressed, zip64), streaming each array in
     chunks so a memory-mapped table larger than memory can be exported. Atomic (temp file,
     then rename)."""
-    from .graph import atomic_write_bytes
+    from .files import atomic_write_bytes
     path = Path(path)
     arrays = {"indptr": data.graph.indptr, "indices": data.graph.indices, "feat": data.feat,
               "label": data.label, **{s: getattr(data, s) for s in SPLITS},

@@ -65,12 +65,12 @@ from ..cache import (CacheDirectory, FeatureCache, PolicyContext, belady_min, fe
                      make_policy, replay)
 from ..cache.directory import announced
 from ..config import BenchCacheConfig, describe_defaults
-from ..graph import atomic_write_bytes
+from ..files import atomic_write_bytes
 from ..jit import thread_count
 from ..loader import Loader
 from ..metrics import ratio, transfer_metrics
 from ..sampler import make_sampler, make_scheduler
-from ..train import locality_for
+from ..pipeline import locality_for
 
 log = logging.getLogger("twopgraph")
 

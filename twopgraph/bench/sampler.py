@@ -17,7 +17,7 @@ from ..config import BenchSamplerConfig, describe_defaults
 from ..loader import Loader, ThreadPlan
 from ..sampler import make_sampler, make_scheduler
 from ..sampler.autoschedule import choose_schedule
-from ..train import locality_for
+from ..pipeline import locality_for
 
 log = logging.getLogger("twopgraph")
 

@@ -54,13 +54,14 @@ def make_policy(name: str, ctx: PolicyContext, **options) -> CachePolicy:
 
 def build_feature_source(policy: str, feat, ctx: PolicyContext, device, *,
                          ratio: float | None = None, gb: float | None = None,
-                         dtype: str = "float32", rows=None, readahead: bool = True,
-                         **options):
+                         budget: int | None = None, dtype: str = "float32", rows=None,
+                         readahead: bool = True, **options):
     """The feature source a training run uses: features copied as ``dtype`` and served as
     float32; a :class:`FeatureCache` with policy ``policy`` built from ``ctx`` and a budget
     from ``ratio`` or ``gb`` (default: see :func:`resolve_budget`), or, when that budget is 0
     rows or the policy caches nothing, the plain :class:`HostFeatures` (nothing to rank, no
-    window held, no second copy of any row). ``feat`` (host N x F, NumPy or torch) is used as
+    window held, no second copy of any row); ``budget`` gives it in rows instead (a caller that
+    resolved it already, as :func:`twopgraph.pipeline.make_loader` does). ``feat`` (host N x F, NumPy or torch) is used as
     it is; ``rows`` (int64, optional) maps the source's ids to rows of ``feat`` (a part of a
     partitioned run over the machine's shared table; ``ctx`` and the budget are in the
     source's ids); ``readahead`` advises sampled rows of a memory-mapped ``feat``."""
@@ -68,7 +69,11 @@ def build_feature_source(policy: str, feat, ctx: PolicyContext, device, *,
     tdtype = feat_dtype(dtype)
     num_rows = int(feat.shape[0] if rows is None else len(rows))
     row_bytes = int(feat.shape[1]) * torch.empty(0, dtype=tdtype).element_size()
-    budget = resolve_budget(num_rows, row_bytes, device, ratio, gb)
+    if budget is None:
+        budget = resolve_budget(num_rows, row_bytes, device, ratio, gb)
+    elif ratio is not None or gb is not None:
+        raise ConfigError("give the cache budget in rows, as a ratio or in GB, not two of them")
+    budget = min(int(budget), num_rows)
     if budget == 0 or factory is CACHE_POLICIES.get("none"):
         return HostFeatures(feat, device, dtype=tdtype, rows=rows, readahead=readahead)
     return FeatureCache(feat, make_policy(policy, ctx, **options), budget, device,

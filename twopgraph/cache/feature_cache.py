@@ -73,7 +73,7 @@ def train_step_bytes(rows_in: int, num_features: int, hidden: int, num_layers: i
 
 def eval_bytes(num_nodes: int, num_edges: int, num_features: int, hidden: int,
                num_classes: int, eval_batch_edges: int = 4_000_000) -> int:
-    """Device bytes of exact layer-wise inference (:func:`twopgraph.train.layerwise_inference`),
+    """Device bytes of exact layer-wise inference (:func:`twopgraph.inference.layerwise_inference`),
     from above: ``4 x N x (F + 3 x max(hidden, classes)) + EVAL_BYTES_PER_EDGE x min(E,
     batch_edges)`` -- one layer's output and the next layer's per-vertex projections (SAGE:
     two of them), kept on the device when they fit there, one chunk's block, and ``4 N F``

@@ -66,11 +66,13 @@ from ..metrics import PssMonitor, peak_rss_mib, transfer_metrics
 from ..partition.selfdep import Part, load_part, read_meta
 from ..rundir import RunDir
 from ..sampler import make_sampler
-from ..train import (CHECKPOINT, METRICS, Selection, build_training, dataset_record, diverged,
-                     early_stop_record, evaluates_after, final_line, log_early_stop,
-                     log_epoch, make_loader, model_record, patience_exhausted,
-                     read_checkpoint, resolve_metric, run_signature, save_checkpoint,
-                     train_epoch, write_diverged, write_failed, write_metrics)
+from ..checkpoint import (CHECKPOINT, build_training, dataset_record, model_record,
+                          read_checkpoint, run_signature, save_checkpoint)
+from ..inference import resolve_metric
+from ..pipeline import make_loader
+from ..train import (METRICS, Selection, diverged, early_stop_record, evaluates_after,
+                     final_line, log_early_stop, log_epoch, patience_exhausted, train_epoch,
+                     write_diverged, write_failed, write_metrics)
 from .env import DistEnv, detect, process_group, rank_device
 from .evaluate import evaluate_scores
 

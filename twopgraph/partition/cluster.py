@@ -45,7 +45,8 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..fingerprint import fingerprint
-from ..graph import CSRGraph, atomic_write_bytes
+from ..files import atomic_write_bytes
+from ..graph import CSRGraph
 from . import kernels
 
 log = logging.getLogger("twopgraph")

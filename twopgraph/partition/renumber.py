@@ -120,7 +120,7 @@ class LocalityPrep:
     perm: np.ndarray | None
     cluster_s: float = 0.0
     renumber_s: float = 0.0
-    #: a ``--schedule auto`` decision taken before clustering (train.locality_for), else None
+    #: a ``--schedule auto`` decision taken before clustering (pipeline.locality_for), else None
     schedule_choice: object = None
 
     def summary(self) -> dict:

@@ -88,7 +88,7 @@ resolved ``num_clusters``, the fine clustering's key (METIS settings) and
 (``partition_selfdep(..., reuse=True)``, what ``twopgraph partition`` does without
 ``--force``); any other value recomputes it.
 
-A folder is written under a temporary name (``.OUT.tmp-PID@HOST`` beside ``OUT``) and renamed
+A folder is written under a temporary name beside ``OUT`` (:mod:`twopgraph.files`) and renamed
 when complete; the temporary folders of writers that were killed are removed by the next write
 into the same parent folder (:func:`clean_orphans`: only folders of that pattern whose process
 is gone, holding nothing but partition files). :func:`read_meta` / :func:`load_part` refuse,
@@ -124,7 +124,6 @@ import math
 import os
 import re
 import shutil
-import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -133,7 +132,8 @@ import numpy as np
 
 from ..errors import ConfigError, TwopgraphError
 from ..fingerprint import fingerprint
-from ..graph import SPLITS, CSRGraph, GraphData, atomic_write_bytes
+from ..files import atomic_write_bytes, parse_temp, sweep_orphans, temp_folder
+from ..graph import SPLITS, CSRGraph, GraphData
 from ..rundir import FileLock, remove_stale_lock, sibling_lock
 from ..store import open_store, write_store
 from .cluster import (
@@ -171,9 +171,6 @@ _CHUNK = 1 << 24
 _LOCAL_ARRAYS = ("indptr", "indices", "label", *SPLITS, "node_ids", "degree", "cluster")
 _GLOBAL_ARRAYS = ("owned", *SPLITS)
 _ARRAYS = {"local": _LOCAL_ARRAYS, "global": _GLOBAL_ARRAYS}
-# Temporary folder of a writer: ``.OUT.tmp-PID@HOST`` beside ``OUT`` (``@HOST`` absent in
-# folders of older versions); a folder of this pattern whose writer is dead is an orphan.
-_TMP_NAME = re.compile(r"^\.(?P<name>.+)\.tmp-(?P<pid>\d+)(?:@(?P<host>[A-Za-z0-9_.-]+))?$")
 _PART_DIR = re.compile(r"^part\d+$")
 # The lock file of a partition folder (:func:`~twopgraph.rundir.sibling_lock`): ``.OUT.lock``
 _LOCK_NAME = re.compile(r"^\..+\.lock$")
@@ -304,13 +301,11 @@ def _partition_locked(data: GraphData, num_parts: int, hops: int, out: Path, *, 
     metis_s = time.perf_counter() - t_metis
     _check_train_in_every_part(owner, data.train_idx, num_parts, n)
     reached = _halos(g, owner, data.train_idx, num_parts, hops)
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}@{_host()}"
+    tmp = None
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         clean_orphans(out.parent)
-        if tmp.exists():
-            shutil.rmtree(tmp)
-        tmp.mkdir()
+        tmp = temp_folder(out)
         if data.store is None:  # the ranks read features and rows from a store: write one
             log.info("%s has no store: writing one into %s", data.name or "the dataset",
                      out / STORE_DIR)
@@ -338,11 +333,13 @@ def _partition_locked(data: GraphData, num_parts: int, hops: int, out: Path, *, 
             shutil.rmtree(out)
         os.replace(tmp, out)
     except OSError as e:  # full disk, read-only or vanished folder: nothing half-written stays
-        shutil.rmtree(tmp, ignore_errors=True)
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
         raise PartitionError(f"cannot write the partition {out}: {_os_error(e, out.parent)}") \
             from None
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
         raise
     log.info("partition: %d parts (%s), %d hops, replication factor %.3f, edge cut %d "
              "(%.1f%%), %.1f s -> %s", num_parts,
@@ -435,24 +432,6 @@ def _holds(folder: Path, pid: str) -> bool:
     return True
 
 
-def _host() -> str:
-    """This machine's name as it appears in temporary folder names."""
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", socket.gethostname()) or "localhost"
-
-
-def _pid_alive(pid: int) -> bool:
-    """Whether process ``pid`` of this machine exists (unknown = alive: nothing is removed)."""
-    if pid <= 0 or pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # e.g. PermissionError: it exists, under another user
-        return True
-    return True
-
-
 def _is_partition_tmp(folder: Path) -> bool:
     """Whether ``folder`` holds only what a partition writer puts there (``meta.json``,
     ``cluster.npy``, ``partN/`` folders of ``.npy`` files and ``part.json``, and a ``store/``
@@ -481,8 +460,8 @@ def _is_partition_tmp(folder: Path) -> bool:
 
 
 def clean_orphans(parent) -> list[Path]:
-    """Remove the temporary folders (``.NAME.tmp-PID@HOST``) that partition writers killed
-    before they finished (``kill -9``, power loss) left in ``parent``, and their lock files
+    """Remove the temporary folders (:func:`~twopgraph.files.parse_temp`) that partition
+    writers killed before they finished (``kill -9``, power loss) left in ``parent``, and their lock files
     (``.NAME.lock``) that no process holds any more; returns them.
 
     A folder is removed only if its name has this pattern, its writer ran on this machine and
@@ -495,24 +474,15 @@ def clean_orphans(parent) -> list[Path]:
         entries = list(parent.iterdir())
     except OSError:
         return removed
-    host = _host()
     for e in entries:
         if _LOCK_NAME.match(e.name) and e.is_file() and not e.is_symlink():
             # of a writer that died (it names its holder, as twopgraph's do); a held one stays
             if _names_holder(e) and remove_stale_lock(e):
                 removed.append(e)
-            continue
-        m = _TMP_NAME.match(e.name)
-        if m is None or (m["host"] is not None and m["host"] != host):
-            continue
-        if e.is_symlink() or not e.is_dir() or _pid_alive(int(m["pid"])) \
-                or not _is_partition_tmp(e):
-            continue
-        shutil.rmtree(e, ignore_errors=True)
-        if not e.exists():
-            log.info("removed %s, left by a partition writer (pid %s) that was killed", e,
-                     m["pid"])
-            removed.append(e)
+    for e in sweep_orphans(parent, accept=lambda p: p.is_dir() and _is_partition_tmp(p)):
+        log.info("removed %s, left by a partition writer (pid %s) that was killed", e,
+                 parse_temp(e.name).pid)
+        removed.append(e)
     return removed
 
 
