@@ -113,7 +113,7 @@ class RunDir:
         self.flag = flag
         self.resume, self.overwrite = resume, overwrite
         self.created: list[Path] = []  # folders this run created, outermost first
-        self._fd: int | None = None
+        self._flock: FileLock | None = None
 
     @property
     def lock_path(self) -> Path:
@@ -149,11 +149,9 @@ class RunDir:
     def release(self, failed: bool = False) -> None:
         """Remove the lock file and drop the lock; with ``failed``, also remove the folders
         :meth:`claim` created if nothing was written into them."""
-        if self._fd is not None:
-            with contextlib.suppress(OSError):  # while still locked: see _lock
-                os.unlink(self.lock_path)
-            os.close(self._fd)
-            self._fd = None
+        if self._flock is not None:
+            self._flock.release()
+            self._flock = None
         if failed:
             self._remove_created()
 
@@ -191,47 +189,7 @@ class RunDir:
             raise ConfigError(f"{self.flag} {self.path} exists and is not a folder")
 
     def _lock(self) -> None:
-        info = json.dumps({"pid": os.getpid(), "host": socket.gethostname()}) + "\n"
-        for _ in range(20):
-            try:
-                fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-            except OSError as e:
-                raise ConfigError(f"{self.flag} {self.path}: cannot write there "
-                                  f"({e.strerror or e})") from None
-            if fcntl is not None:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    holder = _read_holder(fd)
-                    os.close(fd)
-                    raise ConfigError(f"{self.flag} {self.path} is in use by another twopgraph "
-                                      f"run ({holder}); wait for it to end or choose another "
-                                      f"{self.flag}") from None
-                except OSError as e:  # ENOLCK & co.: a file system without locks
-                    log.warning("%s %s: cannot lock %s (%s): a second run into it is not "
-                                "refused", self.flag, self.path, LOCK_NAME, e.strerror or e)
-                # The holder before us may have unlinked the file between our open and our
-                # flock (it removes it on release): then we locked a dead inode; start over.
-                try:
-                    same = os.path.samestat(os.fstat(fd), os.stat(self.lock_path))
-                except FileNotFoundError:
-                    same = False
-                if not same:
-                    os.close(fd)
-                    continue
-            try:  # also the writability probe: a full or read-only disk fails here
-                os.ftruncate(fd, 0)
-                os.write(fd, info.encode())
-            except OSError as e:
-                with contextlib.suppress(OSError):
-                    os.unlink(self.lock_path)
-                os.close(fd)
-                raise ConfigError(f"{self.flag} {self.path}: cannot write there "
-                                  f"({e.strerror or e}{free_note(self.path)})") from None
-            self._fd = fd
-            return
-        raise ConfigError(f"{self.flag} {self.path}: could not take {LOCK_NAME} (other runs keep "
-                          f"replacing it)")
+        self._flock = FileLock(self.lock_path, str(self.path), self.flag, run=True).acquire()
 
     def _remove_created(self) -> None:
         for folder in reversed(self.created):  # innermost first; only empty ones go
@@ -254,14 +212,20 @@ class FileLock:
     (a shared cache: the holder is building what this process needs): wait for it, with one
     log line, then go on (the caller finds the holder's result). Re-entrant within a process
     (one lock per path and process: ``flock`` would refuse a second descriptor of the same
-    process). Use as a context manager."""
+    process). Use as a context manager.
+
+    ``run`` True: the lock of a run folder (:class:`RunDir`): refused as "in use by another
+    twopgraph run", never re-entrant (a second run in this process is refused too), and
+    writing the holder into the file is the folder's writability probe: a folder that cannot
+    take it is refused in one line with the space left there."""
 
     _held: dict[str, int] = {}  # lock path -> depth, this process
 
     def __init__(self, lock_path: str | os.PathLike, what: str, flag: str = "--out", *,
-                 blocking: bool = False):
+                 blocking: bool = False, run: bool = False):
         self.lock_path = Path(lock_path)
-        self.what, self.flag, self.blocking = what, flag, blocking
+        self.what, self.flag, self.blocking, self.run = what, flag, blocking, run
+        self.holder = "run" if run else "process"
         self._fd: int | None = None
         self._key = os.path.abspath(self.lock_path)
 
@@ -274,7 +238,7 @@ class FileLock:
         return False
 
     def acquire(self) -> "FileLock":
-        if self._key in FileLock._held:
+        if self._key in FileLock._held and not self.run:
             FileLock._held[self._key] += 1
             return self
         info = json.dumps({"pid": os.getpid(), "host": socket.gethostname()}) + "\n"
@@ -300,14 +264,15 @@ class FileLock:
                         if not self.blocking:
                             raise ConfigError(
                                 f"{self.flag} {self.what} is in use by another twopgraph "
-                                f"process ({holder}); wait for it to end or choose another "
-                                f"{self.flag}") from None
+                                f"{self.holder} ({holder}); wait for it to end or choose "
+                                f"another {self.flag}") from None
                         log.info("waiting for %s, which another twopgraph process (%s) is "
                                  "writing", self.what, holder)
                         fcntl.flock(fd, fcntl.LOCK_EX)
                 except OSError as e:  # ENOLCK & co.: a file system without locks
-                    log.warning("%s: cannot lock %s (%s): a concurrent writer is not refused",
-                                self.what, self.lock_path, e.strerror or e)
+                    log.warning("%s %s: cannot lock %s (%s): a concurrent %s is not refused",
+                                self.flag, self.what, self.lock_path.name, e.strerror or e,
+                                "run" if self.run else "writer")
                 except BaseException:
                     os.close(fd)
                     raise
@@ -318,14 +283,22 @@ class FileLock:
                 if not same:
                     os.close(fd)
                     continue
-            with contextlib.suppress(OSError):
+            try:  # for a run folder also the writability probe: a full or read-only disk
                 os.ftruncate(fd, 0)
                 os.write(fd, info.encode())
+            except OSError as e:
+                if self.run:
+                    with contextlib.suppress(OSError):
+                        os.unlink(self.lock_path)
+                    os.close(fd)
+                    raise ConfigError(f"{self.flag} {self.what}: cannot write there "
+                                      f"({e.strerror or e}{free_note(self.lock_path.parent)})"
+                                      ) from None
             self._fd = fd
-            FileLock._held[self._key] = 1
+            FileLock._held[self._key] = FileLock._held.get(self._key, 0) + 1
             return self
         raise ConfigError(f"{self.flag} {self.what}: could not take {self.lock_path.name} "
-                          "(other processes keep replacing it)")
+                          f"(other {'runs' if self.run else 'processes'} keep replacing it)")
 
     def release(self) -> None:
         depth = FileLock._held.get(self._key, 0)
