@@ -225,12 +225,38 @@ def test_nodeloader_splits_and_order(cdata):
     (dict(fanouts="5,x"), "fanout"),
     (dict(batch_size=0), "batch"),
     (dict(schedule="locality", shuffle=False), "shuffle=False"),
+    (dict(sampler="labour"), "unknown sampler 'labour'"),
+    (dict(sampler=object()), "sampler must be a registered name"),
 ])
 def test_nodeloader_refuses_bad_arguments(cdata, kw, match):
     args = dict(fanouts=[5, 5])
     args.update(kw)
     with pytest.raises(ConfigError, match=match):
         NodeLoader(cdata, **args)
+
+
+def test_nodeloader_takes_a_sampler_by_name_or_as_an_object(cdata):
+    """By name: the registered sampler (``device``: the torch twin, the same batches on CPU
+    torch); as an object: that very sampler, whatever its fanouts."""
+    from twopgraph.sampler import NeighborSampler
+    from twopgraph.sampler.device import TorchNeighborSampler
+
+    a = NodeLoader(cdata, fanouts=[3, 3], batch_size=64, schedule="random", prefetch=0)
+    b = NodeLoader(cdata, fanouts=[3, 3], batch_size=64, schedule="random", prefetch=0,
+                   sampler="device")
+    assert isinstance(a.sampler, NeighborSampler)
+    assert isinstance(b.sampler, TorchNeighborSampler)
+    for x, y in zip(a, b):
+        assert np.array_equal(x.input_nodes, np.asarray(y.input_nodes))
+    mine = NeighborSampler(cdata.graph, [1], seed=5)
+    c = NodeLoader(cdata, fanouts=[1], batch_size=64, schedule="random", prefetch=0,
+                   sampler=mine)
+    assert c.sampler is mine
+    mb = next(iter(c))
+    assert len(mb.blocks) == 1 and int(mb.blocks[0].edge_counts().max()) <= 1
+    with pytest.raises(ConfigError, match="another graph"):
+        NodeLoader(cdata, fanouts=[1], sampler=NeighborSampler(
+            CSRGraph.from_edges([0], [1], num_nodes=2), [1]))
 
 
 def test_nodeloader_locality_clusters_go_to_a_data_root_or_stay_in_memory(cdata, tmp_path,

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .errors import ConfigError
-from .protocols import CACHE_POLICIES, MODELS, SCHEDULERS
+from .protocols import CACHE_POLICIES, MODELS, SAMPLERS, SCHEDULERS
 
 SAMPLER_DEVICES = ("auto", "cpu", "cuda")
 AMP_MODES = ("off", "bf16")
@@ -68,7 +68,7 @@ if TYPE_CHECKING:
 def option(default=MISSING, help: str = "", *, flag: str | None = None, factory=None,
            required: bool = False, negatable: bool = False, metavar: str | None = None,
            show_default: str | None = None, result: bool = False, choices=None,
-           listed: bool = False) -> Field:
+           listed: bool = False, fingerprint_default: bool = True) -> Field:
     """A config field with its command-line form.
 
     ``flag`` defaults to ``--field-name``; a bool field is a switch (``store_true``; a flag
@@ -78,10 +78,12 @@ def option(default=MISSING, help: str = "", *, flag: str | None = None, factory=
     covers exactly these); ``choices`` (a tuple of names, or a function returning them: a
     registry's :meth:`~twopgraph.registry.Registry.declared`) are shown in ``--help`` as the
     flag's value, ``{a,b}`` (``{a,b}[,...]`` for a comma-separated ``listed`` option); the
-    section's ``validate`` checks the value (with its own message)."""
+    section's ``validate`` checks the value (with its own message). ``fingerprint_default``
+    False: a result parameter added after checkpoints existed, left out of the fingerprint at
+    its default value (so those checkpoints still resume)."""
     meta = {"help": help, "flag": flag, "required": required, "negatable": negatable,
             "metavar": metavar, "show_default": show_default, "result": result,
-            "choices": choices, "listed": listed}
+            "choices": choices, "listed": listed, "fingerprint_default": fingerprint_default}
     if factory is not None:
         return field(default_factory=factory, metadata=meta)
     return field(default=default, metadata=meta)
@@ -240,6 +242,13 @@ class SamplingConfig(Section):
     balance: int = option(16, "locality: the next cluster of a batch is the best of this many "
                           "for the batch's label mix; 1 = plain shuffled cluster order",
                           result=True)
+    sampler: str = option("neighbor", "the sampler, a registered name: neighbor (uniform "
+                          "neighbour sampling, numba kernels on the host; in training on a GPU "
+                          "its torch twin, which draws the same batches, may sample there) | "
+                          "device (that torch twin, on the training device) | any sampler "
+                          "module added to twopgraph/sampler",
+                          result=True, fingerprint_default=False,
+                          choices=lambda: SAMPLERS.declared())
     # Not result parameters: both samplers draw bit-identical batches (same seed, same key).
     sampler_device: str = option("auto", "where mini-batches are sampled: cpu (numba, host "
                                  "memory) | cuda (torch ops on the training GPU, the graph in "
@@ -263,6 +272,7 @@ class SamplingConfig(Section):
         _int_at_least(self, "balance", 1)
         if not isinstance(self.renumber, bool):
             raise ConfigError(f"renumber must be true or false, got {self.renumber!r}")
+        SAMPLERS.check(self.sampler)
         _choice(self, "sampler_device", SAMPLER_DEVICES)
         if self.sampler_device == "cuda" and not _cuda_available():
             raise ConfigError("--sampler-device cuda requested but torch sees no CUDA GPU")
@@ -549,7 +559,9 @@ class Config:
             sec = getattr(self, name)
             for f in fields(sec):
                 if f.metadata.get("result"):
-                    out[f.name] = getattr(sec, f.name)
+                    value = getattr(sec, f.name)
+                    if f.metadata.get("fingerprint_default", True) or value != f.default:
+                        out[f.name] = value
         return out
 
     def validate(self):

@@ -37,7 +37,7 @@ from .errors import ConfigError, GraphFormatError
 from .graph import GraphData
 from .loader import EpochStats
 from .partition import prepare_locality
-from .protocols import SCHEDULERS
+from .protocols import SAMPLERS, SCHEDULERS, Sampler
 from .rundir import check_data_root
 from .sampler.minibatch import MiniBatch
 from .sampler.schedule import RandomScheduler
@@ -97,7 +97,10 @@ class NodeLoader:
     - keyword only: ``num_clusters`` [0 = automatic], ``balance`` [16] (locality options, as
       ``twopgraph train --num-clusters/--balance``), ``sampler_device`` ["auto": on the GPU
       when ``device`` is CUDA and the graph fits], ``feat_dtype`` ["float32"; "float16" or
-      "bfloat16" halve the bytes copied, ``mb.features`` is still float32].
+      "bfloat16" halve the bytes copied, ``mb.features`` is still float32], ``sampler``
+      ["neighbor"]: a registered sampler's name (``twopgraph train --sampler``), or an object
+      implementing :class:`~twopgraph.protocols.Sampler` over ``data.graph`` (used as it is:
+      ``fanouts`` then only names the layers' count for the config).
 
     ``len(loader)`` is the number of batches per epoch. ``loader.epoch`` is the epoch the next
     iteration yields (0 first; each iteration advances it; assign it to replay an epoch).
@@ -127,7 +130,7 @@ class NodeLoader:
                  device="cpu", cache_policy: str = "none", cache_ratio: float | None = None,
                  prefetch: int = 2, threads: int = 0, data_root=None, *,
                  num_clusters: int = 0, balance: int = 16, sampler_device: str = "auto",
-                 feat_dtype: str = "float32"):
+                 feat_dtype: str = "float32", sampler="neighbor"):
         if not isinstance(data, GraphData):
             raise TypeError(f"NodeLoader takes a GraphData (GraphData.from_scipy, from_pyg, "
                             f"from_dgl, load_dataset), got {type(data).__name__}")
@@ -151,13 +154,23 @@ class NodeLoader:
                               f"orders them by cluster; use schedule='random' with it")
         if isinstance(device, torch.device):
             device = str(device)
+        given = None
+        if not isinstance(sampler, str):
+            if not isinstance(sampler, Sampler):
+                raise ConfigError(f"sampler must be a registered name ({', '.join(SAMPLERS)}) "
+                                  f"or an object with sample(seeds, key, parallel) and graph, "
+                                  f"got {type(sampler).__name__}")
+            if getattr(sampler, "graph", None) is not data.graph:
+                raise ConfigError("the sampler given samples another graph than data.graph")
+            given, sampler = sampler, "neighbor"
         # Labels of unlabelled seeds (-1) cannot be balanced over: plain cluster order then.
         if clustered and np.any(data.label[seeds] < 0):
             balance = 1
         self.config = TrainConfig.of(
             fanouts=fanouts, batch_size=batch_size, schedule=schedule,
             num_clusters=num_clusters, balance=balance, renumber=False,
-            sampler_device=sampler_device, cache_policy=cache_policy, cache_ratio=cache_ratio,
+            sampler=sampler, sampler_device=sampler_device, cache_policy=cache_policy,
+            cache_ratio=cache_ratio,
             feat_dtype=feat_dtype, seed=seed, device=device, prefetch=prefetch,
             threads=threads, data_root=None if data_root is None else str(data_root),
             progress=False).validate()
@@ -183,7 +196,7 @@ class NodeLoader:
                                     cache_dir=None if root is None else root / "clusters")
             parts = prep.clustering.parts
         self._loader = make_loader(
-            self.config, view, self.device, parts=parts, schedule_choice=choice,
+            self.config, view, self.device, parts=parts, schedule_choice=choice, sampler=given,
             wrap_scheduler=None if shuffle else
             (lambda s: InOrderScheduler(s.train_idx, s.batch_size, seed=s.seed)))
 

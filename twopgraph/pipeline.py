@@ -81,13 +81,45 @@ def resolve_sampler_device(choice: str, device, graph, share: float = 0.25,
     return (device if fits else host), why
 
 
+def build_sampler(s, graph, device, seed: int, log_choice: bool = True):
+    """The training sampler of the sampling options ``s`` (``--sampler``,
+    ``--sampler-device``, ``--sampler-memory-share``) over ``graph`` for training on
+    ``device``: the registered sampler ``s.sampler`` on the host, or its ``device_twin`` (the
+    same batches, torch ops) where :func:`resolve_sampler_device` puts sampling on the GPU; a
+    sampler that is itself ``on_device`` samples on ``device``. A ``--sampler-device cuda``
+    for a sampler without a device twin is a :class:`ConfigError`; ``auto`` then samples on
+    the host. One log line says where and why."""
+    from .protocols import SAMPLERS
+    name = s.sampler
+    factory = SAMPLERS.get(name)
+    device = torch.device(device)
+    if getattr(factory, "on_device", False):
+        where, why, built = device, f"--sampler {name}", name
+    else:
+        twin = getattr(factory, "device_twin", None)
+        if twin is None and s.sampler_device == "cuda":
+            raise ConfigError(f"--sampler {name} has no device version: sample on the host "
+                              f"(--sampler-device cpu or auto)")
+        if twin is None:
+            where, why = torch.device("cpu"), f"--sampler {name} samples on the host"
+        else:
+            where, why = resolve_sampler_device(s.sampler_device, device, graph,
+                                                s.sampler_memory_share)
+        built = name if where.type == "cpu" else twin
+    if log_choice:
+        log.info("sampling on %s (%s sampler): %s", where, built, why)
+    if getattr(SAMPLERS.get(built), "on_device", False):
+        return make_sampler(built, graph, s.fanouts, seed=seed, device=where)
+    return make_sampler(built, graph, s.fanouts, seed=seed)
+
+
 def make_loader(cfg: TrainConfig, data: GraphData, device, *, parts=None,
                 batch_size: int | None = None, sampler=None, wrap_scheduler=None,
                 threads: int | None = None, rows=None, feat=None,
                 combine_schedule_figures=None, schedule_choice=None) -> Loader:
     """The training :class:`~twopgraph.loader.Loader` of ``cfg`` over ``data``: the sampler of
-    ``--sampler-device`` (:func:`resolve_sampler_device`: ``neighbor`` on the host or
-    ``device`` on the training GPU; unless ``sampler`` is given), the scheduler of ``cfg``
+    ``--sampler`` and ``--sampler-device`` (:func:`build_sampler`; unless ``sampler`` is
+    given), the scheduler of ``cfg``
     (``parts`` = the METIS cluster of every vertex; ``wrap_scheduler`` may wrap it;
     ``--schedule auto`` is decided here by
     :func:`~twopgraph.sampler.autoschedule.choose_schedule` on that sampler, its figures
@@ -106,15 +138,7 @@ def make_loader(cfg: TrainConfig, data: GraphData, device, *, parts=None,
     batch_size = s.batch_size if batch_size is None else batch_size
     threads = cfg.run.threads if threads is None else threads
     if sampler is None:
-        where, why = resolve_sampler_device(s.sampler_device, device, data.graph,
-                                            s.sampler_memory_share)
-        log.info("sampling on %s (%s sampler): %s", where,
-                 "neighbor" if where.type == "cpu" else "device", why)
-        if where.type == "cpu":
-            sampler = make_sampler("neighbor", data.graph, s.fanouts, seed=cfg.run.seed)
-        else:
-            sampler = make_sampler("device", data.graph, s.fanouts, seed=cfg.run.seed,
-                                   device=where)
+        sampler = build_sampler(s, data.graph, device, cfg.run.seed)
     plan = ThreadPlan.for_threads(threads, cfg.run.prefetch)
     torch_sampler = getattr(sampler, "device", None) is not None
     schedule, choice = s.schedule, None

@@ -35,7 +35,7 @@ def run(cfg: BenchSamplerConfig) -> dict:
     prep = locality_for(data, [s.schedule], cfg)
     data = prep.data
     parts = None if prep.clustering is None else prep.clustering.parts
-    sampler = make_sampler("neighbor", data.graph, s.fanouts, seed=b.seed)
+    sampler = make_sampler(s.sampler, data.graph, s.fanouts, seed=b.seed)
     schedule, choice = s.schedule, prep.schedule_choice  # the probe's: random, no clusters
     if schedule == "auto" and choice is not None:
         schedule = choice.schedule

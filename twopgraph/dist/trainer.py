@@ -97,8 +97,10 @@ _TIMED_OUT = re.compile(r"timed? ?out|timeout", re.IGNORECASE)
 
 
 class PartSampler:
-    """A :class:`~twopgraph.sampler.NeighborSampler` over a part's graph that also counts what
-    exact sampling would have needed from other workers (see the module docstring).
+    """The registered host sampler ``name`` (``--sampler``, a
+    :class:`~twopgraph.sampler.NeighborSampler` by default) over a part's graph that also
+    counts what exact sampling would have needed from other workers (see the module
+    docstring).
 
     GCN's normalisation reads full-graph degrees, which a local part stores (a halo vertex's
     local row may be truncated), so the sampler is given those instead of the local ones. A
@@ -106,8 +108,8 @@ class PartSampler:
     stay 0 and only ``halo_input_rows`` (input rows of vertices it does not own) counts.
     """
 
-    def __init__(self, part: Part, fanouts, seed: int = 0):
-        self.inner = make_sampler("neighbor", part.data.graph, fanouts, seed=seed,
+    def __init__(self, part: Part, fanouts, seed: int = 0, name: str = "neighbor"):
+        self.inner = make_sampler(name, part.data.graph, fanouts, seed=seed,
                                   degrees=part.degree)
         self.graph, self.fanouts, self.seed = self.inner.graph, self.inner.fanouts, seed
         self.num_owned = part.num_owned
@@ -366,7 +368,7 @@ def _run(cfg: TrainConfig, folder: Path, meta: dict, env: DistEnv, device, backe
     local_bs = -(-cfg.sampling.batch_size // world)
     # As many optimizer steps per epoch as a single-process run with the same global batch.
     steps = -(-sum(p["num_train"] for p in meta["parts"]) // (local_bs * world))
-    sampler = PartSampler(part, cfg.sampling.fanouts, seed=run.seed)
+    sampler = PartSampler(part, cfg.sampling.fanouts, seed=run.seed, name=cfg.sampling.sampler)
     # features: local id v reads the store's row part.rows[v] (a global part: row v)
     # --schedule auto: every rank measures its part's batches; the decision is made on the
     # figures summed over the ranks, so all ranks use the same scheduler

@@ -143,6 +143,9 @@ class TorchNeighborSampler:
         ((3, 1), [0, 2], [2.0, 2.0, 1.0])
     """
 
+    #: Samples on the ``device=`` it is given (``--sampler device``: the training device).
+    on_device = True
+
     def __init__(self, graph: CSRGraph, fanouts: Sequence[int], seed: int = 0,
                  degrees: np.ndarray | None = None, device="cpu"):
         self.graph = graph

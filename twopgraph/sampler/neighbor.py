@@ -156,6 +156,10 @@ class NeighborSampler:
         ([(4, 3), (3, 1)], [0])
     """
 
+    #: The registered sampler that draws the same batches with torch ops on a GPU (what
+    #: ``--sampler-device`` switches to; see :func:`twopgraph.pipeline.build_sampler`).
+    device_twin = "device"
+
     def __init__(self, graph: CSRGraph, fanouts: Sequence[int], seed: int = 0,
                  degrees: np.ndarray | None = None):
         self.graph = graph
