@@ -16,7 +16,7 @@ thread count, each run in its own process(es), one after the other (never concur
 For each twopgraph side: ``twopgraph bench sampler`` (sampling-only epochs) then
 ``twopgraph train`` (training epochs; exact evaluation of the final model only).
 
-Reported per side (DESIGN.md metric definitions):
+Reported per side (metrics as docs/formats.md defines them):
   sample_epoch_s   sampling-only epoch, median of ``--sample-epochs`` timed epochs after 1 warm-up
   seeds_per_s      training seeds / sample_epoch_s
   train_epoch_s    training epoch, median of the epochs after the first (all in train_epoch_s_all)

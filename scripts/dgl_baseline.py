@@ -7,7 +7,7 @@ dgl (and scipy, pulled in by dgl). It must not import twopgraph.
     $DGL_VENV/bin/python scripts/dgl_baseline.py --npz ../shared/datasets/cora.npz \
         --fanouts 15,10,5 --batch-size 1024 --epochs 10 --mode both --json
 
-Measurements (see the project's DESIGN.md for the shared metric definitions):
+Measurements (docs/formats.md defines the shared metrics):
   sample_epoch_s        median over 3 epochs (after 1 warm-up epoch) of iterating the DataLoader
                         only: sampling + block construction, no feature gather, no compute.
   seeds_per_s           len(train_idx) / sample_epoch_s

@@ -342,3 +342,12 @@ def test_docs_worked_example_sampler_trains_by_name(tmp_path, monkeypatch):
         assert "sampler" not in cfg.result_params()  # the default: old fingerprints hold
     finally:
         SAMPLERS._entries.pop("capped", None)
+
+
+def test_no_reference_to_a_design_document_outside_the_repository():
+    """docs/formats.md and docs/architecture.md are the reference; DESIGN.md is not in the
+    repository, so no docstring, script or doc may send a reader there."""
+    repo = PKG.parent
+    files = [*PKG.rglob("*.py"), *(repo / "scripts").glob("*.py"), *(repo / "docs").glob("*.md")]
+    bad = [str(f.relative_to(repo)) for f in files if "DESIGN.md" in f.read_text()]
+    assert not bad, bad

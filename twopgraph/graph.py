@@ -1,6 +1,6 @@
 """Graphs and node data: :class:`CSRGraph` and :class:`GraphData`, validation, renumbering, I/O.
 
-On-disk format (``.npz``, see DESIGN.md): ``indptr`` int64 (N+1), ``indices`` int32/int64 (E),
+On-disk format (``.npz``, docs/formats.md): ``indptr`` int64 (N+1), ``indices`` int32/int64 (E),
 the CSR of an undirected graph without self loops or duplicates; ``feat`` float32 (N x F);
 ``label`` int64 (N); ``train_idx``, ``val_idx``, ``test_idx`` int64. Files written by
 twopgraph may also hold ``node_ids`` int64 (N): the original id of each vertex when the graph
@@ -559,7 +559,7 @@ class GraphData:
 
     # -- I/O -------------------------------------------------------------------------------------
     def save_npz(self, path: str | os.PathLike) -> Path:
-        """Write the DESIGN.md ``.npz`` (uncompressed) atomically: temp file, then rename."""
+        """Write the ``.npz`` exchange format (uncompressed) atomically: temp file, then rename."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         arrays = dict(indptr=self.graph.indptr, indices=self.graph.indices, feat=self.feat,
@@ -573,7 +573,8 @@ class GraphData:
     @classmethod
     def load_npz(cls, path: str | os.PathLike, name: str | None = None,
                  validate: bool = True) -> "GraphData":
-        """Read a DESIGN.md ``.npz``; any problem raises :class:`GraphFormatError` (one line)."""
+        """Read an ``.npz`` of the exchange format; any problem raises
+        :class:`GraphFormatError` (one line)."""
         path = Path(path)
         if not path.is_file():
             raise GraphFormatError(f"dataset file not found: {path}")

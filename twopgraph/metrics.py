@@ -1,5 +1,5 @@
-"""The DESIGN.md metrics, computed in one place: row counters, the figures derived from them,
-peak memory, and the JSON writer of ``metrics.json`` files.
+"""The metrics of docs/formats.md, computed in one place: row counters, the figures derived
+from them, peak memory, and the JSON writer of ``metrics.json`` files.
 
 Definitions (rows; bytes = rows x ``row_bytes``, the bytes of one stored feature row):
 

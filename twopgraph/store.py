@@ -27,7 +27,7 @@ Conversion validates the content once (:meth:`GraphData.validate`, features read
 opening a store checks only ``store.json`` against the files (dtype, shape, size: cheap), so a
 truncated, foreign or inconsistent folder is a one-line :class:`GraphFormatError`.
 
-``.npz`` files (the exchange format of DESIGN.md) are converted *streaming*: each zip member is
+``.npz`` files (the exchange format of docs/formats.md) are converted *streaming*: each zip member is
 read in chunks of :data:`CHUNK_BYTES` and written to its ``.npy`` file, so an ``.npz`` whose
 feature table is larger than memory converts within a few chunks of memory.
 
@@ -604,7 +604,7 @@ def half_checked(chunks, where: str):
 
 def convert_npz(npz, folder, *, progress: bool = False, name: str | None = None,
                 source_key: str | None = None, feat_dtype=None) -> Path:
-    """Convert the DESIGN.md ``.npz`` at ``npz`` into a store at ``folder``, streaming: each
+    """Convert the exchange-format ``.npz`` at ``npz`` into a store at ``folder``, streaming: each
     member is read and written in chunks (an ``.npz`` larger than memory converts), then the
     store is validated once. Any problem is a one-line :class:`GraphFormatError` naming the
     file; nothing is left at ``folder`` then. ``source_key`` is recorded with the file's
@@ -764,7 +764,7 @@ def _counted(chunk, bar):
 
 
 def export_npz(data: GraphData, path) -> Path:
-    """Write ``data`` as a DESIGN.md ``.npz`` (uncompressed, zip64), streaming each array in
+    """Write ``data`` as an exchange-format ``.npz`` (uncompressed, zip64), streaming each array in
     chunks so a memory-mapped table larger than memory can be exported. Atomic (temp file,
     then rename)."""
     from .files import atomic_write_bytes

@@ -15,7 +15,7 @@ Outputs in ``out`` (written by :func:`train`):
   = the final epoch; the best so far while running) ``val_acc``, ``test_acc`` (accuracies), ``val_score``, ``test_score`` (in
   ``metric``: ``acc`` or ``rocauc``, from ``--metric``), ``selected_epoch`` (0-based),
   ``metric`` and ``select`` (figures null for a diverged run); ``epochs`` (one object per
-  epoch with the DESIGN.md metrics; evaluated epochs also ``val_acc``, ``test_acc``,
+  epoch with the metrics of docs/formats.md; evaluated epochs also ``val_acc``, ``test_acc``,
   ``val_score``, ``test_score``), the config, the dataset summary, the seed ``schedule``
   used and ``schedule_choice`` (the figures of ``--schedule auto``'s decision, null for a
   schedule given explicitly), and the process's ``peak_rss_mib`` / ``peak_pss_mib``; strict
@@ -691,7 +691,7 @@ def train_epoch(model, opt, loader: Loader, epoch: int, progress: bool = True,
                 stop_on_nonfinite: bool = True, amp: str = "off") -> dict:
     """One epoch of ``loader``'s batches through ``model`` (cross-entropy, ``opt`` step per
     batch; forward and loss under :func:`autocast` ``amp``); returns the epoch's record
-    (DESIGN.md metrics, seconds, ``sampler_device``, ``amp``).
+    (the metrics of docs/formats.md, seconds, ``sampler_device``, ``amp``).
 
     No host synchronisation inside a step: loss and accuracy are accumulated on the device
     (:class:`StepTally`) and read every ``READ_EVERY`` steps, at the end of the epoch and, with

@@ -1,7 +1,8 @@
 """The cache directory: which row sits in which slot of the device buffer, what a batch hits
-and misses, and the exact row counts behind the DESIGN.md metrics. No data moves here -- the
-:class:`~twopgraph.cache.feature_cache.FeatureCache` executes the plans on real tensors, and
-the benchmark replays access streams on the directory alone (the counts are the same).
+and misses, and the exact row counts behind the metrics of docs/formats.md. No data moves
+here -- the :class:`~twopgraph.cache.feature_cache.FeatureCache` executes the plans on real
+tensors, and the benchmark replays access streams on the directory alone (the counts are the
+same).
 
 Accounting (rows; bytes = rows x bytes per row):
 

@@ -12,8 +12,8 @@ Two starts are computed:
   *all* bytes a policy copies, its initial fill included (``total_vs_optimal``);
 - ``start="best"``: a free initial fill of the ``budget`` rows used first (what a policy's
   one-off ``cache_fill_bytes`` can at best buy). This is the floor for ``h2d_bytes`` alone
-  (``vs_optimal``, as DESIGN.md defines it: h2d_bytes / the fewest bytes any cache of the same
-  budget could have copied).
+  (``vs_optimal``, as docs/formats.md defines it: h2d_bytes / the fewest bytes any cache of
+  the same budget could have copied).
 """
 
 from __future__ import annotations

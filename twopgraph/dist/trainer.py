@@ -18,8 +18,8 @@ training (:mod:`twopgraph.train`: model, epoch pipeline, checkpoints, metrics), 
   several machines ``OUT`` must be on a shared file system). Rank 0 owns ``OUT`` for the
   whole job (:class:`~twopgraph.rundir.RunDir`, taken before any part is loaded): a job or
   run already using it is refused on every rank with one line.
-- **accounting** (per rank under ``ranks`` and in total per epoch): the DESIGN.md metrics plus
-  ``remote_graph_requests`` = expansions of a sampled vertex whose row the part holds only in
+- **accounting** (per rank under ``ranks`` and in total per epoch): the metrics of
+  docs/formats.md plus ``remote_graph_requests`` = expansions of a sampled vertex whose row the part holds only in
   part (truncated at the boundary: the requests an exact sampler would send to another worker),
   ``remote_feature_bytes`` = expected bytes of the feature rows those requests would bring
   (sum over them of ``min(fanout, d) (d - d_local) / d`` rows), both 0 when hops >= layers, and
