@@ -137,7 +137,7 @@ LAYERS = [
     {"twopgraph.config", "twopgraph.loader"},
     {"twopgraph.pipeline", "twopgraph.checkpoint"},
     {"twopgraph.train", "twopgraph.inference", "twopgraph.nodeloader"},
-    {"twopgraph.dist", "twopgraph.bench", "twopgraph.predict"},
+    {"twopgraph.distributed", "twopgraph.bench", "twopgraph.predict"},
     {"twopgraph.cli"},
 ]
 
@@ -159,7 +159,7 @@ def test_imports_go_one_way():
 
 def test_protocols_are_implemented():
     from twopgraph.cache import FeatureCache, HostFeatures, PolicyContext, make_policy
-    from twopgraph.dist.trainer import FixedSteps
+    from twopgraph.distributed.trainer import FixedSteps
     from twopgraph.graph import CSRGraph
     from twopgraph.protocols import FeatureSource, Sampler, Scheduler
     from twopgraph.sampler import LocalityScheduler, NeighborSampler, RandomScheduler

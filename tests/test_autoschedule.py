@@ -265,7 +265,7 @@ def test_nodeloader_auto(tmp_path, monkeypatch):
 def _rank(rank, port, out_dir):
     import torch.distributed as dist
 
-    from twopgraph.dist.trainer import summed_over_ranks
+    from twopgraph.distributed.trainer import summed_over_ranks
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=2)
     try:

@@ -176,7 +176,7 @@ def dist_argv(part1, out, *extra) -> list[str]:
 @pytest.fixture
 def no_torchrun(monkeypatch):
     """The ``--nproc`` launcher must refuse before it starts torchrun."""
-    from twopgraph.dist import launch
+    from twopgraph.distributed import launch
 
     def boom(*a, **k):
         raise AssertionError("torchrun was started")

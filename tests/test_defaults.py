@@ -156,8 +156,8 @@ def test_cli_logs_and_records_the_defaults(tmp_path, capsys, caplog):
 def test_distributed_defaults_use_the_whole_graph(tmp_path, monkeypatch):
     """A rank resolves the defaults from the dataset's vertex count in meta.json (the whole
     graph's, not its part's) before its run signature."""
-    import twopgraph.dist.trainer as tr
-    from twopgraph.dist import DistEnv
+    import twopgraph.distributed.trainer as tr
+    from twopgraph.distributed import DistEnv
     from twopgraph.partition.selfdep import partition_selfdep
     data = community_data(1200, k=4)
     meta = partition_selfdep(data, 2, 2, tmp_path / "p2", num_clusters=12,

@@ -16,10 +16,10 @@ import torch
 import torch.multiprocessing as mp
 
 from conftest import community_data, join_all
-from twopgraph.dist import DistEnv, FixedSteps, PartSampler, torchrun_command, train_distributed
-from twopgraph.dist.env import process_group
-from twopgraph.dist.evaluate import evaluate_distributed
-from twopgraph.dist.launch import strip_nproc
+from twopgraph.distributed import DistEnv, FixedSteps, PartSampler, torchrun_command, train_distributed
+from twopgraph.distributed.env import process_group
+from twopgraph.distributed.evaluate import evaluate_distributed
+from twopgraph.distributed.launch import strip_nproc
 from twopgraph.errors import ConfigError, TwopgraphError
 from twopgraph.models import build_model
 from twopgraph.partition.selfdep import load_part, partition_selfdep
@@ -47,7 +47,7 @@ def _worker(rank, world, ports, parts, out, result_dir, runs, fail_rank):
     os.environ.update(MASTER_ADDR="127.0.0.1", RANK=str(rank), WORLD_SIZE=str(world),
                       LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
     if rank == fail_rank:  # die abruptly in the second epoch
-        import twopgraph.dist.trainer as tr
+        import twopgraph.distributed.trainer as tr
         orig = tr.train_epoch
 
         def dying(*a, **k):
@@ -177,7 +177,7 @@ def test_rank_reads_the_one_shared_store(parts2, tmp_path, monkeypatch, rep):
     """A rank's feature source reads the store's feat.npy through its memory map (no private
     copy of the table: the ranks of a machine share the page cache); a global part also
     samples on the store's CSR; the partition holds no features."""
-    import twopgraph.dist.trainer as tr
+    import twopgraph.distributed.trainer as tr
     data = parts2[0]
     folder = tmp_path / "p"
     meta = partition_selfdep(data, 1, 2, folder, num_clusters=12, representation=rep)

@@ -619,8 +619,8 @@ def _dist_eval_worker(rank, world, port, folder, result_dir):
 def _dist_eval(rank, world, port, folder, result_dir):
     import os
 
-    from twopgraph.dist.env import DistEnv, process_group
-    from twopgraph.dist.evaluate import ReducedTables, SharedTables, evaluate_scores
+    from twopgraph.distributed.env import DistEnv, process_group
+    from twopgraph.distributed.evaluate import ReducedTables, SharedTables, evaluate_scores
     from twopgraph.partition.selfdep import load_part
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)

@@ -473,7 +473,7 @@ def test_dangling_out_symlink_is_named_as_such(tmp_path, capsys, below):
 
 @pytest.mark.parametrize("below", [False, True])
 def test_dangling_partition_out_is_named_before_any_work(tmp_path, capsys, below):
-    """``partition --out`` (dist/commands.py) through a dangling link: one line naming the
+    """``partition --out`` (distributed/commands.py) through a dangling link: one line naming the
     link, before the data is generated (it said "cannot create ... (File exists)", or failed
     after clustering with "Not a directory")."""
     link = tmp_path / "out"

@@ -221,7 +221,7 @@ def test_format_2_folder_is_refused_in_one_line(clean, tmp_path):
 
 def test_launcher_refuses_a_damaged_partition_before_any_rank(clean, tmp_path, capsys,
                                                               monkeypatch):
-    import twopgraph.dist.launch as launch
+    import twopgraph.distributed.launch as launch
     started = []
     monkeypatch.setattr(launch, "launch", lambda *a, **k: started.append(a) or 0)
     folder = _copy(clean, tmp_path / "p")
@@ -253,7 +253,7 @@ def test_rank_started_by_the_launcher_hands_its_error_over(clean1, tmp_path, cap
                                                            monkeypatch):
     """Under the launcher (its error folder in the environment) a rank writes its one line
     for the launcher and exits quietly with the error's code."""
-    from twopgraph.dist.launch import ERROR_DIR_ENV, _failure
+    from twopgraph.distributed.launch import ERROR_DIR_ENV, _failure
     folder = _copy(clean1, tmp_path / "p")
     _edit(folder / "part0/label.npy", np.zeros_like)
     errdir = tmp_path / "err"
@@ -272,7 +272,7 @@ def test_rank_started_by_the_launcher_hands_its_error_over(clean1, tmp_path, cap
 def test_launcher_failure_lines(tmp_path):
     """What the launcher prints for each way a torchrun job can fail (from the ranks' error
     files and the agent's report)."""
-    from twopgraph.dist.launch import _failure
+    from twopgraph.distributed.launch import _failure
 
     def case(ranks: dict, failures: dict | None, agent_signal=None):
         d = tmp_path / f"c{len(list(tmp_path.iterdir()))}"
@@ -315,7 +315,7 @@ def test_rank_error_reaches_the_user_as_one_line(clean, tmp_path):
     Today: the line plus torchrun's ~45-line ChildFailedError, exit 1."""
     folder = _copy(clean, tmp_path / "p")
     _damage(folder, "indices-every-7th-1e6")
-    code = ("import sys; from twopgraph.dist.launch import launch; sys.exit(launch(2, "
+    code = ("import sys; from twopgraph.distributed.launch import launch; sys.exit(launch(2, "
             f"{['train', '--partitions', str(folder), '--nproc', '2', '--out', str(tmp_path / 'run'), *TRAIN]!r}))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=180, cwd=ROOT)
@@ -499,7 +499,7 @@ def test_partition_out_unusable_is_one_line(tmp_path, capsys):
 def test_process_group_refuses_unusable_timeouts(timeout):
     """Today `inf` and 1e300 raise OverflowError in each rank."""
     import torch
-    from twopgraph.dist.env import DistEnv, process_group
+    from twopgraph.distributed.env import DistEnv, process_group
     with pytest.raises(ConfigError, match="dist-timeout"):
         with process_group(DistEnv(), torch.device("cpu"), timeout):
             pass

@@ -331,7 +331,7 @@ def test_bad_flags_refused_without_output(tmp_path, capsys, extra, monkeypatch):
 @pytest.mark.parametrize("timeout", ["inf", "0", "nan", "-5", "1e9"])
 def test_dist_timeout_refused_by_the_launcher(tmp_path, capsys, monkeypatch, timeout):
     """--dist-timeout is checked by the --nproc launcher before torchrun starts a rank."""
-    import twopgraph.dist.launch as launch
+    import twopgraph.distributed.launch as launch
 
     def no_launch(*a, **k):
         raise AssertionError("torchrun was started")
@@ -419,8 +419,8 @@ def test_full_tmpfs_during_run(root, tmp_path, capsys):
 
 
 def test_lost_peer_messages():
-    from twopgraph.dist import DistEnv
-    from twopgraph.dist.trainer import _lost_peer
+    from twopgraph.distributed import DistEnv
+    from twopgraph.distributed.trainer import _lost_peer
     env = DistEnv(0, 2, 0, 2)
     reset = RuntimeError("[/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:534] Read "
                          "error [127.0.0.1]:41234: Connection reset by peer")
@@ -508,7 +508,7 @@ def _dist_cfg(out, **kw):
 
 
 def test_distributed_rank0_owns_out_and_diverges(parts1, tmp_path, monkeypatch):
-    from twopgraph.dist import DistEnv, train_distributed
+    from twopgraph.distributed import DistEnv, train_distributed
     monkeypatch.delenv("MASTER_ADDR", raising=False)
     env = DistEnv(0, 1, 0, 1)
     out = tmp_path / "run"
@@ -535,7 +535,7 @@ def _free_port() -> int:
 def _diverge_worker(rank, world, port, parts, out, result_dir):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                       WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
-    from twopgraph.dist import train_distributed
+    from twopgraph.distributed import train_distributed
     import twopgraph.train as tr
     if rank == 1:  # only rank 1 sees a non-finite loss, in epoch 1
         real = tr.F.cross_entropy
@@ -554,7 +554,7 @@ def _diverge_worker(rank, world, port, parts, out, result_dir):
             tr_epoch[0] = epoch
             return real_epoch(model, opt, loader, epoch, *a, **k)
         tr.F = Poison()
-        import twopgraph.dist.trainer as dt
+        import twopgraph.distributed.trainer as dt
         dt.train_epoch = counting
     try:
         train_distributed(_dist_cfg(out, epochs=4), parts)

@@ -369,7 +369,7 @@ def parts1(tmp_path_factory, cdata):
 
 
 def _dist(out, parts, **kw):
-    from twopgraph.dist import DistEnv, train_distributed
+    from twopgraph.distributed import DistEnv, train_distributed
     os.environ.pop("MASTER_ADDR", None)
     return train_distributed(cfg(out, prefetch=1, dist_timeout=30, **kw), parts,
                              env=DistEnv(0, 1, 0, 1))
@@ -436,7 +436,7 @@ def test_distributed_rocauc_and_resume(cdata, tmp_path):
 
 
 def _rocauc_worker(rank, world, port, parts, out):
-    from twopgraph.dist import DistEnv, train_distributed
+    from twopgraph.distributed import DistEnv, train_distributed
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     train_distributed(cfg(out, epochs=2, lr=0.05, prefetch=1, dist_timeout=30), parts,
                       env=DistEnv(rank, world, rank, world))

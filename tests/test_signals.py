@@ -173,7 +173,7 @@ def test_launcher_passes_stop_signals_to_every_rank(tiny_parts, tmp_path, sig):
 def test_launcher_stop_then_resume_equals_an_uninterrupted_run(tiny_parts, tmp_path):
     """1 rank through the launcher, stopped by SIGTERM, resumed (in-process: the same code as a
     rank, world size 1): the same epochs and figures as a run never stopped."""
-    from twopgraph.dist import DistEnv, train_distributed
+    from twopgraph.distributed import DistEnv, train_distributed
     from twopgraph.config import TrainConfig
     root, parts, _ = tiny_parts
     out = tmp_path / "run"

@@ -96,7 +96,7 @@ def given(argv: list[str], dest: str) -> bool:
 def cmd_train(a) -> int:
     from .train import result_record, train
     cfg = TrainConfig.from_args(a)
-    from .dist.commands import run_partitioned
+    from .distributed.commands import run_partitioned
     # --partitions: data-parallel over self-dependence parts; the dataset is the partition's
     code = run_partitioned(cfg, a.argv, dataset_given=given(a.argv, "dataset")
                            if cfg.dist.partitions is not None else None)
@@ -126,7 +126,7 @@ def cmd_bench_cache(a) -> int:
 
 
 def cmd_partition(a) -> int:
-    from .dist.commands import cmd_partition as run
+    from .distributed.commands import cmd_partition as run
     PartitionConfig.from_args(a).validate()
     return run(a)
 

@@ -45,7 +45,7 @@ symmetrised graph) gets one written inside the partition (``OUT/store``).
   any number of layers and the remote counters are 0.
 
 Exact (full-neighbour) evaluation reads the full row of each owned vertex from the store's
-CSR (see :mod:`twopgraph.dist.evaluate`).
+CSR (see :mod:`twopgraph.distributed.evaluate`).
 
 On-disk layout (``OUT/``), every array a plain ``.npy`` file that can be memory-mapped::
 

@@ -5,7 +5,7 @@ The command line is passed on unchanged except ``--nproc``, so each worker runs
 --nproc-per-node P`` (one machine; for several machines call torchrun yourself, see the README).
 
 Errors reach the user as one line, not as torchrun's traceback: the torchrun agent runs in a
-small wrapper (``python -m twopgraph.dist.launch <torchrun arguments>``, :func:`agent_main`)
+small wrapper (``python -m twopgraph.distributed.launch <torchrun arguments>``, :func:`agent_main`)
 that keeps the agent's own log lines quiet and, when workers fail, writes what torchrun knows of
 them (rank, pid, exit code or signal) to a report file instead of raising
 ``ChildFailedError``. A worker that stops on a user error (a
@@ -79,7 +79,7 @@ def torchrun_command(nproc: int, argv: list[str]) -> list[str]:
 def agent_command(nproc: int, argv: list[str]) -> list[str]:
     """:func:`torchrun_command` with the agent run through :func:`agent_main`."""
     cmd = torchrun_command(nproc, argv)
-    return [cmd[0], "-m", "twopgraph.dist.launch", *cmd[3:]]
+    return [cmd[0], "-m", "twopgraph.distributed.launch", *cmd[3:]]
 
 
 #: The signals the launcher passes on to the job: torchrun's agent stops every rank with the
@@ -306,7 +306,7 @@ def _failure(errdir: Path, code: int) -> tuple[str | None, int]:
 
 
 def agent_main(args: list[str]) -> int:
-    """``python -m twopgraph.dist.launch <torchrun arguments>``: torchrun's agent, with its log
+    """``python -m twopgraph.distributed.launch <torchrun arguments>``: torchrun's agent, with its log
     lines off (unless :data:`AGENT_LOGS_ENV` is set) and worker failures written to
     :data:`ERROR_DIR_ENV`/``agent.json`` instead of raised; returns the exit code."""
     if not os.environ.get(AGENT_LOGS_ENV):

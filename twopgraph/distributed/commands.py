@@ -88,7 +88,7 @@ def run_partitioned(cfg, argv: list[str], dataset_given: bool | None = None) -> 
     before it starts any rank, so a damaged partition is refused in one line; each rank
     verifies its own part again as it loads it (so does a rank started by torchrun directly).
     A rank started by the launcher hands its user errors to the launcher, which prints one
-    line (see :mod:`twopgraph.dist.launch`)."""
+    line (see :mod:`twopgraph.distributed.launch`)."""
     d = cfg.dist
     cfg.validate()  # refuse bad flags once, before any worker starts
     if d.partitions is None:
