@@ -7,5 +7,6 @@
 # Extra arguments go to pytest. The cheap cases also run in the normal test suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-exec .venv/bin/python -m pytest -q -ra tests/test_faults_run.py tests/test_faults_data.py \
-    tests/test_faults_partition.py tests/test_faults_files.py "$@"
+exec .venv/bin/python -m pytest -q -ra tests/faults/test_faults_run.py \
+    tests/faults/test_faults_data.py tests/faults/test_faults_partition.py \
+    tests/faults/test_faults_files.py "$@"

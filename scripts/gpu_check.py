@@ -257,7 +257,7 @@ class Check:
         if self.a.device == "cuda":
             return (["--sampler-device", "cuda"] if has_flag else None), None
         return None, ("the device sampler runs with --device cuda (on CPU torch it is "
-                      "tested by tests/test_device_sampler.py)")
+                      "tested by tests/sampler/test_device_sampler.py)")
 
     def runs(self) -> None:
         for cache in self.a.caches.split(","):

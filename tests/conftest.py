@@ -4,12 +4,21 @@ other degree laws, and the small real datasets of the shared folder (skipped whe
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from twopgraph.graph import CSRGraph, GraphData
+
+# The tests mirror the package (tests/cache/, tests/faults/, ...) and import helpers from one
+# another (``from test_cache import sampled_stream``): every folder of tests is on the path,
+# whichever file runs first or alone.
+for _folder in sorted(p for p in Path(__file__).resolve().parent.iterdir()
+                      if p.is_dir() and not p.name.startswith(("_", "."))):
+    if str(_folder) not in sys.path:
+        sys.path.append(str(_folder))
 
 
 def random_graph(n: int = 200, m: int = 1000, seed: int = 0, hub: bool = True) -> CSRGraph:

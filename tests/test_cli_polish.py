@@ -364,7 +364,7 @@ def test_multi_node_interface_variables_documented():
 
 
 def test_bench_sampler_prints_a_formatted_record(root, capsys):
-    """No raw floats or Python dicts (the formatting itself: tests/test_bench_output.py)."""
+    """No raw floats or Python dicts (the formatting itself: tests/bench/test_bench_output.py)."""
     rc, out, err = run_cli(["bench", "sampler", "--dataset", "synthetic-tiny", "--data-root",
                             str(root), "--fanouts", "5,5", "--batch-size", "256", "--epochs",
                             "1", "--warmup", "0", "--schedule", "locality"], capsys)

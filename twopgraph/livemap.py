@@ -23,7 +23,7 @@ no message, no cleanup). Two defences:
   every batch; it costs a few microseconds.
 
 The handler has no NumPy twin: it is not a kernel (no array result), it is tested by a
-subprocess that truncates a mapped file (``tests/test_live_data.py``).
+subprocess that truncates a mapped file (``tests/faults/test_live_data.py``).
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from twopgraph.graph import GraphData
 
 from conftest import community_data
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture

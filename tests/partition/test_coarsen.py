@@ -20,7 +20,8 @@ from twopgraph.partition import cluster as cluster_mod
 from twopgraph.partition import cluster_graph, cluster_key, coarsen, edge_cut
 from twopgraph.partition.cluster import resolve_method, vertex_weights
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
 
 
 def big_community(n=30_000, k=60, deg=8, seed=0):
@@ -123,7 +124,7 @@ def test_method_is_in_the_cache_key(big, tmp_path, monkeypatch):
 
 _THREADS_SCRIPT = textwrap.dedent("""
     import sys, numpy as np
-    sys.path.insert(0, {tests!r})
+    sys.path[:0] = [{here!r}, {tests!r}]
     from test_coarsen import big_community
     from twopgraph.jit import configure_threading, thread_count
     from twopgraph.partition import coarsen
@@ -143,7 +144,7 @@ _THREADS_SCRIPT = textwrap.dedent("""
 def test_deterministic_across_thread_counts():
     env = dict(os.environ, NUMBA_NUM_THREADS="3")
     r = subprocess.run([sys.executable, "-c",
-                        _THREADS_SCRIPT.format(tests=os.path.join(ROOT, "tests"))],
+                        _THREADS_SCRIPT.format(here=HERE, tests=os.path.dirname(HERE))],
                        env=env, capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert r.returncode == 0 and "same" in r.stdout, r.stdout[-2000:] + r.stderr[-3000:]
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "bench_memory.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_memory.py"
 
 
 @pytest.fixture(scope="module")

@@ -25,7 +25,7 @@ from twopgraph.errors import ConfigError
 from twopgraph.partition import selfdep
 from twopgraph.partition.selfdep import PartitionError, load_part, partition_selfdep, read_meta
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TRAIN = ["--fanouts", "4,4", "--batch-size", "64", "--epochs", "1", "--hidden", "8",
          "--device", "cpu", "--threads", "1", "--no-progress"]
 

@@ -29,7 +29,7 @@ from twopgraph.graph import atomic_write_bytes
 from twopgraph.partition import cluster_graph
 from conftest import community_data, run_cli
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 HOST = re.sub(r"[^A-Za-z0-9.]", "_", socket.gethostname())[:64] or "localhost"
 
 

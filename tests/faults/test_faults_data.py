@@ -37,7 +37,7 @@ def _own_data_root(tmp_path, monkeypatch):
     default data root (``datasets/``), where they were left behind."""
     monkeypatch.setenv("TWOPGRAPH_DATA", str(tmp_path / "data-root"))
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 # -- builders ----------------------------------------------------------------------------------
