@@ -43,6 +43,7 @@ import torch
 from .cache.host import HostFeatures
 from .cache.readahead import find_mmap
 from .errors import ConfigError, GraphFormatError
+from .files import human_bytes
 from .loader import as_long_tensor
 from .metrics import available_host_bytes, fillable_host_bytes  # noqa: F401 (read here)
 from .models import BlockGNN
@@ -751,7 +752,11 @@ def scored_inference(model: BlockGNN, sampler, feat, device, scored,
             """Emit positions ``[a0, b0)`` of the level: the combine of what ``got`` holds
             for them (its row 0 is position ``base``; dst rows it does not keep are read
             from the layer's input source)."""
-            step = max(1, chunk_bytes // (4 * (got.width + (0 if got.rows else conv.in_dim))))
+            # per row: what got holds and the own row read back, the output and its message
+            # pushed into the next layer, and the row's edges (ids, targets, weights)
+            per_row = (4 * (got.width + (0 if got.rows else conv.in_dim) + 2 * conv.out_dim)
+                       + 32 * max(1, graph.num_edges // max(1, graph.num_nodes)))
+            step = max(1, combine_bytes // per_row)
             for a in range(a0, b0, step):
                 b = min(b0, a + step)
                 dst = level[a:b]
@@ -762,10 +767,14 @@ def scored_inference(model: BlockGNN, sampler, feat, device, scored,
                 offs, nbrs = _rows_of(graph, dst) if push is not None else (None, None)
                 emit(a, b, y, offs, nbrs)
 
+        combine_bytes = chunk_bytes
         if pushed is not None:  # this layer = combine of what the layer below pushed
             for a0, b0 in itertools.pairwise(edge_balanced_ranges(cum, batch_edges)):
                 combined(pushed, a0, b0)
         elif i == 0 and inpush:  # the inputs pushed in passes over ranges of the level
+            host = fillable_host_bytes()  # memory is short here: the combine steps too
+            combine_bytes = chunk_bytes if host is None else \
+                max(1 << 20, min(chunk_bytes, int(CHUNK_SHARE * host)))
             for d0, d1, got in _input_passes(conv, src, sampler, level, device,
                                             batch_edges, place, scratch_dir, pass_rows):
                 input_passes += 1
@@ -838,31 +847,43 @@ def _input_passes(conv, src, sampler, level: np.ndarray, device, batch_edges: in
     dropped from the page cache behind the reads when it exceeds the memory available). A
     pass covers ``pass_rows`` vertices, by default as many as :data:`INPUT_PASS_SHARE` of
     :func:`fillable_host_bytes` (or of the device's free memory on CUDA, when larger)
-    holds. Memory per pass: the accumulators (``4 x agg width`` bytes a vertex), an n-byte
-    mark, and per chunk of ``batch_edges`` edges its rows and edges (two chunks at once)."""
+    holds less what the chunks in flight take (:func:`_chunk_bytes`; chunks are made smaller
+    until they take at most :data:`CHUNK_SHARE` of that memory). Memory per pass: the
+    accumulators (``4 x agg width`` bytes a vertex), an n-byte mark, and per chunk of
+    ``batch_edges`` edges its rows and edges (two chunks at once)."""
     graph = sampler.graph
     indptr, indices = graph.indptr, graph.indices
     width = _agg_width(conv, device)
     row_bytes = 4 * width
     m = level.shape[0]
     host = fillable_host_bytes()
+    table = _plain_table(src)
+    src_row = (table.itemsize * int(np.prod(table.shape[1:])) if table is not None
+               else 4 * conv.in_dim)
+    while True:
+        ranges = list(itertools.pairwise(edge_balanced_ranges(indptr, batch_edges)))
+        edges = [(int(indptr[a]), int(indptr[b])) for a, b in ranges]
+        chunk = _chunk_bytes(ranges, edges, src_row, conv.in_dim, width, indices.itemsize)
+        if host is None or chunk <= CHUNK_SHARE * host or batch_edges <= 1 << 16:
+            break
+        batch_edges //= 2
     if pass_rows is None:
-        budget = INPUT_PASS_SHARE * (host if host is not None else math.inf)
+        free = math.inf if host is None else max(0, host - chunk)
+        budget = INPUT_PASS_SHARE * free
         if device.type == "cuda":
             budget = max(budget, INPUT_PASS_SHARE * torch.cuda.mem_get_info(device)[0])
         pass_rows = m if math.isinf(budget) else max(1, int(budget // row_bytes))
     k = max(1, -(-m // max(1, pass_rows)))
     bounds = np.linspace(0, m, k + 1).round().astype(np.int64)
-    ranges = list(itertools.pairwise(edge_balanced_ranges(indptr, batch_edges)))
-    edges = [(int(indptr[a]), int(indptr[b])) for a, b in ranges]
-    table = _plain_table(src)
     avail = available_host_bytes()
     drop = table is not None and avail is not None and table.nbytes > avail
     for p, (d0, d1) in enumerate(itertools.pairwise(bounds.tolist())):
         if d1 <= d0:
             continue
-        log.info("exact evaluation: layer 0 inputs, pass %d of %d (%d of %d vertices)",
-                 p + 1, k, d1 - d0, m)
+        log.info("exact evaluation: layer 0 inputs, pass %d of %d (%d of %d vertices; sums "
+                 "%s, chunks of %d edges %s, fillable %s)", p + 1, k, d1 - d0, m,
+                 human_bytes(row_bytes * (d1 - d0)), batch_edges, human_bytes(chunk),
+                 "unknown" if host is None else human_bytes(host))
         rows = d1 - d0
         # sized to INPUT_PASS_SHARE of the fillable memory: placed by the same share (at the
         # default TABLE_SHARE they went to a scratch file whose random updates were written
@@ -885,9 +906,27 @@ def _input_passes(conv, src, sampler, level: np.ndarray, device, batch_edges: in
         push = feats = nbrs_of = y = x = None
 
 
-#: Share of :func:`fillable_host_bytes` the accumulators of one pass of layer 0's streamed
-#: inputs take (:func:`_input_passes`); the rest is for the chunks and the page cache.
-INPUT_PASS_SHARE = 0.75
+#: Share of :func:`fillable_host_bytes`, less the chunks in flight, the accumulators of one
+#: pass of layer 0's streamed inputs take (:func:`_input_passes`); the rest is for the page
+#: cache, the combine steps (at most :data:`CHUNK_SHARE`) and what the process allocates
+#: besides. At 0.75, with the combine steps sized by ``chunk_bytes`` alone (about 4 KB a row
+#: with the output, its message and the row's edges), a 2M-vertex papers graph was killed in
+#: a 1.5 GiB cgroup in its first pass.
+INPUT_PASS_SHARE = 0.5
+#: The chunks in flight of a pass (:func:`_chunk_bytes`) take at most this share of
+#: :func:`fillable_host_bytes` (smaller chunks where they would take more).
+CHUNK_SHARE = 0.125
+
+
+def _chunk_bytes(ranges, edges, src_row: int, in_dim: int, width: int, id_bytes: int) -> int:
+    """Bytes the chunks of a streamed input pass hold at once at most: the largest chunk's
+    rows (as read: ``src_row`` bytes each; as float32 inputs; as ``width``-column messages;
+    ids and offsets) and edges (neighbour ids, targets, sources, weights), for the chunk
+    being pushed, the one read ahead and one more for the copies pushing makes."""
+    rows = max((b - a for a, b in ranges), default=0)
+    ed = max((hi - lo for lo, hi in edges), default=0)
+    per = rows * (src_row + 4 * in_dim + 4 * width + 24) + ed * (id_bytes + 20)
+    return 3 * int(per)
 
 
 def _plain_table(src) -> np.ndarray | None:
