@@ -201,6 +201,9 @@ def test_launcher_stop_then_resume_equals_an_uninterrupted_run(tiny_parts, tmp_p
 # -- partition, predict, bench (issue 22, item 1) ---------------------------------------------
 _SELF_SIGNAL = """
 import os, signal, sys, time
+# as in a terminal's foreground: a suite started in the background (bash without job control)
+# hands its children SIGINT ignored, and a process keeps an ignored SIGINT ignored
+signal.signal(signal.SIGINT, signal.default_int_handler)
 sig = int(sys.argv[1])
 def stop():  # the signal arrives from outside, as from kill or a scheduler
     os.kill(os.getpid(), sig)
