@@ -195,6 +195,42 @@ def test_layerwise_inference_equals_dense_whole_graph(name, hidden, layers):
     torch.testing.assert_close(got.double(), h, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_exact_inference_applies_the_models_own_activation(stream):
+    """A model whose layers are followed by tanh, not ReLU (its ``activate``): whole-graph
+    and scored inference (streamed or not) give its own full-neighbour forward pass, not a
+    ReLU network's."""
+    from twopgraph.inference import plan_scope, scored_ids, scored_inference
+    from twopgraph.models import BlockGNN, SAGEConv
+
+    class TanhGNN(BlockGNN):
+        def activate(self, i, h):
+            return torch.tanh(h) if i < self.num_layers - 1 else h
+
+    d = community_data(300, seed=4)
+    m = TanhGNN(SAGEConv, d.num_features, 16, d.num_classes, 3, dropout=0.0)
+    _randomize_params(m, 16)
+    feat = torch.from_numpy(d.feat)
+    sampler = NeighborSampler(d.graph, [-1] * 3)
+    m.eval()
+    with torch.no_grad():
+        seeds = np.arange(d.num_nodes)
+        want = m(_with_features(sampler, seeds, feat))
+    got = layerwise_inference(m, sampler, feat, torch.device("cpu"), batch_edges=97)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    s = d.val_idx
+    plan = plan_scope(m, d.graph, scored_ids(d.num_nodes, s), "scored")
+    part = scored_inference(m, sampler, feat, torch.device("cpu"), s, plan=plan, stream=stream,
+                            batch_edges=97)
+    torch.testing.assert_close(part.take(s), want[torch.from_numpy(s)], rtol=1e-5, atol=1e-5)
+
+
+def _with_features(sampler, seeds, feat):
+    mb = sampler.sample(seeds)
+    mb.features = feat[torch.from_numpy(np.asarray(mb.input_nodes, dtype=np.int64))]
+    return mb
+
+
 def test_sampled_gcn_is_unbiased_estimate():
     """With sampling, GCN's d/s rescaling keeps the expected output equal to the full one:
     the mean over many sampled blocks is within 5 standard errors of it, per coordinate."""

@@ -313,8 +313,7 @@ def layerwise_inference(model: BlockGNN, sampler: NeighborSampler, feat, device,
                     y = conv.from_projection(block, tuple(rows), lo, lo + b - a)
                 else:
                     y = conv(block, rows[0], rows[0][lo:lo + b - a])
-                if i < len(convs) - 1:
-                    y = torch.relu(y)  # eval: dropout is the identity
+                y = model.activate(i, y)
                 if fuse:
                     parts = convs[i + 1].project(y)
                     if nxt is None:
@@ -739,8 +738,7 @@ def scored_inference(model: BlockGNN, sampler, feat, device, scored,
                              else [conv.out_dim])
 
         def emit(a: int, b: int, y: torch.Tensor, offs, nbrs) -> None:
-            if not last:
-                y = torch.relu(y)  # eval: dropout is the identity
+            y = model.activate(i, y)
             if push is not None:
                 push.push(a, b, y, level[a:b], offs, nbrs)
                 return

@@ -211,7 +211,13 @@ class BlockGNN(nn.Module):
 
     def layer(self, i: int, block: Block, h_src: torch.Tensor, h_dst: torch.Tensor):
         """Layer ``i`` alone, with its activation (used by layer-wise inference)."""
-        h = self.convs[i](block, h_src, h_dst)
+        return self.activate(i, self.convs[i](block, h_src, h_dst))
+
+    def activate(self, i: int, h: torch.Tensor) -> torch.Tensor:
+        """What follows conv ``i``: ReLU and dropout (the identity in eval mode) between
+        layers, nothing after the last. Exact inference, which runs the convs in pieces of
+        its own, calls this too, so a model with another activation is evaluated as it
+        trains, on one process or on several."""
         if i < self.num_layers - 1:
             h = relu_dropout(h, self.dropout)
         return h
