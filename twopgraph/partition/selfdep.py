@@ -259,7 +259,6 @@ def partition_selfdep(data: GraphData, num_parts: int, hops: int, out, *, seed: 
     what :func:`~twopgraph.datasets.load_dataset` returns); other data is first written as a
     store inside ``out`` (``OUT/store``), which the ranks then read.
     """
-    n = data.num_nodes
     num_parts, hops, k = _check_args(data, num_parts, hops, num_clusters)
     if representation not in REPRESENTATIONS:
         raise ConfigError(f"representation must be one of {', '.join(REPRESENTATIONS)}, got "
