@@ -868,8 +868,9 @@ def load_synthetic(spec, path: str | os.PathLike, progress: bool = False) -> Gra
     (:func:`load_preset`).
 
     Cache format: the ``.npz`` exchange format (docs/formats.md) plus a sidecar
-    ``<path stem>.spec.json`` with ``fingerprint`` (:func:`~twopgraph.synthetic.spec_fingerprint`: every spec field that
-    changes the arrays and the generator version), and, for people, ``generator_version``
+    ``<path stem>.spec.json`` with ``fingerprint``
+    (:func:`~twopgraph.synthetic.spec_fingerprint`: every spec field that changes the arrays
+    and the generator version), and, for people, ``generator_version``
     and ``spec``. Only ``fingerprint`` is compared: a cache of another spec or generator
     version, or with a sidecar of an older format (no ``fingerprint``), is regenerated. The
     sidecar is removed before the ``.npz`` is rewritten and written after it, so a crash in

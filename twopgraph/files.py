@@ -53,7 +53,8 @@ _UMASK_LOCK = threading.Lock()
 
 # .NAME.tmp-PID-HOST-XXXXXXXX (this version), .NAME.tmp-PID-HOST (stores of older versions),
 # .NAME.tmp-PID@HOST and .NAME.tmp-PID (partitions of older versions)
-_TEMP = re.compile(r"^\.(?P<target>.+)\.tmp-(?P<pid>\d+)(?:-(?P<host>[A-Za-z0-9.]+)"
+# (host_tag has no "-", so the "-" before the 8 random characters is unambiguous)
+_TEMP = re.compile(r"^\.(?P<target>.+)\.tmp-(?P<pid>\d+)(?:-(?P<host>[A-Za-z0-9._]+?)"
                    r"(?:-[a-z0-9_]{8})?|@(?P<at>[A-Za-z0-9_.-]+))?$")
 
 
@@ -76,9 +77,14 @@ def temp_prefix(name: str) -> str:
 
 def temp_folder(target: str | os.PathLike) -> Path:
     """A new empty folder beside ``target`` named by :func:`temp_prefix` (``OSError`` if it
-    cannot be made)."""
+    cannot be made), with the mode of a plain ``mkdir`` (``0o777`` less the umask), not
+    ``mkdtemp``'s ``0o700``: renamed into place it is a store or partition that other users
+    of a shared data root read."""
     target = Path(target)
-    return Path(tempfile.mkdtemp(dir=target.parent, prefix=temp_prefix(target.name)))
+    folder = Path(tempfile.mkdtemp(dir=target.parent, prefix=temp_prefix(target.name)))
+    with contextlib.suppress(OSError):  # no modes (vfat, some network mounts)
+        os.chmod(folder, 0o777 & ~process_umask())
+    return folder
 
 
 @dataclass(frozen=True)

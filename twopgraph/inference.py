@@ -619,8 +619,8 @@ def scored_inference(model: BlockGNN, sampler, feat, device, scored,
     The last layer runs for the scored vertices ``V_{L-1}``, layer ``i`` for ``V_i = V_{i+1}
     and all its in-neighbours`` (:func:`plan_scope`'s levels; computed here unless ``plan``
     gives them), each over its sorted ids in ranges of about ``batch_edges`` edges, a range
-    cut into pieces while its distinct src rows exceed ``chunk_bytes``. A range gathers its dst rows of
-    the CSR, maps the src ids onto positions in the layer below's table (:class:`LevelIndex`),
+    cut into pieces while its distinct src rows exceed ``chunk_bytes``. A range gathers its
+    dst rows of the CSR, maps the src ids onto positions in the layer below's table (:class:`LevelIndex`),
     reads those distinct rows -- through ``feat`` (as :func:`layerwise_inference` takes it)
     for layer 0 -- and runs the conv on the block relabelled onto them; degrees are the
     sampler's (the full graph's: GCN's normalisation is exact). A layer that shrinks the
@@ -1105,11 +1105,10 @@ class _Push:
             hit = up[np.minimum(pos, max(up.shape[0] - 1, 0))] == nbrs if up.shape[0] \
                 else np.zeros(nbrs.shape[0], dtype=bool)
             tgt = pos[hit].astype(np.int64)
+        src = np.repeat(np.arange(b - a, dtype=np.int64), np.diff(offs))[hit]
         if tgt.shape[0] and self._scatters(y):
-            self._scatter(tgt, np.repeat(np.arange(b - a, dtype=np.int64), np.diff(offs))[hit],
-                          dst, y)
-        elif tgt.shape[0]:
-            src = np.repeat(np.arange(b - a, dtype=np.int64), np.diff(offs))[hit]
+            self._scatter(tgt, src, dst, y)
+        elif tgt.shape[0]:  # through conv.aggregate over a tile sorted by target
             order = np.argsort(tgt, kind="stable")
             tgt, src = tgt[order], src[order]
             first = np.flatnonzero(np.concatenate([[True], tgt[1:] != tgt[:-1]]))

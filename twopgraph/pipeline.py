@@ -33,7 +33,7 @@ from .jit import thread_count
 from .loader import HostIdSampler, Loader, ThreadPlan
 from .metrics import available_host_bytes
 from .partition import prepare_locality
-from .protocols import SCHEDULERS
+from .protocols import SAMPLERS, SCHEDULERS
 from .files import human_bytes
 from .sampler import make_sampler, make_scheduler
 from .sampler.autoschedule import choose_schedule
@@ -89,7 +89,6 @@ def build_sampler(s, graph, device, seed: int, log_choice: bool = True):
     sampler that is itself ``on_device`` samples on ``device``. A ``--sampler-device cuda``
     for a sampler without a device twin is a :class:`ConfigError`; ``auto`` then samples on
     the host. One log line says where and why."""
-    from .protocols import SAMPLERS
     name = s.sampler
     factory = SAMPLERS.get(name)
     device = torch.device(device)
