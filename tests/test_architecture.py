@@ -237,7 +237,7 @@ def test_builtin_registries_declare_what_they_register():
     for reg in (SCHEDULERS, SAMPLERS, CACHE_POLICIES, MODELS):
         fresh = Registry(reg.kind, reg.package, reg.symbol)  # nothing discovered yet
         assert sorted(fresh.declared()) == sorted(reg.names()), reg.kind
-    assert MODELS.names() == ["sage", "gcn"]
+    assert MODELS.names()[:2] == ["sage", "gcn"]  # the default first
 
 
 def test_registry_refuses_two_factories_for_one_name():

@@ -170,7 +170,7 @@ BAD_TRAIN_ARGS = {
     "fanouts_neg": ["--fanouts", "5,-2"],
     "epochs_0": ["--epochs", "0"],
     "hidden_0": ["--hidden", "0"],
-    "unknown_model": ["--model", "gat"],
+    "unknown_model": ["--model", "gin"],
     "unknown_schedule": ["--schedule", "nope"],
     "unknown_device": ["--device", "tpu"],
     "prefetch_neg": ["--prefetch", "-1"],
@@ -386,7 +386,8 @@ def test_help_imports_neither_torch_nor_numba_and_lists_choices():
         assert found, flag
         return found.group(1).split(",")
 
-    assert sorted(choices(usage, "--model")) == sorted(MODELS.names()) == ["gcn", "sage"]
+    assert sorted(choices(usage, "--model")) == sorted(MODELS.names())
+    assert {"sage", "gcn"} <= set(MODELS.names())
     assert choices(usage, "--schedule")[0] == "auto"
     assert sorted(choices(usage, "--schedule")[1:]) == sorted(SCHEDULERS.names())
     assert sorted(choices(usage, "--cache-policy")) == sorted(CACHE_POLICIES.names())

@@ -24,6 +24,7 @@ import torch
 import twopgraph
 import twopgraph.pipeline as pl
 import twopgraph.train as tr
+from twopgraph.models import SAGEConv
 from twopgraph.cache.feature_cache import (ACTIVATION_FACTOR, EVAL_BYTES_PER_EDGE,
                                            activation_reserve_bytes, eval_bytes,
                                            input_rows_estimate, resolve_budget,
@@ -428,7 +429,8 @@ def test_default_cuda_budget_leaves_the_reserve(cdata, tmp_path, monkeypatch):
     reserve = activation_reserve_bytes(
         num_nodes=cdata.num_nodes, num_edges=cdata.graph.num_edges,
         num_features=cdata.num_features, hidden=64, num_classes=cdata.num_classes,
-        fanouts=[5, 5], batch_size=64, prefetch=2, eval_batch_edges=4_000_000)
+        fanouts=[5, 5], batch_size=64, prefetch=2, eval_batch_edges=4_000_000,
+        conv=SAGEConv)
     assert loader.activation_reserve_bytes == reserve > 0
     row_bytes = 4 * cdata.num_features
     rows = min(cdata.num_nodes, (free - total // 4 - reserve) // row_bytes)

@@ -267,7 +267,7 @@ def test_sampled_gcn_is_unbiased_estimate():
 def test_unknown_model():
     from twopgraph.errors import ConfigError
     with pytest.raises(ConfigError):
-        build_model("gat", 4, 4, 2, 2)
+        build_model("gin", 4, 4, 2, 2)
 
 
 @pytest.mark.parametrize("p", [0.3, 0.5])

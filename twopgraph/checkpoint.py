@@ -25,12 +25,12 @@ from pathlib import Path
 
 import torch
 
-from .config import TrainConfig
+from .config import ModelConfig, TrainConfig
 from .errors import ConfigError
 from .fingerprint import run_fingerprint
 from .files import atomic_write_bytes, writing
 from .graph import GraphData
-from .models import build_model
+from .models import BlockGNN, model_from_config
 
 
 CHECKPOINT = "checkpoint.pt"
@@ -117,11 +117,24 @@ def save_checkpoint(out: Path, model, opt, signature: dict, epochs_log: list, **
 
 def model_record(cfg: TrainConfig, num_features: int, num_classes: int) -> dict:
     """What rebuilding the trained model needs (checkpoint key ``model_spec``; read by
-    :func:`twopgraph.predict.load_model`): the model kind, its sizes and dropout."""
-    m = cfg.model
-    return {"model": m.model, "num_features": int(num_features),
-            "num_classes": int(num_classes), "hidden": int(m.hidden),
-            "num_layers": len(cfg.sampling.fanouts), "dropout": float(m.dropout)}
+    :func:`twopgraph.predict.load_model`): the model section's fields the model is built from
+    (:meth:`~twopgraph.config.ModelConfig.spec`: ``model``, ``hidden``, ``dropout``, ``heads``,
+    ...) and its sizes ``num_features``, ``num_classes``, ``num_layers``."""
+    return {**cfg.model.spec(), "num_features": int(num_features),
+            "num_classes": int(num_classes), "num_layers": len(cfg.sampling.fanouts)}
+
+
+#: Keys of a checkpoint's ``model_spec`` that :func:`model_from_spec` needs (written since
+#: issue 13); a spec field added later takes its default when a checkpoint lacks it.
+SPEC_KEYS = ("num_features", "num_classes", "num_layers", *ModelConfig.spec_fields(True))
+
+
+def model_from_spec(spec: dict) -> BlockGNN:
+    """The model a ``model_spec`` (:func:`model_record`) describes, freshly initialised."""
+    section = ModelConfig(**{k: spec[k] for k in ModelConfig.spec_fields() if k in spec})
+    section.validate()
+    return model_from_config(section, int(spec["num_features"]), int(spec["num_classes"]),
+                             int(spec["num_layers"]))
 
 
 def dataset_record(dataset: str | None, data_root, symmetrize: bool, name: str,
@@ -143,8 +156,8 @@ def build_training(cfg: TrainConfig, data: GraphData, device, ckpt: dict | None 
     Returns ``(model, optimizer, epochs_log, start_epoch)``."""
     m = cfg.model
     torch.manual_seed(cfg.run.seed)
-    model = build_model(m.model, data.num_features, m.hidden, data.num_classes,
-                        len(cfg.sampling.fanouts), m.dropout).to(device)
+    model = model_from_config(m, data.num_features, data.num_classes,
+                              len(cfg.sampling.fanouts)).to(device)
     opt = torch.optim.Adam(model.parameters(), lr=m.lr, weight_decay=m.weight_decay)
     if ckpt is None:
         return model, opt, [], 0

@@ -68,7 +68,8 @@ if TYPE_CHECKING:
 def option(default=MISSING, help: str = "", *, flag: str | None = None, factory=None,
            required: bool = False, negatable: bool = False, metavar: str | None = None,
            show_default: str | None = None, result: bool = False, choices=None,
-           listed: bool = False, fingerprint_default: bool = True) -> Field:
+           listed: bool = False, fingerprint_default: bool = True, registry=None,
+           spec: bool = False) -> Field:
     """A config field with its command-line form.
 
     ``flag`` defaults to ``--field-name``; a bool field is a switch (``store_true``; a flag
@@ -80,10 +81,14 @@ def option(default=MISSING, help: str = "", *, flag: str | None = None, factory=
     flag's value, ``{a,b}`` (``{a,b}[,...]`` for a comma-separated ``listed`` option); the
     section's ``validate`` checks the value (with its own message). ``fingerprint_default``
     False: a result parameter added after checkpoints existed, left out of the fingerprint at
-    its default value (so those checkpoints still resume)."""
+    its default value (so those checkpoints still resume). ``registry``: ``--help`` lists its
+    names with their summaries (:meth:`~twopgraph.registry.Registry.described`) after the
+    text. ``spec``: a field the model is built from, recorded in the checkpoint's model spec
+    (:meth:`ModelConfig.spec`)."""
     meta = {"help": help, "flag": flag, "required": required, "negatable": negatable,
             "metavar": metavar, "show_default": show_default, "result": result,
-            "choices": choices, "listed": listed, "fingerprint_default": fingerprint_default}
+            "choices": choices, "listed": listed, "fingerprint_default": fingerprint_default,
+            "registry": registry, "spec": spec}
     if factory is not None:
         return field(default_factory=factory, metadata=meta)
     return field(default=default, metadata=meta)
@@ -222,13 +227,12 @@ class SamplingConfig(Section):
               "the number of entries is the number of layers", result=True,
         show_default=_auto_shown("fanouts"))
     batch_size: int = option(1024, "seed vertices per mini-batch", result=True)
-    schedule: str = option("auto", "seed scheduler: locality (each batch = seeds of a few "
-                           "whole METIS clusters, label-balanced) | random (uniform shuffle per "
-                           "epoch, what DGL/PyG do) | auto (locality where it cuts the input "
+    schedule: str = option("auto", "seed scheduler: auto (locality where it cuts the input "
                            "vertices of sampled batches by a meaningful share, measured on a few "
                            "batches at start-up, else random; the decision and its figures are "
-                           "logged and recorded in metrics.json)",
-                           result=True, choices=lambda: ("auto", *SCHEDULERS.declared()))
+                           "logged and recorded in metrics.json) or a registered one",
+                           result=True, choices=lambda: ("auto", *SCHEDULERS.declared()),
+                           registry=SCHEDULERS)
     num_clusters: int = _num_clusters()
     cluster_method: str = option(
         "auto", "how the clusters are computed: metis (METIS on the degree-capped graph) | "
@@ -242,13 +246,10 @@ class SamplingConfig(Section):
     balance: int = option(16, "locality: the next cluster of a batch is the best of this many "
                           "for the batch's label mix; 1 = plain shuffled cluster order",
                           result=True)
-    sampler: str = option("neighbor", "the sampler, a registered name: neighbor (uniform "
-                          "neighbour sampling, numba kernels on the host; in training on a GPU "
-                          "its torch twin, which draws the same batches, may sample there) | "
-                          "device (that torch twin, on the training device) | any sampler "
-                          "module added to twopgraph/sampler",
+    sampler: str = option("neighbor", "the sampler, a registered name (a sampler module "
+                          "added to twopgraph/sampler is one more)",
                           result=True, fingerprint_default=False,
-                          choices=lambda: SAMPLERS.declared())
+                          choices=lambda: SAMPLERS.declared(), registry=SAMPLERS)
     # Not result parameters: both samplers draw bit-identical batches (same seed, same key).
     sampler_device: str = option("auto", "where mini-batches are sampled: cpu (numba, host "
                                  "memory) | cuda (torch ops on the training GPU, the graph in "
@@ -284,10 +285,8 @@ class SamplingConfig(Section):
 
 @dataclass
 class CacheConfig(Section):
-    cache_policy: str = option("none", "device feature cache: none (copy every input row every "
-                               "batch) | degree (PaGraph) | presample (GNNLab) | layer (2PGraph: "
-                               "layer-aware static rank + Belady over the schedule's lookahead)",
-                               choices=CACHE_POLICIES.declared)
+    cache_policy: str = option("none", "device feature cache, a registered policy",
+                               choices=CACHE_POLICIES.declared, registry=CACHE_POLICIES)
     cache_ratio: float | None = option(None, "cache budget as a fraction of the feature rows, "
                                        "in [0, 1]", show_default="what fits: CUDA = free device "
                                        "memory after a 25%% margin and the estimated activations "
@@ -344,10 +343,14 @@ class CacheConfig(Section):
 
 @dataclass
 class ModelConfig(Section):
-    model: str = option("sage", "sage (GraphSAGE, mean aggregator) | gcn",
-                        result=True, choices=MODELS.declared)
-    hidden: int = option(256, "hidden width", result=True)
-    dropout: float = option(0.5, "dropout between layers", result=True)
+    model: str = option("sage", "the GNN, a registered model", result=True,
+                        choices=MODELS.declared, registry=MODELS, spec=True)
+    hidden: int = option(256, "hidden width", result=True, spec=True)
+    dropout: float = option(0.5, "dropout between layers", result=True, spec=True)
+    heads: int = option(4, "attention heads of a model with attention (gat): a hidden layer "
+                        "concatenates its heads' hidden/heads columns, the output layer "
+                        "averages its heads; other models ignore it", result=True,
+                        fingerprint_default=False, spec=True)
     lr: float | None = option(None, "Adam learning rate", result=True,
                               show_default=_auto_shown("lr"))
     weight_decay: float = option(0.0, "Adam weight decay", result=True)
@@ -355,10 +358,29 @@ class ModelConfig(Section):
                       "(float32) | bf16 (torch.autocast to bfloat16, on CUDA and on CPU); exact "
                       "evaluation stays float32", result=True, choices=AMP_MODES)
 
+    def spec(self) -> dict:
+        """The fields the model is built from (``spec=True``), by name: the checkpoint's
+        model spec (``model_spec``) records them."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.metadata.get("spec")}
+
+    @classmethod
+    def spec_fields(cls, required: bool = False) -> list[str]:
+        """Names of the ``spec=True`` fields; ``required``: only those every checkpoint
+        records (added before checkpoints existed: ``fingerprint_default`` True), the others
+        take their default when a checkpoint lacks them."""
+        return [f.name for f in fields(cls) if f.metadata.get("spec") and
+                (not required or f.metadata.get("fingerprint_default", True))]
+
+    def conv_options(self) -> dict:
+        """The fields the chosen model's conv reads besides the sizes (its ``options``)."""
+        return {k: getattr(self, k) for k in MODELS.get(self.model).options}
+
     def validate(self):
-        MODELS.check(self.model)
+        conv = MODELS.get(self.model)
         _choice(self, "amp", AMP_MODES)
         _positive_int(self, "hidden")
+        _positive_int(self, "heads")
+        conv.check_options(self.hidden, **self.conv_options())
         if self.lr is not None and not (_is_number(self.lr) and math.isfinite(self.lr)
                                         and self.lr > 0):
             raise ConfigError(f"lr must be a positive finite number, got {self.lr!r}")
@@ -851,8 +873,18 @@ def _base_type(kind) -> type:
     return kind
 
 
+def registry_help(registry) -> str:
+    """``name: summary | ...`` of a registry's names (read from the sources, not imported)."""
+    def lower(d: str) -> str:  # "A layer-aware ..." -> "a layer-aware ...", not "GCN"
+        return d[0].lower() + d[1:] if d[:2] != d[:2].upper() else d
+    return " | ".join(f"{n}: {lower(d.rstrip('.'))}" if d else n
+                      for n, d in registry.described().items())
+
+
 def _help(meta, default, required: bool, base) -> str:
     text = meta.get("help", "")
+    if meta.get("registry") is not None:
+        text = f"{text}: {registry_help(meta['registry'])}"
     if required or base is bool and not meta.get("negatable"):
         return text
     shown = meta.get("show_default")

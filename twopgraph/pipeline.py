@@ -33,7 +33,7 @@ from .jit import thread_count
 from .loader import HostIdSampler, Loader, ThreadPlan
 from .metrics import available_host_bytes
 from .partition import prepare_locality
-from .protocols import SAMPLERS, SCHEDULERS
+from .protocols import MODELS, SAMPLERS, SCHEDULERS
 from .files import human_bytes
 from .sampler import make_sampler, make_scheduler
 from .sampler.autoschedule import choose_schedule
@@ -175,7 +175,8 @@ def make_loader(cfg: TrainConfig, data: GraphData, device, *, parts=None,
         num_features=data.num_features, hidden=cfg.model.hidden,
         num_classes=data.num_classes, fanouts=s.fanouts, batch_size=batch_size,
         prefetch=cfg.run.prefetch, eval_batch_edges=cfg.run.eval_batch_edges,
-        extra=8 * data.num_nodes if on_device else 0)
+        extra=8 * data.num_nodes if on_device else 0, conv=MODELS.get(cfg.model.model),
+        conv_options=cfg.model.conv_options())
     # The cache budget in rows, resolved here once (--cache-ratio, --cache-gb, or on CUDA the
     # free device memory less a margin and the activation reserve; on the host 0 rows).
     row_bytes = data.num_features * torch.empty(0, dtype=feat_dtype(c.feat_dtype)).element_size()

@@ -53,16 +53,15 @@ from .files import atomic_write_bytes
 from .graph import GraphData
 from .inference import accuracy, layerwise_inference
 from .loader import ThreadPlan
-from .models import BlockGNN, build_model
+from .models import BlockGNN
 from .partition import to_original_order
 from .sampler import make_sampler
-from .checkpoint import CHECKPOINT_FORMAT, CHECKPOINT_READ_ERRORS, damaged_checkpoint
+from .checkpoint import (CHECKPOINT_FORMAT, CHECKPOINT_READ_ERRORS, SPEC_KEYS,
+                         damaged_checkpoint, model_from_spec)
 from .pipeline import locality_for, resolve_sampler_device
 
 log = logging.getLogger("twopgraph")
 
-#: Checkpoint keys :func:`load_model` needs besides the weights (written since issue 13).
-SPEC_KEYS = ("model", "num_features", "num_classes", "hidden", "num_layers", "dropout")
 DATASET_KEYS = ("dataset", "data_root", "symmetrize", "name", "fingerprint", "num_nodes")
 
 
@@ -115,9 +114,7 @@ def read_model_checkpoint(checkpoint) -> ModelCheckpoint:
     kind = ckpt.get("kind", "single")
     selected = ckpt.get("selected")
     try:
-        model = build_model(spec["model"], int(spec["num_features"]), int(spec["hidden"]),
-                            int(spec["num_classes"]), int(spec["num_layers"]),
-                            float(spec["dropout"]))
+        model = model_from_spec(spec)
         # the model the run reports (--select); the last epoch's in an older checkpoint
         model.load_state_dict(ckpt["model"] if selected is None else selected["model"])
         selected_epoch = None if selected is None else int(selected["epoch"])

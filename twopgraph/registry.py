@@ -51,6 +51,7 @@ class Registry:
         self._entries: dict[str, Callable] = {}
         self._discovered = package is None
         self._declared: list[str] | None = None  # declared(): read from the sources once
+        self._summaries: dict[str, str] | None = None  # described(): likewise
         self._lock = threading.Lock()
 
     def register(self, name: str) -> Callable[[Callable], Callable]:
@@ -91,9 +92,20 @@ class Registry:
                                for f in Path(d).glob("*.py"))
             else:
                 files = [Path(spec.origin)]
-            self._declared = [n for f in files for n in _registered_in(f, self.symbol)]
+            self._declared = [n for f in files for n, _ in _registered_in(f, self.symbol)]
+            self._summaries = {n: d for f in files for n, d in _registered_in(f, self.symbol)}
         out = list(dict.fromkeys(self._declared))
         return out + [n for n in self._entries if n not in out]
+
+    def described(self) -> dict[str, str]:
+        """``{name: summary}`` of every :meth:`declared` name: the first sentence of its
+        factory's docstring (read from the sources when the package is not imported yet;
+        empty when the factory has none). What ``--help`` lists after a flag's text."""
+        names = self.declared()
+        if self._discovered or self.symbol is None or self._summaries is None:
+            return {n: summary(self._entries[n].__doc__) if n in self._entries else ""
+                    for n in names}
+        return {n: self._summaries.get(n, "") for n in names}
 
     def names(self) -> list[str]:
         """Registered names, in registration order."""
@@ -132,9 +144,18 @@ class Registry:
         return f"Registry({self.kind!r}, package={self.package!r})"
 
 
-def _registered_in(path: Path, symbol: str) -> list[str]:
-    """The names the module at ``path`` registers with a top-level class or function
-    decorated ``@symbol.register("name")``."""
+def summary(doc: str | None) -> str:
+    """The first sentence of a docstring (up to the first ". " or blank line), on one line,
+    without reST markup; "" for None."""
+    text = " ".join((doc or "").strip().split("\n\n")[0].split())
+    cut = text.find(". ")
+    text = text if cut < 0 else text[:cut + 1]
+    return text.replace("``", "").replace(":class:", "").replace(":func:", "")
+
+
+def _registered_in(path: Path, symbol: str) -> list[tuple[str, str]]:
+    """``(name, summary)`` of what the module at ``path`` registers with a top-level class or
+    function decorated ``@symbol.register("name")`` (:func:`summary` of its docstring)."""
     text = path.read_text(encoding="utf-8")
     if f"{symbol}.register(" not in text:
         return []
@@ -146,5 +167,5 @@ def _registered_in(path: Path, symbol: str) -> list[str]:
                     and dec.func.value.id == symbol and dec.args
                     and isinstance(dec.args[0], ast.Constant)
                     and isinstance(dec.args[0].value, str)):
-                out.append(dec.args[0].value)
+                out.append((dec.args[0].value, summary(ast.get_docstring(node))))
     return out

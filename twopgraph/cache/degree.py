@@ -30,4 +30,5 @@ class DegreeCache(CachePolicy):
 
 @CACHE_POLICIES.register("degree")
 def make(ctx: PolicyContext) -> DegreeCache:
+    """The rows of the highest-degree vertices, fixed for the run (PaGraph)."""
     return DegreeCache(ctx.graph.degrees())

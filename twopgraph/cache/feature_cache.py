@@ -59,46 +59,65 @@ def input_rows_estimate(batch_size: int, fanouts, num_nodes: int, mean_degree: f
 
 
 def train_step_bytes(rows_in: int, num_features: int, hidden: int, num_layers: int,
-                     prefetch: int = 2) -> int:
+                     prefetch: int = 2, *, layer_widths=None) -> int:
     """Device bytes of one training step, estimated from above:
-    ``4 x rows_in x (ACTIVATION_FACTOR x (F + hidden x L) + prefetch x F)``.
+    ``4 x rows_in x (ACTIVATION_FACTOR x (F + sum of layer widths) + prefetch x F)``.
 
-    Every layer is charged ``hidden`` float32 values per *input* row (layers nearer the output
-    have fewer rows: an upper bound), the input features ``F`` per row; the factor covers the
-    values autograd keeps, their gradients and temporaries (dropout masks, SpMM operands);
-    ``prefetch`` more feature tensors are the batches gathered ahead, waiting on the device."""
-    width = num_features + hidden * num_layers
+    Every layer is charged its width in float32 values per *input* row (layers nearer the
+    output have fewer rows: an upper bound): ``layer_widths`` as the model estimates them
+    (:meth:`~twopgraph.models.base.Conv.activation_width`), else ``hidden`` each; the input
+    features ``F`` per row; the factor covers the values autograd keeps, their gradients and
+    temporaries (dropout masks, SpMM operands); ``prefetch`` more feature tensors are the
+    batches gathered ahead, waiting on the device."""
+    layers = hidden * num_layers if layer_widths is None else sum(layer_widths)
+    width = num_features + layers
     return 4 * rows_in * (ACTIVATION_FACTOR * width + max(0, prefetch) * num_features)
 
 
 def eval_bytes(num_nodes: int, num_edges: int, num_features: int, hidden: int,
-               num_classes: int, eval_batch_edges: int = 4_000_000) -> int:
+               num_classes: int, eval_batch_edges: int = 4_000_000,
+               edge_values: int = 0) -> int:
     """Device bytes of exact layer-wise inference (:func:`twopgraph.inference.layerwise_inference`),
     from above: ``4 x N x (F + 3 x max(hidden, classes)) + EVAL_BYTES_PER_EDGE x min(E,
     batch_edges)`` -- one layer's output and the next layer's per-vertex projections (SAGE:
     two of them), kept on the device when they fit there, one chunk's block, and ``4 N F``
     for the input rows the chunks gather. Evaluation no longer copies the feature table to
     the device (a chunk gathers at most ``train.EVAL_CHUNK_BYTES``, 128 MiB) and keeps its
-    tables in host memory when they do not fit: a generous bound."""
+    tables in host memory when they do not fit: a generous bound. ``edge_values``: float32
+    values the model computes per edge of a chunk (``Conv.edge_values``: GAT's attention),
+    4 bytes each on top."""
     width = max(hidden, num_classes)
     return (4 * num_nodes * (num_features + 3 * width)
-            + EVAL_BYTES_PER_EDGE * min(num_edges, eval_batch_edges))
+            + (EVAL_BYTES_PER_EDGE + 4 * edge_values) * min(num_edges, eval_batch_edges))
 
 
 def activation_reserve_bytes(*, num_nodes: int, num_edges: int, num_features: int,
                              hidden: int, num_classes: int, fanouts, batch_size: int,
                              prefetch: int = 2, eval_batch_edges: int = 4_000_000,
-                             extra: int = 0) -> int:
+                             extra: int = 0, conv=None, conv_options=None) -> int:
     """Device memory a default cache budget leaves to the model:
     ``max(train_step_bytes, eval_bytes) + extra``. Training and evaluation take turns (the
     caching allocator reuses one's memory for the other), hence the max; ``extra`` is memory
     the pipeline allocates later on the device, e.g. the device sampler's relabelling map
-    (``8 N``). Not yet measured against a GPU's peak (``torch.cuda.max_memory_allocated``):
-    the factors are estimates from above."""
+    (``8 N``). ``conv`` (the model's conv class, :class:`~twopgraph.models.base.Conv`, with
+    ``conv_options``) estimates each layer's width and its values per edge; without it every
+    layer is charged ``hidden``. Not yet measured against a GPU's peak
+    (``torch.cuda.max_memory_allocated``): the factors are estimates from above."""
     mean_degree = num_edges / max(1, num_nodes)
     rows_in = input_rows_estimate(batch_size, fanouts, num_nodes, mean_degree)
-    train = train_step_bytes(rows_in, num_features, hidden, len(fanouts), prefetch)
-    ev = eval_bytes(num_nodes, num_edges, num_features, hidden, num_classes, eval_batch_edges)
+    widths, per_edge = None, 0
+    if conv is not None:
+        opts = dict(conv_options or {})
+        dims = [hidden] * (len(fanouts) - 1) + [num_classes]
+        widths = [conv.activation_width(d, math.ceil(mean_degree if f < 0 else
+                                                     min(f, mean_degree)),
+                                        last=i == len(dims) - 1, **opts)
+                  for i, (d, f) in enumerate(zip(dims, fanouts))]
+        per_edge = conv.edge_values(**opts)
+    train = train_step_bytes(rows_in, num_features, hidden, len(fanouts), prefetch,
+                             layer_widths=widths)
+    ev = eval_bytes(num_nodes, num_edges, num_features, hidden, num_classes, eval_batch_edges,
+                    per_edge)
     return int(max(train, ev) + extra)
 
 

@@ -113,6 +113,8 @@ class LayerCache(WindowPolicy):
 @CACHE_POLICIES.register("layer")
 def make(ctx: PolicyContext, lookahead: int = DEFAULT_LOOKAHEAD,
          prefill: str = "window") -> LayerCache:
+    """A layer-aware static rank plus Belady over the schedule's lookahead window
+    (2PGraph)."""
     if not isinstance(lookahead, int) or lookahead < 0:
         raise ConfigError(f"layer lookahead must be an integer >= 0, got {lookahead!r}")
     score, reachable = input_probability(ctx.graph, ctx.train_idx, ctx.fanouts, ctx.batch_size)

@@ -15,4 +15,5 @@ class NoCache(CachePolicy):
 
 @CACHE_POLICIES.register("none")
 def make(ctx: PolicyContext) -> NoCache:
+    """No cache: every input row is copied to the device every batch."""
     return NoCache()

@@ -55,6 +55,7 @@ def presample_counts(scheduler, sampler, num_rows: int, epochs: int = 1,
 
 @CACHE_POLICIES.register("presample")
 def make(ctx: PolicyContext, epochs: int = 1) -> PresampleCache:
+    """The rows sampled most often in pre-sampled epochs, fixed for the run (GNNLab)."""
     if not isinstance(epochs, int) or epochs < 1:
         raise ConfigError(f"presample epochs must be a positive integer, got {epochs!r}")
     if ctx.scheduler is None or ctx.sampler is None:

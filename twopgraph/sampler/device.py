@@ -121,7 +121,9 @@ def _umod(x: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
 
 @SAMPLERS.register("device")
 class TorchNeighborSampler:
-    """Samples an L-layer neighbourhood of a set of seeds on ``device`` with torch ops:
+    """The torch twin of ``neighbor`` on the training device (the same batches).
+
+    Samples an L-layer neighbourhood of a set of seeds on ``device`` with torch ops:
     ``sample(seeds) -> MiniBatch``, every tensor of it on ``device``.
 
     Same law, same blocks and, for the same ``(seed, key)``, the same batches as

@@ -138,7 +138,10 @@ class NodeMap:
 
 @SAMPLERS.register("neighbor")
 class NeighborSampler:
-    """Samples an L-layer neighbourhood of a set of seeds: ``sample(seeds) -> MiniBatch``.
+    """Uniform neighbour sampling by numba kernels on the host (in GPU training its torch
+    twin ``device``, which draws the same batches, may sample there).
+
+    ``sample(seeds) -> MiniBatch``: an L-layer neighbourhood of a set of seeds.
 
     For each hop, every current vertex gets up to ``fanout`` distinct uniformly chosen
     neighbours (all of them for ``-1``), sampled in parallel by numba. The result depends only

@@ -1,0 +1,25 @@
+"""The GNN models: one graph convolution per module, registered in
+:data:`~twopgraph.protocols.MODELS`, stacked by :class:`~twopgraph.models.base.BlockGNN`.
+
+- ``sage`` (:class:`~twopgraph.models.sage.SAGEConv`): GraphSAGE, mean aggregator;
+- ``gcn`` (:class:`~twopgraph.models.gcn.GCNConv`): GCN, symmetric normalisation;
+- and every other module of this package that registers a conv (e.g. ``gat``).
+
+A new model is one new module here, found by the registry: nothing else changes
+(docs/architecture.md: the conv contract, and the diff that added GAT).
+
+Example::
+
+    >>> m = build_model("sage", in_dim=16, hidden=32, num_classes=5, num_layers=2)
+    >>> sum(p.numel() for p in m.parameters()) > 0
+    True
+"""
+
+from ..protocols import MODELS
+from .base import BlockGNN, Conv, build_model, conv_options, model_from_config
+# registration order = the order models are listed in: the default first
+from .sage import SAGEConv  # isort: skip
+from .gcn import GCNConv  # isort: skip
+
+__all__ = ["MODELS", "BlockGNN", "Conv", "GCNConv", "SAGEConv", "build_model",
+           "conv_options", "model_from_config"]

@@ -1,0 +1,129 @@
+"""The GNN of every model: :class:`Conv` (the base of the registered convolutions, with the
+defaults of the conv contract) and :class:`BlockGNN` (a stack of convs over a mini-batch's
+blocks, ReLU and dropout between them).
+
+A model is one conv class registered in :data:`~twopgraph.protocols.MODELS` (a module of
+``twopgraph/models/``); :func:`build_model` and :func:`model_from_config` stack it. The conv
+contract (what training, exact inference and the cache budget call) is written in
+:class:`~twopgraph.protocols.Conv` and docs/architecture.md.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import nn
+
+from ..dropout import relu_dropout
+from ..protocols import MODELS
+from ..sampler.minibatch import MiniBatch
+
+
+class Conv(nn.Module):
+    """Base of the graph convolutions in :data:`~twopgraph.protocols.MODELS`: ``in_dim`` ->
+    ``out_dim`` columns, called as ``conv(block, h_src, h_dst)``.
+
+    A subclass names in :attr:`options` the fields of the model config section it reads
+    besides the sizes (``gat``: ``heads``); :meth:`build` receives them, and the checkpoint
+    records them (the model spec) so that ``predict`` rebuilds the same model."""
+
+    #: fields of the model config section (``ModelConfig``) this conv is built from
+    options: tuple[str, ...] = ()
+    in_dim: int
+    out_dim: int
+
+    @classmethod
+    def build(cls, in_dim: int, out_dim: int, *, last: bool, **options) -> "Conv":
+        """Layer ``in_dim`` -> ``out_dim``; ``last``: the output layer; ``options``: the
+        section's values of :attr:`options`."""
+        return cls(in_dim, out_dim)
+
+    @classmethod
+    def check_options(cls, hidden: int, **options) -> None:
+        """Raise :class:`~twopgraph.errors.ConfigError` (one line) when ``options`` cannot
+        build this conv with ``hidden`` columns (called when the config is validated)."""
+
+    @classmethod
+    def activation_width(cls, out_dim: int, fanout: int, *, last: bool, **options) -> int:
+        """float32 values a training step keeps per *input* row of the mini-batch for one
+        layer of ``out_dim`` columns over ``fanout`` neighbours per dst (``last``: the output
+        layer; ``options``: :attr:`options`' values): what autograd keeps (gradients and
+        temporaries are the caller's factor). An upper estimate for the default CUDA cache
+        budget's activation reserve; here ``out_dim``, the output of a SAGE/GCN layer."""
+        return out_dim
+
+    @classmethod
+    def edge_values(cls, **options) -> int:
+        """float32 values the layer computes per edge besides the edge weights (exact
+        inference's chunks are sized in edges): 0 here."""
+        return 0
+
+
+class BlockGNN(nn.Module):
+    """A stack of conv layers with ReLU and dropout between them (not after the last).
+
+    ``conv``: a :class:`Conv` subclass (built by :meth:`Conv.build` with ``options``) or any
+    callable ``conv(in_dim, out_dim)`` returning a module of the conv contract."""
+
+    def __init__(self, conv: Callable[..., nn.Module], in_dim: int, hidden: int,
+                 num_classes: int, num_layers: int, dropout: float = 0.5, **options):
+        super().__init__()
+        dims = [in_dim] + [hidden] * (num_layers - 1) + [num_classes]
+        if isinstance(conv, type) and issubclass(conv, Conv):
+            layers = (conv.build(dims[i], dims[i + 1], last=i == num_layers - 1, **options)
+                      for i in range(num_layers))
+        else:
+            layers = (conv(dims[i], dims[i + 1]) for i in range(num_layers))
+        self.convs = nn.ModuleList(layers)
+        self.dropout = nn.Dropout(dropout)  # applied through relu_dropout
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.convs)
+
+    def layer(self, i: int, block, h_src: torch.Tensor, h_dst: torch.Tensor):
+        """Layer ``i`` alone, with its activation (used by layer-wise inference)."""
+        return self.activate(i, self.convs[i](block, h_src, h_dst))
+
+    def activate(self, i: int, h: torch.Tensor) -> torch.Tensor:
+        """What follows conv ``i``: ReLU and dropout (the identity in eval mode) between
+        layers, nothing after the last. Exact inference, which runs the convs in pieces of
+        its own, calls this too, so a model with another activation is evaluated as it
+        trains, on one process or on several."""
+        if i < self.num_layers - 1:
+            h = relu_dropout(h, self.dropout)
+        return h
+
+    def forward(self, mb: MiniBatch) -> torch.Tensor:
+        if len(mb.blocks) != self.num_layers:
+            raise ValueError(f"model has {self.num_layers} layers, mini-batch "
+                             f"{len(mb.blocks)} blocks")
+        h = mb.features.to(torch.float32)
+        for i, block in enumerate(mb.blocks):
+            h = self.layer(i, block, h, h[:block.num_dst])
+        return h
+
+
+def build_model(name: str, in_dim: int, hidden: int, num_classes: int, num_layers: int,
+                dropout: float = 0.5, **options) -> BlockGNN:
+    """A GNN of the conv registered as ``name`` in :data:`~twopgraph.protocols.MODELS`
+    ("sage", "gcn", ...; an unknown name is a one-line :class:`ConfigError`); ``options``:
+    the conv's own options (:attr:`Conv.options`, e.g. ``heads=4`` for gat; defaults when
+    left out)."""
+    return BlockGNN(MODELS.get(name), in_dim, hidden, num_classes, num_layers, dropout,
+                    **options)
+
+
+def conv_options(name: str, section) -> dict:
+    """The options of the conv ``name`` read from a model config section (an object with
+    those attributes)."""
+    return {k: getattr(section, k) for k in getattr(MODELS.get(name), "options", ())}
+
+
+def model_from_config(section, num_features: int, num_classes: int,
+                      num_layers: int) -> BlockGNN:
+    """The GNN a model config section describes (``model``, ``hidden``, ``dropout`` and the
+    conv's :attr:`Conv.options`)."""
+    return build_model(section.model, num_features, section.hidden, num_classes, num_layers,
+                       section.dropout, **conv_options(section.model, section))
