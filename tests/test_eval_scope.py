@@ -15,11 +15,16 @@ import numpy as np
 import pytest
 import torch
 
-import twopgraph.inference as inference
+import twopgraph.inference.passes as passes_mod
+import twopgraph.inference.push as push_mod
+import twopgraph.inference.reads as reads_mod
+import twopgraph.inference.scope as scope_mod
+import twopgraph.inference.scored as scored_mod
+import twopgraph.inference.tables as tables_mod
 import twopgraph.predict as predict_mod
 import twopgraph.train as tr
 from twopgraph.config import TrainConfig
-from twopgraph.errors import ConfigError
+from twopgraph.errors import ConfigError, GraphFormatError
 from twopgraph.graph import CSRGraph, GraphData
 from twopgraph.inference import (EvalTable, ScoredLogits, evaluate_scored, expand_frontier,
                                  layerwise_inference, plan_scope, scored_ids, scored_inference)
@@ -171,16 +176,16 @@ def test_one_input_pass_holds_memory_at_a_time(cdata, monkeypatch):
     killed in its second pass)."""
     import weakref
 
-    from twopgraph import inference
     live, seen = weakref.WeakSet(), []
 
-    class Counted(inference._Push):
+    class Counted(push_mod._Push):
         def __init__(self, *a, **k):
             seen.append(len(live))
             super().__init__(*a, **k)
             live.add(self)
 
-    monkeypatch.setattr(inference, "_Push", Counted)
+    for mod in (scored_mod, passes_mod):  # the modules that make _Push
+        monkeypatch.setattr(mod, "_Push", Counted)
     m, sampler, want, s, plan = _streaming_case(cdata, "sage", 16, 2)
     got = scored_inference(m, sampler, cdata.feat, CPU, s, plan=plan, stream=False,
                            stream_inputs=True, pass_rows=-(-plan.rows[0] // 3), batch_edges=97)
@@ -238,11 +243,11 @@ def test_pushed_edges_scatter_like_sorted_tiles(cdata, name, hidden, monkeypatch
     s = cdata.val_idx
     plan = plan_scope(m, cdata.graph, scored_ids(cdata.num_nodes, s), "scored")
     calls = []
-    real = inference.scatter_rows
-    monkeypatch.setattr(inference, "scatter_rows", lambda *a: calls.append(1) or real(*a))
+    real = push_mod.scatter_rows
+    monkeypatch.setattr(push_mod, "scatter_rows", lambda *a: calls.append(1) or real(*a))
     got = {}
     for scatter in (True, False):
-        monkeypatch.setattr(inference, "SCATTER", scatter)
+        monkeypatch.setattr(push_mod, "SCATTER", scatter)
         calls.clear()
         got[scatter] = scored_inference(m, sampler, cdata.feat, CPU, s, plan=plan, stream=True,
                                         stream_inputs=True, pass_rows=40, batch_edges=97)
@@ -261,7 +266,7 @@ def test_streamed_inputs_from_a_memory_map(cdata, tmp_path, dtype):
     np.save(tmp_path / "indices.npy", cdata.graph.indices)
     feat = np.load(tmp_path / "feat.npy", mmap_mode="r")
     g = CSRGraph(cdata.graph.indptr, np.load(tmp_path / "indices.npy", mmap_mode="r"))
-    assert inference._plain_table(HostFeatures(feat)) is feat
+    assert passes_mod._plain_table(HostFeatures(feat)) is feat
     m = _model(cdata.num_features, cdata.num_classes, "gcn", 16, 3)
     sampler = NeighborSampler(g, [-1] * 3)
     s = cdata.test_idx
@@ -269,7 +274,8 @@ def test_streamed_inputs_from_a_memory_map(cdata, tmp_path, dtype):
     want = scored_inference(m, sampler, HostFeatures(feat), CPU, s, plan=plan,
                             stream_inputs=False)
     monkeypatch = pytest.MonkeyPatch()
-    monkeypatch.setattr(inference, "available_host_bytes", lambda *a, **k: 1)  # drop pages
+    for mod in (tables_mod, passes_mod):  # drop pages
+        monkeypatch.setattr(mod, "available_host_bytes", lambda *a, **k: 1)
     try:
         got = scored_inference(m, sampler, HostFeatures(feat), CPU, s, plan=plan,
                                stream_inputs=True, pass_rows=50, batch_edges=300)
@@ -289,15 +295,15 @@ def test_read_ranges_reads_files_and_arrays_alike(tmp_path):
     ranges = [(0, 1), (1, 4097), (4097, 4097), (4097, 10_000)]
     for arr, want in [(mm, a), (mm[1234:], a[1234:]), (a, a)]:
         rs = [(x, min(y, arr.shape[0])) for x, y in ranges if x <= arr.shape[0]]
-        got = list(inference.read_ranges(arr, rs, drop=True))
+        got = list(reads_mod.read_ranges(arr, rs, drop=True))
         assert all(np.array_equal(g, want[x:y]) for g, (x, y) in zip(got, rs))
-    assert inference._file_of(mm[1234:]) == (str(tmp_path / "a.npy"),
+    assert reads_mod._file_of(mm[1234:]) == (str(tmp_path / "a.npy"),
                                              mm.offset + 1234 * 12)
-    assert inference._file_of(a) is None and inference._file_of(mm[:, 1]) is None
+    assert reads_mod._file_of(a) is None and reads_mod._file_of(mm[:, 1]) is None
     with open(tmp_path / "a.npy", "r+b") as f:
         f.truncate(mm.offset + 5000 * 12)
-    with pytest.raises(inference.GraphFormatError, match="the file ends at byte"):
-        list(inference.read_ranges(mm, [(0, 4000), (4000, 10_000)]))
+    with pytest.raises(GraphFormatError, match="the file ends at byte"):
+        list(reads_mod.read_ranges(mm, [(0, 4000), (4000, 10_000)]))
 
 
 def test_inputs_stream_by_default_when_the_table_outgrows_the_memory(cdata, monkeypatch):
@@ -308,10 +314,12 @@ def test_inputs_stream_by_default_when_the_table_outgrows_the_memory(cdata, monk
     s = cdata.test_idx
     plan = plan_scope(m, cdata.graph, scored_ids(cdata.num_nodes, s), "scored")
     table = cdata.feat.nbytes
-    monkeypatch.setattr(inference, "available_host_bytes", lambda *a, **k: 4 * table)
+    for mod in (tables_mod, passes_mod):
+        monkeypatch.setattr(mod, "available_host_bytes", lambda *a, **k: 4 * table)
     roomy = scored_inference(m, sampler, cdata.feat, CPU, s, plan=plan)
     assert plan.input_passes == 0
-    monkeypatch.setattr(inference, "available_host_bytes", lambda *a, **k: table)
+    for mod in (tables_mod, passes_mod):
+        monkeypatch.setattr(mod, "available_host_bytes", lambda *a, **k: table)
     tight = scored_inference(m, sampler, cdata.feat, CPU, s, plan=plan)
     assert plan.input_passes >= 1
     torch.testing.assert_close(tight.values, roomy.values, rtol=1e-5, atol=1e-5)
@@ -420,8 +428,8 @@ def test_auto_takes_scored_for_a_small_neighbourhood_and_all_for_the_whole_graph
     assert few.choice["scope"] == "scored" and few.choice["ratio"] < 0.5
     assert few.record()["eval_scope"] == "scored" and few.record()["eval_rows"] == few.rows
     calls = []
-    real = inference.expand_frontier
-    monkeypatch.setattr(inference, "expand_frontier",
+    real = scope_mod.expand_frontier
+    monkeypatch.setattr(scope_mod, "expand_frontier",
                         lambda *a, **k: calls.append(1) or real(*a, **k))
     every = plan_scope(m, g, scored_ids(5000, np.arange(5000)), "auto")
     assert every.scope == "all" and every.rows == [5000] * 3 and every.levels is None
@@ -508,8 +516,8 @@ def test_a_run_records_its_scope_and_keeps_only_the_scored_rows(tmp_path, monkey
     data = sparse_data()
     rows = _spy_rows(monkeypatch)
     whole_calls = []
-    real = inference.layerwise_inference
-    for mod in (tr, inference):
+    real = scored_mod.layerwise_inference
+    for mod in (tr, scored_mod):
         monkeypatch.setattr(mod, "layerwise_inference",
                             lambda *a, **k: whole_calls.append(1) or real(*a, **k))
     res = tr.train(_cfg(tmp_path / "run", data_root=str(tmp_path / "d")), data)
@@ -698,8 +706,10 @@ def test_default_input_passes_keep_their_sums_in_memory(cdata, monkeypatch):
     s = cdata.test_idx
     plan = plan_scope(m, cdata.graph, scored_ids(cdata.num_nodes, s), "scored")
     fill = 4 * cdata.num_features * plan.rows[0] // 2  # room for about half the level a pass
-    monkeypatch.setattr(inference, "fillable_host_bytes", lambda *a, **k: fill)
-    monkeypatch.setattr(inference, "available_host_bytes", lambda *a, **k: fill)
+    for mod in (scored_mod, passes_mod):
+        monkeypatch.setattr(mod, "fillable_host_bytes", lambda *a, **k: fill)
+    for mod in (tables_mod, passes_mod):
+        monkeypatch.setattr(mod, "available_host_bytes", lambda *a, **k: fill)
     places = []
     init = EvalTable.__init__
 

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-import twopgraph.inference as inference
+import twopgraph.inference.passes as passes_mod
+import twopgraph.inference.tables as tables_mod
 import twopgraph.train as tr
 from twopgraph.cache import FeatureCache, HostFeatures, make_policy
 from twopgraph.models import build_model
@@ -76,7 +77,7 @@ def test_scratch_file_path_equals_whole_table_inference(cdata, tmp_path, monkeyp
     scratch file in the run's folder, nothing is left there, and the logits are those of
     whole-table inference (hidden 3 < features: layer 0 projects; 64 > classes: the last
     layer is fused)."""
-    monkeypatch.setattr(inference, "available_host_bytes", lambda: 1000)
+    monkeypatch.setattr(tables_mod, "available_host_bytes", lambda: 1000)
     m = _model(cdata, name, hidden, layers)
     sampler = NeighborSampler(cdata.graph, [-1] * layers)
     feat = torch.from_numpy(cdata.feat)
@@ -88,7 +89,7 @@ def test_scratch_file_path_equals_whole_table_inference(cdata, tmp_path, monkeyp
     torch.testing.assert_close(got, reference_inference(m, sampler, feat), rtol=1e-5,
                                atol=1e-5)
     places.clear()
-    monkeypatch.setattr(inference, "available_host_bytes", lambda: 1 << 40)
+    monkeypatch.setattr(tables_mod, "available_host_bytes", lambda: 1 << 40)
     host = layerwise_inference(m, sampler, cdata.feat, CPU, batch_edges=97)
     assert set(places) == {"host"}
     torch.testing.assert_close(got, host, rtol=1e-6, atol=1e-6)
@@ -262,7 +263,8 @@ def test_a_run_with_scratch_tables_reports_pss_and_leaves_no_files(cdata, tmp_pa
     import json
 
     from test_train import cfg
-    monkeypatch.setattr(inference, "available_host_bytes", lambda: 1)
+    for mod in (tables_mod, passes_mod):
+        monkeypatch.setattr(mod, "available_host_bytes", lambda: 1)
     res = tr.train(cfg(tmp_path / "o", epochs=1, schedule="random"), data=cdata)
     assert places and set(places) == {"disk"}
     assert sorted(p.name for p in (tmp_path / "o").iterdir()) == ["checkpoint.pt",

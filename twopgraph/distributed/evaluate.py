@@ -54,8 +54,10 @@ from ..errors import ConfigError
 from ..models import BlockGNN
 from ..partition.selfdep import Part, _gather_rows
 from ..sampler.minibatch import Block
-from ..inference import (EVAL_CHUNK_BYTES, ONE_CLASS_KEY, ScopePlan, edge_balanced_ranges,
-                         plan_scope, positive_scores, rocauc, scored_ids)
+from ..inference.rows import edge_balanced_ranges
+from ..inference.scope import ScopePlan, plan_scope, scored_ids
+from ..inference.scores import ONE_CLASS_KEY, positive_scores, rocauc
+from ..inference.tables import EVAL_CHUNK_BYTES
 
 log = logging.getLogger("twopgraph")
 

@@ -68,7 +68,7 @@ from ..rundir import RunDir
 from ..sampler import make_sampler
 from ..checkpoint import (CHECKPOINT, build_training, dataset_record, model_record,
                           read_checkpoint, run_signature, save_checkpoint)
-from ..inference import resolve_metric
+from ..inference.scores import resolve_metric
 from ..pipeline import make_loader
 from ..train import (METRICS, Selection, diverged, early_stop_record, evaluates_after,
                      final_line, log_early_stop, log_epoch, patience_exhausted, train_epoch,
