@@ -20,7 +20,9 @@ import numpy as np
 import pytest
 
 from twopgraph import datasets
-from twopgraph.datasets import dataset_path, list_datasets, load_dataset, resolve_data_root
+from twopgraph.datasets import (dataset_path, download, list_datasets, load_dataset,
+                                resolve_data_root)
+from twopgraph.datasets.ogb import _ogb_labels
 from twopgraph.errors import ConfigError, GraphFormatError, TwopgraphError
 from twopgraph.graph import CSRGraph, GraphData
 
@@ -252,7 +254,7 @@ def test_ogb_loader_keeps_the_traceback_of_twopgraph_bugs(tmp_path, monkeypatch,
 
     def buggy_construct(name, root, folder, meta):
         raise exc("a bug in twopgraph")
-    monkeypatch.setattr(datasets, "_fetch_ogb", buggy_construct)
+    monkeypatch.setattr(download, "_fetch_ogb", buggy_construct)
     stdin, timeout = sys.stdin, socket.getdefaulttimeout()
     with pytest.raises(exc) as err:
         load_dataset("ogbn-arxiv", data_root=tmp_path, progress=False)
@@ -299,11 +301,11 @@ def test_ogb_session_restores_what_it_changes():
 def test_ogb_labels_nan_outside_splits():
     labels = np.array([[1.0], [np.nan], [2.0]])
     splits = {"train": np.array([0]), "valid": np.array([2]), "test": np.array([], np.int64)}
-    y = datasets._ogb_labels("x", labels, 3, splits)
+    y = _ogb_labels("x", labels, 3, splits)
     assert y.dtype == np.int64 and y.tolist() == [1, -1, 2]  # unlabelled, never class 0
     splits["train"] = np.array([0, 1])
     with pytest.raises(GraphFormatError, match="train split have no label"):
-        datasets._ogb_labels("x", labels, 3, splits)
+        _ogb_labels("x", labels, 3, splits)
 
 
 # -- .npz files --------------------------------------------------------------------------------

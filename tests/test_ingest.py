@@ -242,7 +242,8 @@ def test_ingest_memory_is_bounded_by_a_chunk(tmp_path, monkeypatch):
     chunks of memory (256 KiB here); the control run with one chunk per array shows that the
     bound is what fails when the chunking is removed."""
     import tracemalloc
-    from twopgraph import ingest as ingest_mod
+    from twopgraph.ingest import npz as npz_mod
+    from twopgraph.ingest import raw as raw_mod
     from twopgraph import store as store_mod
     rng = np.random.default_rng(0)
     n, e = 8192, 250_000
@@ -253,7 +254,8 @@ def test_ingest_memory_is_bounded_by_a_chunk(tmp_path, monkeypatch):
 
     def peak(chunk: int, out: str) -> int:
         monkeypatch.setattr(store_mod, "CHUNK_BYTES", chunk)
-        monkeypatch.setattr(ingest_mod, "CHUNK_BYTES", chunk)
+        monkeypatch.setattr(npz_mod, "CHUNK_BYTES", chunk)
+        monkeypatch.setattr(raw_mod, "CHUNK_BYTES", chunk)
         raw = coo_npz(tmp_path / "g.npz")
         tracemalloc.start()
         try:
