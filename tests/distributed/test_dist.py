@@ -22,6 +22,7 @@ from twopgraph.distributed.evaluate import evaluate_distributed
 from twopgraph.distributed.launch import strip_nproc
 from twopgraph.errors import ConfigError, TwopgraphError
 from twopgraph.models import build_model
+from twopgraph.protocols import MODELS
 from twopgraph.partition.selfdep import load_part, partition_selfdep
 from twopgraph.sampler import NeighborSampler, RandomScheduler
 from twopgraph.config import TrainConfig
@@ -208,7 +209,7 @@ def test_rank_reads_the_one_shared_store(parts2, tmp_path, monkeypatch, rep):
 # part: which partition (representation-hops); shared: the hidden tables in a scratch file on
 # this machine (True) or all-reduced (False, what ranks on several machines do)
 EVAL_JOBS = [dict(model=m, layers=layers, hidden=hidden, seed=seed, part=part, shared=True)
-             for m in ("sage", "gcn")
+             for m in MODELS.names()  # every registered model (a new one is covered)
              for layers, hidden, seed, part in ((2, 16, 0, "global-2"), (3, 8, 1, "local-1"))]
 EVAL_JOBS += [dict(model="sage", layers=3, hidden=8, seed=2, part="local-2", shared=True),
               dict(model="gcn", layers=3, hidden=8, seed=3, part="global-2", shared=False)]
@@ -236,7 +237,12 @@ def _eval_worker(rank, world, port, parts, jobs, result_dir):
                 during.append(sorted(str(p.relative_to(scratch)) for p in scratch.rglob("*")))
             model.convs[-1].register_forward_hook(hook)
             # a last layer that shrinks the width is computed from projections, not forward
-            orig = model.convs[-1].from_projection
+            orig = getattr(model.convs[-1], "from_projection", None)
+            if orig is None:  # a conv without projections: forward only
+                val, test = evaluate_distributed(model, part, cpu, batch_edges=300,
+                                                 scratch_dir=scratch, shared=job["shared"])
+                _save_eval(result_dir, i, rank, part, scratch, val, test, seen, during)
+                continue
 
             def recorded(*a, orig=orig, hook=hook, **k):
                 out = orig(*a, **k)
@@ -246,10 +252,14 @@ def _eval_worker(rank, world, port, parts, jobs, result_dir):
             # small edge ranges: several blocks per layer
             val, test = evaluate_distributed(model, part, cpu, batch_edges=300,
                                              scratch_dir=scratch, shared=job["shared"])
-            torch.save({"val": val, "test": test, "logits": torch.cat(seen) if seen else None,
-                        "owned": np.asarray(part.owned).copy(), "during": during,
-                        "after": sorted(p.name for p in scratch.iterdir())},
-                       Path(result_dir) / f"eval{i}-rank{rank}.pt")
+            _save_eval(result_dir, i, rank, part, scratch, val, test, seen, during)
+
+
+def _save_eval(result_dir, i, rank, part, scratch, val, test, seen, during) -> None:
+    torch.save({"val": val, "test": test, "logits": torch.cat(seen) if seen else None,
+                "owned": np.asarray(part.owned).copy(), "during": during,
+                "after": sorted(p.name for p in scratch.iterdir())},
+               Path(result_dir) / f"eval{i}-rank{rank}.pt")
 
 
 @pytest.fixture(scope="module")
