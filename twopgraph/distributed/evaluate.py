@@ -52,7 +52,8 @@ import torch.distributed as dist
 
 from ..errors import ConfigError
 from ..models import BlockGNN
-from ..partition.selfdep import Part, _gather_rows
+from ..partition.partload import Part
+from ..partition.selfdep import _gather_rows
 from ..sampler.minibatch import Block
 from ..inference import (EVAL_CHUNK_BYTES, ONE_CLASS_KEY, ScopePlan, edge_balanced_ranges,
                          plan_scope, positive_scores, rocauc, scored_ids)
