@@ -241,7 +241,7 @@ def test_partitions_with_another_dataset_refused(part1, root, tmp_path, capsys, 
 
 def test_same_dataset_by_fingerprint_file_or_name(root, part1, tmp_path):
     from twopgraph.datasets import dataset_identity, same_dataset
-    from twopgraph.partition.selfdep import read_meta
+    from twopgraph.partition.partload import read_meta
     src = read_meta(part1)["source"]
     assert same_dataset(dataset_identity("synthetic-tiny", root), src)
     assert src["path"] is None  # a preset has no file: its store is its one copy

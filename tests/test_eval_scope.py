@@ -629,7 +629,7 @@ def _dist_eval(rank, world, port, folder, result_dir):
 
     from twopgraph.distributed.env import DistEnv, process_group
     from twopgraph.distributed.evaluate import ReducedTables, SharedTables, evaluate_scores
-    from twopgraph.partition.selfdep import load_part
+    from twopgraph.partition.partload import load_part
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
     cpu = torch.device("cpu")

@@ -435,7 +435,7 @@ def check_compact_rows(kernel, twin):
         assert (res[0] >= 0).all()
 
 
-# -- twopgraph.partition.coarsen -------------------------------------------------------------------
+# -- twopgraph.partition.labelprop, .contract, .coarsen, kernels.ball_seeds ------------------------
 def _lp_state(g, seed, coarse=False):
     """Labels (some merged), vertex weights and label weights for the label-propagation
     checks; ``coarse``: int64 edge weights too."""
@@ -505,7 +505,7 @@ def check_group_by(kernel, twin):
 
 
 def check_contract(kernel, twin):
-    from twopgraph.partition.coarsen import group_by_ref
+    from twopgraph.partition.contract import group_by_ref
     rng = np.random.default_rng(1)
     for seed, g in graphs():
         for num in (1, 3, g.num_nodes // 7 + 1):
@@ -585,14 +585,14 @@ CHECKS = {
     "twopgraph.partition.kernels.cluster_bfs_order": check_cluster_bfs_order,
     "twopgraph.partition.kernels.sparsify_csr": check_sparsify_csr,
     "twopgraph.partition.kernels.cut_edges": check_cut_edges,
-    "twopgraph.partition.coarsen.lp_propose": check_lp_propose,
-    "twopgraph.partition.coarsen.lp_apply": check_lp_apply,
-    "twopgraph.partition.coarsen.subround_order": check_subround_order,
-    "twopgraph.partition.coarsen.group_by": check_group_by,
-    "twopgraph.partition.coarsen.contract": check_contract,
-    "twopgraph.partition.coarsen.heavy_edges": check_heavy_edges,
+    "twopgraph.partition.labelprop.lp_propose": check_lp_propose,
+    "twopgraph.partition.labelprop.lp_apply": check_lp_apply,
+    "twopgraph.partition.labelprop.subround_order": check_subround_order,
+    "twopgraph.partition.contract.group_by": check_group_by,
+    "twopgraph.partition.contract.contract": check_contract,
+    "twopgraph.partition.contract.heavy_edges": check_heavy_edges,
     "twopgraph.partition.coarsen.greedy_pack": check_greedy_pack,
-    "twopgraph.partition.coarsen.ball_seeds": check_ball_seeds,
+    "twopgraph.partition.kernels.ball_seeds": check_ball_seeds,
     "twopgraph.dropout.relu_dropout_fwd": check_relu_dropout_fwd,
     "twopgraph.dropout.relu_dropout_bwd": check_relu_dropout_bwd,
     "twopgraph.spmm.csr_spmm": check_csr_spmm,

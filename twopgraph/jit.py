@@ -51,6 +51,8 @@ KERNEL_MODULES = (
     "twopgraph.sampler.kernels",
     "twopgraph.cache.kernels",
     "twopgraph.partition.kernels",
+    "twopgraph.partition.labelprop",
+    "twopgraph.partition.contract",
     "twopgraph.partition.coarsen",
     "twopgraph.dropout",
     "twopgraph.spmm",

@@ -23,7 +23,8 @@ from twopgraph.distributed.launch import strip_nproc
 from twopgraph.errors import ConfigError, TwopgraphError
 from twopgraph.models import build_model
 from twopgraph.protocols import MODELS
-from twopgraph.partition.selfdep import load_part, partition_selfdep
+from twopgraph.partition.partload import load_part
+from twopgraph.partition.selfdep import partition_selfdep
 from twopgraph.sampler import NeighborSampler, RandomScheduler
 from twopgraph.config import TrainConfig
 from twopgraph.inference import accuracy, layerwise_inference

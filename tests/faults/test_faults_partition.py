@@ -22,8 +22,10 @@ import pytest
 from conftest import community_data
 from twopgraph.cli import main
 from twopgraph.errors import ConfigError
-from twopgraph.partition import selfdep
-from twopgraph.partition.selfdep import PartitionError, load_part, partition_selfdep, read_meta
+from twopgraph.partition import partformat, partload, selfdep
+from twopgraph.partition.partformat import PartitionError
+from twopgraph.partition.partload import load_part, read_meta
+from twopgraph.partition.selfdep import partition_selfdep
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAIN = ["--fanouts", "4,4", "--batch-size", "64", "--epochs", "1", "--hidden", "8",
@@ -153,14 +155,14 @@ def test_damaged_part_is_refused_in_one_line(clean, clean_global, tmp_path, case
     assert "\n" not in msg and words in msg and f"part{p}" in msg, msg
     assert "twopgraph partition" in msg
     with pytest.raises(PartitionError, match=f"part{p}"):
-        selfdep.verify_partition(folder)
+        partload.verify_partition(folder)
     load_part(folder, 1 - p)  # the other part is intact
 
 
 def test_damaged_cluster_file_of_global_parts_is_refused(clean_global, tmp_path):
     folder = _copy(clean_global, tmp_path / "p")
     _edit(folder / "cluster.npy", _set(0, 10**6))
-    for call in (lambda: load_part(folder, 0), lambda: selfdep.verify_partition(folder)):
+    for call in (lambda: load_part(folder, 0), lambda: partload.verify_partition(folder)):
         with pytest.raises(PartitionError, match="cluster.npy: values in") as e:
             call()
         assert "\n" not in str(e.value) and "twopgraph partition" in str(e.value)
@@ -170,10 +172,10 @@ def test_damaged_cluster_file_of_global_parts_is_refused(clean_global, tmp_path)
 def test_meta_records_every_array(clean, clean_global, rep):
     folder = clean if rep == "local" else clean_global
     meta = read_meta(folder)
-    assert meta["format"] == selfdep.FORMAT_VERSION == 4
+    assert meta["format"] == partformat.FORMAT_VERSION == 4
     for i, info in enumerate(meta["parts"]):
         assert info["representation"] == rep
-        assert sorted(info["arrays"]) == sorted(selfdep._ARRAYS[rep])
+        assert sorted(info["arrays"]) == sorted(partformat._ARRAYS[rep])
         assert not (folder / f"part{i}" / "feat.npy").exists()
         for name, rec in info["arrays"].items():
             a = np.load(folder / f"part{i}" / f"{name}.npy")
@@ -182,7 +184,7 @@ def test_meta_records_every_array(clean, clean_global, rep):
             if a.size:
                 assert rec["min"] == a.min() and rec["max"] == a.max()
     assert (meta["arrays"]["cluster"] is None) == (rep == "local")
-    assert selfdep.verify_partition(folder) == meta
+    assert partload.verify_partition(folder) == meta
 
 
 def test_parts_must_own_every_vertex_once(clean, tmp_path):
@@ -198,7 +200,7 @@ def test_parts_must_own_every_vertex_once(clean, tmp_path):
     (folder / "meta.json").write_text(json.dumps(meta))
     load_part(folder, 1)
     with pytest.raises(PartitionError, match="also owned by an earlier part"):
-        selfdep.verify_partition(folder)
+        partload.verify_partition(folder)
 
 
 def test_format_2_folder_is_refused_in_one_line(clean, tmp_path):
@@ -460,7 +462,7 @@ def test_partition_reuse_rewrites_a_damaged_folder(data, tmp_path, capsys):
     capsys.readouterr()
     assert main(args) == 0
     assert np.array_equal(np.load(out / "part1" / "train_idx.npy"), ids)
-    selfdep.verify_partition(out)
+    partload.verify_partition(out)
 
 
 def test_partition_write_error_is_one_line_and_leaves_nothing(data, tmp_path, monkeypatch):
@@ -548,7 +550,7 @@ def test_a_second_partition_into_a_folder_being_written_is_refused(data, tmp_pat
     # the holder gone (killed: its lock file stays, unlocked), the next writer proceeds
     proc = subprocess.run(args, capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    selfdep.verify_partition(out)
+    partload.verify_partition(out)
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
 
 

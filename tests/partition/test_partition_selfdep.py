@@ -14,9 +14,9 @@ from conftest import community_data
 from twopgraph.cli import main
 from twopgraph.errors import ConfigError
 from twopgraph.graph import CSRGraph, inverse_permutation
-from twopgraph.partition.selfdep import (FORMAT_VERSION, GLOBAL_SHARE, PartitionError,
-                                         load_part, partition_selfdep, read_meta,
-                                         verify_partition)
+from twopgraph.partition.partformat import FORMAT_VERSION, PartitionError
+from twopgraph.partition.partload import load_part, read_meta, verify_partition
+from twopgraph.partition.selfdep import GLOBAL_SHARE, partition_selfdep
 from twopgraph.sampler import NeighborSampler
 from twopgraph.store import open_store, write_store
 
@@ -349,7 +349,7 @@ def test_small_real_graphs_balance_training_vertices_and_vertices(tmp_path, name
     be within the README's few percent (3 %, or one cluster's weight where that is more)."""
     from conftest import shared_dataset
 
-    from twopgraph.partition.selfdep import BALANCE_TOLERANCE
+    from twopgraph.partition.partsplit import BALANCE_TOLERANCE
     d = shared_dataset(name)
     meta = partition_selfdep(d, num_parts, 1, tmp_path / "p")
     train = np.array([p["num_train"] for p in meta["parts"]])
@@ -361,7 +361,7 @@ def test_small_real_graphs_balance_training_vertices_and_vertices(tmp_path, name
 
 
 def test_rebalance_moves_whole_clusters_and_keeps_a_balanced_split():
-    from twopgraph.partition.selfdep import rebalance
+    from twopgraph.partition.partsplit import rebalance
     import scipy.sparse as sp
     k = 40
     w = np.stack([np.full(k, 10), np.tile([1, 0], k // 2)], axis=1)

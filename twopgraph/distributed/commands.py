@@ -84,7 +84,7 @@ def run_partitioned(cfg, argv: list[str], dataset_given: bool | None = None) -> 
     that already holds a run (without ``--resume`` or ``--overwrite``,
     :func:`~twopgraph.rundir.check_out`) and a ``--dataset`` that is not the partition's.
 
-    The launcher checks every part (:func:`~twopgraph.partition.selfdep.verify_partition`)
+    The launcher checks every part (:func:`~twopgraph.partition.partload.verify_partition`)
     before it starts any rank, so a damaged partition is refused in one line; each rank
     verifies its own part again as it loads it (so does a rank started by torchrun directly).
     A rank started by the launcher hands its user errors to the launcher, which prints one
@@ -98,7 +98,7 @@ def run_partitioned(cfg, argv: list[str], dataset_given: bool | None = None) -> 
         dataset_given = cfg.data.dataset != DataConfig().dataset
     if d.nproc is not None and "RANK" not in os.environ:
         from ..datasets import partition_dataset
-        from ..partition.selfdep import read_meta, verify_partition
+        from ..partition.partload import read_meta, verify_partition
         from ..rundir import check_out
         from .launch import launch
         check_out(cfg.run.out, cfg.run.resume, cfg.run.overwrite)  # rank 0 checks it again

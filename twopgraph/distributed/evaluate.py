@@ -52,7 +52,8 @@ import torch.distributed as dist
 
 from ..errors import ConfigError
 from ..models import BlockGNN
-from ..partition.selfdep import Part, _gather_rows
+from ..partition.partload import Part
+from ..partition.selfdep import _gather_rows
 from ..sampler.minibatch import Block
 from ..inference.rows import edge_balanced_ranges
 from ..inference.scope import ScopePlan, plan_scope, scored_ids

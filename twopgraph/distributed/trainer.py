@@ -1,6 +1,6 @@
 """Data-parallel training over self-dependence partitions (one rank per part, DDP).
 
-Each rank loads only its own part (:func:`~twopgraph.partition.selfdep.load_part`), runs its own
+Each rank loads only its own part (:func:`~twopgraph.partition.partload.load_part`), runs its own
 locality scheduler, sampler and feature cache on it, and trains a DDP replica: the only traffic
 between ranks in training is the gradient all-reduce. The pieces are those of single-process
 training (:mod:`twopgraph.train`: model, epoch pipeline, checkpoints, metrics), with:
@@ -63,7 +63,7 @@ from ..datasets import partition_dataset
 from ..errors import ConfigError, OutputError, Stopped, TrainingDiverged, TwopgraphError
 from ..loader import available_cores
 from ..metrics import PssMonitor, peak_rss_mib, transfer_metrics
-from ..partition.selfdep import Part, load_part, read_meta
+from ..partition.partload import Part, load_part, read_meta
 from ..rundir import RunDir
 from ..sampler import make_sampler
 from ..checkpoint import (CHECKPOINT, build_training, dataset_record, model_record,

@@ -1,8 +1,9 @@
-"""Partitioning kernels: cluster BFS order (renumbering), METIS sparsification, edge cut.
+"""Partitioning kernels: cluster BFS order (renumbering), METIS sparsification, edge cut,
+BFS balls of training vertices (the ``--schedule auto`` probe).
 
-Each kernel is parallel over clusters or vertices and has a plain NumPy/Python twin
-registered in :mod:`twopgraph.jit`. Graphs are CSR (``indptr`` int64, ``indices`` int32/int64);
-``parts`` gives each vertex's cluster (int64, 0..C-1).
+Each kernel is parallel over clusters or vertices (``ball_seeds``: serial) and has a plain
+NumPy/Python twin registered in :mod:`twopgraph.jit`. Graphs are CSR (``indptr`` int64,
+``indices`` int32/int64); ``parts`` gives each vertex's cluster (int64, 0..C-1).
 """
 
 from __future__ import annotations
@@ -161,6 +162,65 @@ def cut_edges_ref(indptr, indices, parts):
     return int(np.count_nonzero(src != parts[np.asarray(indices)]))
 
 
+# -- BFS balls of training vertices (the --schedule auto probe) ------------------------------------
+@njit(nogil=True, cache=True)
+def ball_seeds(indptr, indices, is_train, starts, count, limit, visited):
+    """Up to ``count`` training vertices (``is_train`` uint8, N) in BFS order from
+    ``starts[0]`` (the next start not yet reached when a component is exhausted), visiting at
+    most ``limit`` vertices: seeds about as close together as a BFS finds them, a local batch
+    without clustering. ``visited`` (uint8, N, zeros) is used and zeroed again."""
+    queue = np.empty(limit, dtype=np.int64)
+    seeds = np.empty(count, dtype=np.int64)
+    found = 0
+    tail = 0
+    head = 0
+    for si in range(starts.shape[0]):
+        r = starts[si]
+        if visited[r] or found == count or tail == limit:
+            continue
+        visited[r] = 1
+        queue[tail] = r
+        tail += 1
+        while head < tail and found < count:
+            u = queue[head]
+            head += 1
+            if is_train[u]:
+                seeds[found] = u
+                found += 1
+            for j in range(indptr[u], indptr[u + 1]):
+                w = indices[j]
+                if visited[w] == 0 and tail < limit:
+                    visited[w] = 1
+                    queue[tail] = w
+                    tail += 1
+    for i in range(tail):
+        visited[queue[i]] = 0
+    return seeds[:found]
+
+
+def ball_seeds_ref(indptr, indices, is_train, starts, count, limit, visited):
+    """Python twin of :func:`ball_seeds`."""
+    from collections import deque
+    seen: set = set()
+    queue: deque = deque()
+    seeds: list = []
+    for r in np.asarray(starts).tolist():
+        if r in seen or len(seeds) == count or len(seen) == limit:
+            continue
+        seen.add(r)
+        queue.append(r)
+        while queue and len(seeds) < count:
+            u = queue.popleft()
+            if is_train[u]:
+                seeds.append(u)
+            for w in np.asarray(indices[indptr[u]:indptr[u + 1]]).tolist():
+                if w not in seen and len(seen) < limit:
+                    seen.add(w)
+                    queue.append(w)
+    return np.asarray(seeds, dtype=np.int64)
+
+
 register(cluster_bfs_order, cluster_bfs_order_ref)
 register(sparsify_csr, sparsify_csr_ref)
 register(cut_edges, cut_edges_ref)
+register(ball_seeds, ball_seeds_ref)

@@ -2,13 +2,13 @@
 their H-hop sampling can reach, renumbered locally, so that training needs no communication.
 
 :func:`partition_selfdep` splits the graph into ``P`` parts with METIS, balancing training
-vertices (and all vertices) across parts (:func:`rebalance` moves whole clusters where METIS
-misses :data:`BALANCE_TOLERANCE`, as it does on small coarse graphs). The split is computed
-on the graph of the fine METIS clusters that the locality scheduler uses (one vertex per
-cluster, weighted by its vertices and training vertices; edge weights = edges between
-clusters): every fine cluster lies in one part, and the P-way split costs seconds on top of
-the (cached) fine clustering. Part ``i``'s
-*self-dependence cluster* is
+vertices (and all vertices) across parts (:func:`~twopgraph.partition.partsplit.rebalance`
+moves whole clusters where METIS misses
+:data:`~twopgraph.partition.partsplit.BALANCE_TOLERANCE`, as it does on small coarse graphs).
+The split is computed on the graph of the fine METIS clusters that the locality scheduler
+uses (one vertex per cluster, weighted by its vertices and training vertices; edge weights =
+edges between clusters): every fine cluster lies in one part, and the P-way split costs
+seconds on top of the (cached) fine clustering. Part ``i``'s *self-dependence cluster* is
 
     owned(i)  U  { v : dist(v, train(i)) <= H }
 
@@ -47,67 +47,20 @@ symmetrised graph) gets one written inside the partition (``OUT/store``).
 Exact (full-neighbour) evaluation reads the full row of each owned vertex from the store's
 CSR (see :mod:`twopgraph.distributed.evaluate`).
 
-On-disk layout (``OUT/``), every array a plain ``.npy`` file that can be memory-mapped::
-
-    meta.json            format (FORMAT_VERSION), partition_id (= partition_fingerprint),
-                         cluster_key (the fine clustering's cache key), source {name,
-                         fingerprint (GraphData.fingerprint of the source: CSR, features,
-                         labels, splits), store (absolute path of the store folder),
-                         store_embedded (true: OUT/store), num_nodes, num_edges, num_features,
-                         num_classes, path, size, mtime_ns}, num_parts, hops, seed,
-                         num_clusters (the resolved count), replication_factor (= sum of the
-                         self-dependence clusters' sizes / N), edge_cut (undirected edges
-                         between parts), edge_cut_fraction, seconds, arrays {cluster: record
-                         of OUT/cluster.npy, or null}, and parts: one object per part with
-                         representation, num_nodes (the rank's vertex ids: N for a global
-                         part), num_owned, num_halo, num_edges, num_train, num_val, num_test,
-                         num_incomplete (vertices whose row is truncated), local_csr_bytes,
-                         global_csr_bytes and arrays: for each array file below {dtype,
-                         shape, min, max, fingerprint} (value range and content fingerprint)
-    cluster.npy          int32 (N)     fine METIS cluster of every vertex (only with a
-                                       global part: its scheduler reads it)
-    store/               the dataset's store, when it had none (see above)
-    part{i}/part.json    part, partition_id (must equal meta's), representation, num_nodes,
-                         num_owned
-    a local part:
-    part{i}/indptr.npy   int64 (n+1)   local CSR (n = num_nodes of the part)
-    part{i}/indices.npy  int32 (E_i)   local neighbour ids
-    part{i}/label.npy    int64 (n)
-    part{i}/train_idx.npy, val_idx.npy, test_idx.npy   int64, local ids of *owned* vertices
-    part{i}/node_ids.npy int64 (n)     local -> global (store) id; owned first
-    part{i}/degree.npy   int64 (n)     full-graph degree of each local vertex
-    part{i}/cluster.npy  int32 (n)     fine METIS cluster of each local vertex (scheduler)
-    a global part:
-    part{i}/owned.npy    int64 (num_owned)   sorted global ids of the owned vertices
-    part{i}/train_idx.npy, val_idx.npy, test_idx.npy   int64, sorted global ids (owned)
-
 ``partition_id`` is :func:`partition_fingerprint`: the provenance fingerprint
 (:mod:`twopgraph.fingerprint`) of the source's content, ``num_parts``, ``hops``, ``seed``, the
 resolved ``num_clusters``, the fine clustering's key (METIS settings) and
-:data:`FORMAT_VERSION`. A partition is thus reused only when all of them are equal
-(``partition_selfdep(..., reuse=True)``, what ``twopgraph partition`` does without
-``--force``); any other value recomputes it.
+:data:`~twopgraph.partition.partformat.FORMAT_VERSION`. A partition is thus reused only when
+all of them are equal (``partition_selfdep(..., reuse=True)``, what ``twopgraph partition``
+does without ``--force``); any other value recomputes it.
 
 A folder is written under a temporary name beside ``OUT`` (:mod:`twopgraph.files`) and renamed
 when complete; the temporary folders of writers that were killed are removed by the next write
-into the same parent folder (:func:`clean_orphans`: only folders of that pattern whose process
-is gone, holding nothing but partition files). :func:`read_meta` / :func:`load_part` refuse,
-with a one-line :class:`~twopgraph.errors.TwopgraphError`, a folder of another format (1: a
-hash of the CSR only; 2: part arrays without records; 3: features in every part -- re-run
-``twopgraph partition``), a part of another partitioning run, a partition whose source
-``.npz`` changed since it was written (size or mtime: a cheap check that needs no hashing of
-the source at load time), and a store that is missing or holds other content.
+into the same parent folder (:func:`~twopgraph.partition.orphans.clean_orphans`: only folders
+of that pattern whose process is gone, holding nothing but partition files).
 
-**Integrity.** :func:`load_part` verifies the part it loads (:func:`check_part`): every array's
-dtype, shape, value range and the invariants of the layout (monotone CSRs, local ids ``<`` the
-part's vertices, ``node_ids`` distinct and ``<`` N, labels in ``[-1, num_classes)`` and
-labelled on the splits, splits sorted, disjoint and owned, ...) against ``meta.json``, then its
-content fingerprint, which catches what keeps shapes and ranges (zeroed labels, permuted
-ids). :func:`verify_partition` does it for every part and checks that the parts own each
-vertex once; ``twopgraph train --partitions DIR --nproc P`` runs it before starting any rank,
-and ``twopgraph partition`` before reusing a folder (a damaged one is rewritten); both also open
-the store and compare its fingerprint (``store.json``: no hashing). Cost: one read of the part
-arrays (structure and ids, no features), dominated by hashing (BLAKE2b, 1-2 s/GB per thread).
+The on-disk layout is in :mod:`twopgraph.partition.partformat`; reading and checking a
+folder in :mod:`twopgraph.partition.partload` and :mod:`twopgraph.partition.partcheck`.
 
 Example::
 
@@ -120,45 +73,29 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
-import re
 import shutil
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from ..errors import ConfigError, TwopgraphError
+from ..errors import ConfigError
 from ..fingerprint import fingerprint
-from ..files import atomic_write_bytes, parse_temp, sweep_orphans, temp_folder
+from ..files import atomic_write_bytes, temp_folder
 from ..graph import SPLITS, CSRGraph, GraphData
-from ..rundir import FileLock, remove_stale_lock, sibling_lock
-from ..store import open_store, write_store
-from .cluster import (
-    DEFAULT_UFACTOR,
-    cluster_graph,
-    cluster_key,
-    default_num_clusters,
-    edge_cut,
-    metis_output_to_log,
-)
+from ..rundir import FileLock, sibling_lock
+from ..store import write_store
+from .cluster import DEFAULT_UFACTOR, cluster_graph, cluster_key, default_num_clusters, edge_cut
+from .orphans import clean_orphans
+from .partformat import (_ARRAYS, FORMAT_VERSION, META, PART_JSON, ROOT_CLUSTER, STORE_DIR,
+                         PartitionError, _record)
+from .partload import read_meta, verify_partition
+from .partsplit import SPLIT_VERSION, _check_train_in_every_part, _halos, _split_clusters
 from .renumber import cluster_permutation
 
 log = logging.getLogger("twopgraph")
 
-# 4: no features in the parts (read from the dataset's store), a global or local representation
-#    per part; 3: meta.json records every part array (dtype, shape, value range, content
-#    fingerprint), and loading checks them; 2: partition_id is the provenance fingerprint, part arrays unchecked;
-#    1: a hash of the CSR, the settings and the time
-FORMAT_VERSION = 4
-META = "meta.json"
-PART_JSON = "part.json"
-#: Folder of the store written inside a partition whose data had none.
-STORE_DIR = "store"
-#: File of the fine cluster of every vertex, written when a part is global.
-ROOT_CLUSTER = "cluster.npy"
 #: A part is stored ``global`` (no CSR of its own: the store's is used) when its local CSR
 #: would take more than this share of the bytes of the store's CSR.
 GLOBAL_SHARE = 0.5
@@ -168,77 +105,6 @@ REPRESENTATIONS = ("auto", "local", "global")
 DEFAULT_CLUSTER_BATCH = 1024
 # Entries gathered per chunk when extracting rows: bounds the temporaries on large graphs.
 _CHUNK = 1 << 24
-_LOCAL_ARRAYS = ("indptr", "indices", "label", *SPLITS, "node_ids", "degree", "cluster")
-_GLOBAL_ARRAYS = ("owned", *SPLITS)
-_ARRAYS = {"local": _LOCAL_ARRAYS, "global": _GLOBAL_ARRAYS}
-_PART_DIR = re.compile(r"^part\d+$")
-# The lock file of a partition folder (:func:`~twopgraph.rundir.sibling_lock`): ``.OUT.lock``
-_LOCK_NAME = re.compile(r"^\..+\.lock$")
-# the store writer's temporary folder inside a partition being written
-_STORE_TMP = re.compile(r"^\.store\.tmp-")
-
-
-class PartitionError(TwopgraphError):
-    """A partition folder is missing, stale, damaged or does not fit the run."""
-
-
-@dataclass
-class Part:
-    """One part as a rank trains on it.
-
-    ``data`` is the graph the rank samples on, with its node data: for a ``local`` part the
-    local CSR (``data.node_ids`` = global ids, owned first; splits = local ids of owned
-    vertices), for a ``global`` part the store's own CSR (local ids = global ids; splits =
-    owned global ids). ``data.feat`` is always the store's whole feature table (memory-mapped,
-    N rows): local id ``v`` reads row ``rows[v]`` (``rows`` = ``node_ids`` of a local part,
-    None = the identity). ``owned`` holds the global ids of the owned vertices (a local part's
-    in local order, so local id ``i < num_owned`` is ``owned[i]``; a global part's sorted).
-    ``degree`` holds full-graph degrees (None: the graph's own, complete rows), ``cluster``
-    the fine cluster of each of the rank's vertex ids, ``store`` the dataset's store.
-    Arrays are memory-mapped by default.
-    """
-
-    index: int
-    data: GraphData
-    num_owned: int
-    degree: np.ndarray | None
-    cluster: np.ndarray
-    owned: np.ndarray
-    meta: dict
-    representation: str
-    store: GraphData
-    rows: np.ndarray | None
-
-    @property
-    def num_global_nodes(self) -> int:
-        return int(self.meta["source"]["num_nodes"])
-
-    @property
-    def complete(self) -> np.ndarray:
-        """Whether each of the rank's vertices has its whole source row (bool)."""
-        if self.degree is None:
-            return np.ones(self.data.num_nodes, dtype=bool)
-        return self.data.graph.degrees() == self.degree
-
-    def is_owned(self, ids: np.ndarray) -> np.ndarray:
-        """Whether each of the rank's vertex ids ``ids`` is owned (bool, O(len(ids)) memory)."""
-        ids = np.asarray(ids)
-        if self.representation == "local":
-            return ids < self.num_owned
-        pos = np.searchsorted(self.owned, ids)
-        hit = pos < self.owned.shape[0]
-        hit[hit] = self.owned[pos[hit]] == ids[hit]
-        return hit
-
-    def owned_positions(self, ids: np.ndarray) -> np.ndarray:
-        """Positions in ``owned`` of the rank's owned vertex ids ``ids`` (e.g. its splits)."""
-        ids = np.asarray(ids, dtype=np.int64)
-        return ids if self.representation == "local" else np.searchsorted(self.owned, ids)
-
-
-# ----------------------------------------------------------------------------------------------
-# writing
-# ----------------------------------------------------------------------------------------------
 
 
 def partition_selfdep(data: GraphData, num_parts: int, hops: int, out, *, seed: int = 0,
@@ -401,17 +267,6 @@ def _check_args(data: GraphData, num_parts, hops, num_clusters) -> tuple[int, in
     return int(num_parts), int(hops), k
 
 
-def _check_train_in_every_part(owner: np.ndarray, train_idx: np.ndarray, num_parts: int,
-                               n: int) -> None:
-    """Every part must own training vertices (its rank trains on them)."""
-    per_part = np.bincount(owner[train_idx], minlength=num_parts)
-    empty = np.flatnonzero(per_part == 0)
-    if empty.shape[0]:
-        raise ConfigError(f"--num-parts {num_parts} is too many for the graph ({n} vertices, "
-                          f"{train_idx.shape[0]} training vertices): METIS left "
-                          f"{empty.shape[0]} part(s) without training vertices; use fewer parts")
-
-
 def _holds(folder: Path, pid: str) -> bool:
     """Whether ``folder`` holds an intact partition of the current format with id ``pid``
     (every part passes :func:`verify_partition`; its source file may have been touched since:
@@ -429,69 +284,6 @@ def _holds(folder: Path, pid: str) -> bool:
                     str(e).split(" (damaged partition)")[0])
         return False
     return True
-
-
-def _is_partition_tmp(folder: Path) -> bool:
-    """Whether ``folder`` holds only what a partition writer puts there (``meta.json``,
-    ``cluster.npy``, ``partN/`` folders of ``.npy`` files and ``part.json``, and a ``store/``
-    folder -- or the store writer's temporary one -- of ``.npy`` and ``.json`` files)."""
-
-    def only_files(d: Path, ok) -> bool:
-        return all(not f.is_symlink() and f.is_file() and ok(f.name) for f in d.iterdir())
-
-    try:
-        for e in folder.iterdir():
-            if e.name in (META, ROOT_CLUSTER) and e.is_file() and not e.is_symlink():
-                continue
-            if e.is_symlink() or not e.is_dir():
-                return False
-            if _PART_DIR.match(e.name):
-                if not only_files(e, lambda f: f == PART_JSON or f.endswith(".npy")):
-                    return False
-            elif e.name == STORE_DIR or _STORE_TMP.match(e.name):
-                if not only_files(e, lambda f: f.endswith((".npy", ".json"))):
-                    return False
-            else:
-                return False
-    except OSError:
-        return False
-    return True
-
-
-def clean_orphans(parent) -> list[Path]:
-    """Remove the temporary folders (:func:`~twopgraph.files.parse_temp`) that partition
-    writers killed before they finished (``kill -9``, power loss) left in ``parent``, and their lock files
-    (``.NAME.lock``) that no process holds any more; returns them.
-
-    A folder is removed only if its name has this pattern, its writer ran on this machine and
-    process ``PID`` no longer exists, and it holds nothing but what a writer writes (see
-    :func:`_is_partition_tmp`); anything else is left alone. Called by
-    :func:`partition_selfdep` before it writes."""
-    parent = Path(parent)
-    removed = []
-    try:
-        entries = list(parent.iterdir())
-    except OSError:
-        return removed
-    for e in entries:
-        if _LOCK_NAME.match(e.name) and e.is_file() and not e.is_symlink():
-            # of a writer that died (it names its holder, as twopgraph's do); a held one stays
-            if _names_holder(e) and remove_stale_lock(e):
-                removed.append(e)
-    for e in sweep_orphans(parent, accept=lambda p: p.is_dir() and _is_partition_tmp(p)):
-        log.info("removed %s, left by a partition writer (pid %s) that was killed", e,
-                 parse_temp(e.name).pid)
-        removed.append(e)
-    return removed
-
-
-def _names_holder(path: Path) -> bool:
-    """Whether ``path`` reads as a twopgraph lock file: ``{"pid": ..., "host": ...}``."""
-    try:
-        rec = json.loads(path.read_text()[:4096])
-    except (OSError, ValueError):
-        return False
-    return isinstance(rec, dict) and set(rec) == {"pid", "host"}
 
 
 def _os_error(e: OSError, folder: Path) -> str:
@@ -535,128 +327,6 @@ def _check_replaceable(out: Path) -> None:
     if any(out.iterdir()) and not (out / META).is_file():
         raise ConfigError(f"--out {out} is a non-empty folder that is not a twopgraph partition; "
                           "refusing to replace it")
-
-
-def _split_clusters(g: CSRGraph, fine: np.ndarray, k: int, train_idx: np.ndarray,
-                    num_parts: int, seed: int) -> np.ndarray:
-    """Part of each fine cluster (int64, k): METIS on the cluster graph (vertex weights =
-    [vertices, training vertices] of a cluster, edge weights = edges between two clusters),
-    so parts balance both and every fine cluster lies inside one part."""
-    if num_parts == 1:
-        return np.zeros(k, dtype=np.int64)
-    import pymetis
-    import scipy.sparse as sp
-    w = np.zeros((k, 2), dtype=np.int64)
-    w[:, 0] = np.bincount(fine, minlength=k)
-    w[:, 1] = np.bincount(fine[train_idx], minlength=k)
-    deg = g.degrees()
-    cg = sp.csr_matrix((k, k), dtype=np.int64)
-    step = 1 << 19
-    for a in range(0, g.num_nodes, step):  # cross-cluster edge counts, chunked
-        b = min(a + step, g.num_nodes)
-        src = np.repeat(fine[a:b], deg[a:b])
-        dst = fine[g.indices[g.indptr[a]:g.indptr[b]]]
-        keep = src != dst
-        cg = cg + sp.csr_matrix((np.ones(int(keep.sum()), dtype=np.int64),
-                                 (src[keep], dst[keep])), shape=(k, k))
-    cg.sum_duplicates()
-    idx = pymetis.zero_copy_dtype()
-    with metis_output_to_log():  # METIS prints to C stdout: keep --json output clean
-        _, parts = pymetis.part_graph(
-            num_parts, pymetis.CSRAdjacency(np.ascontiguousarray(cg.indptr, dtype=idx),
-                                            np.ascontiguousarray(cg.indices, dtype=idx)),
-            eweights=np.ascontiguousarray(np.minimum(cg.data, 2**30), dtype=idx),
-            vweights=np.ascontiguousarray(w.ravel(), dtype=idx),
-            options=pymetis.Options(seed=int(seed), ufactor=DEFAULT_UFACTOR), recursive=False)
-    parts = np.asarray(parts, dtype=np.int64)
-    return rebalance(parts, w, cg, num_parts)
-
-
-#: The imbalance :func:`rebalance` accepts: a part may exceed the mean of a weight (training
-#: vertices, vertices) by this share, or by the largest single cluster's weight where that is
-#: more (whole clusters move, so finer balance may not exist).
-BALANCE_TOLERANCE = DEFAULT_UFACTOR / 1000
-# Bumped when the part split changes (the partition_id covers it: old folders are recomputed).
-SPLIT_VERSION = 2
-
-
-def rebalance(parts: np.ndarray, weights: np.ndarray, adjacency, num_parts: int,
-              tolerance: float = BALANCE_TOLERANCE) -> np.ndarray:
-    """Move whole clusters between parts until every part is within ``tolerance`` of the mean
-    of every weight column (:data:`BALANCE_TOLERANCE`); returns the new part of each cluster.
-
-    METIS' multi-constraint k-way split misses its tolerance by far on small coarse graphs
-    (cora in 2 parts: 2145/563 vertices, 94/46 training vertices): ``parts`` is taken as the
-    start and, while a part is over the tolerance, the move that lowers the squared relative
-    deviation from the means (summed over parts and columns) is made -- among the moves that
-    achieve at least half of the best lowering, the one that cuts the fewest cluster-graph
-    edges (``adjacency``: symmetric sparse k x k edge counts). A split already within the
-    tolerance is returned unchanged. Deterministic."""
-    parts = np.asarray(parts, dtype=np.int64).copy()
-    w = np.asarray(weights, dtype=np.float64).reshape(parts.shape[0], -1)
-    if num_parts < 2 or parts.shape[0] == 0:
-        return parts
-    total = w.sum(0)
-    cols = total > 0  # a column without weight cannot be unbalanced
-    if not cols.any():
-        return parts
-    w, total = w[:, cols], total[cols]
-    target = total / num_parts
-    slack = np.maximum(tolerance * target, w.max(0))
-    load = np.zeros((num_parts, w.shape[1]))
-    np.add.at(load, parts, w)
-    import scipy.sparse as sp
-    adj = sp.csr_matrix(adjacency, dtype=np.float64)
-    onehot = sp.csr_matrix((np.ones(parts.shape[0]), (np.arange(parts.shape[0]), parts)),
-                           shape=(parts.shape[0], num_parts))
-    conn = np.asarray((adj @ onehot).todense())  # edges of each cluster into each part
-    rows = np.arange(parts.shape[0])
-    for _ in range(4 * parts.shape[0]):  # each move lowers the deviation: a bound, not a goal
-        over = load - target - slack
-        if (over <= 1e-9).all():
-            break
-        src = int(np.argmax(over.max(1)))
-        cand = rows[parts == src]
-        if cand.shape[0] == 0:
-            break
-        wc = w[cand]  # (m, c)
-        # squared relative deviation change of moving candidate i from src to part b
-        before_src = (((load[src] - target) / target) ** 2).sum()
-        after_src = ((((load[src] - wc) - target) / target) ** 2).sum(1)  # (m,)
-        before_b = (((load - target) / target) ** 2).sum(1)  # (P,)
-        after_b = ((((load[None, :, :] + wc[:, None, :]) - target) / target) ** 2).sum(2)
-        gain = (before_src - after_src)[:, None] + (before_b[None, :] - after_b)  # (m, P)
-        gain[:, src] = -np.inf
-        best = gain.max()
-        if not best > 1e-12:
-            break
-        ok = gain >= 0.5 * best
-        cut = np.where(ok, conn[cand] - conn[cand, src][:, None], -np.inf)
-        i, b = np.unravel_index(int(np.argmax(np.where(ok, cut * (1 + 1e-9) + gain * 1e-6,
-                                                       -np.inf))), cut.shape)
-        c = int(cand[i])
-        parts[c] = b
-        load[src] -= w[c]
-        load[b] += w[c]
-        col = adj.getrow(c)
-        conn[col.indices, src] -= col.data
-        conn[col.indices, b] += col.data
-    return parts
-
-
-def _halos(g: CSRGraph, owner: np.ndarray, train_idx: np.ndarray, num_parts: int,
-           hops: int) -> np.ndarray:
-    """``reached[v, p]``: v is within ``hops`` hops of a training vertex of part ``p`` (N x P
-    bool). One sparse-times-dense product per hop covers all parts at once."""
-    n = g.num_nodes
-    reached = np.zeros((n, num_parts), dtype=bool)
-    reached[train_idx, owner[train_idx]] = True
-    if hops == 0:
-        return reached
-    adj = g.to_scipy()
-    for _ in range(hops):  # symmetric graph: (A x)[v] > 0 <=> v has a neighbour in x
-        reached |= (adj @ reached.astype(np.float32)) > 0
-    return reached
 
 
 def _gather_rows(indptr: np.ndarray, indices: np.ndarray, rows: np.ndarray, g2l=None):
@@ -764,26 +434,6 @@ def _write_part(folder: Path, p: int, pid: str, data: GraphData, owned: np.ndarr
                 arrays=records)
 
 
-def _value_range(arr: np.ndarray) -> tuple:
-    """``(min, max)`` of ``arr`` as JSON numbers; ``(None, None)`` when empty, and ``None``
-    for a float bound that is not finite (NaN propagates: any NaN gives ``None``)."""
-    if arr.size == 0:
-        return None, None
-    lo, hi = arr.min(), arr.max()
-    if arr.dtype.kind == "f":
-        lo, hi = float(lo), float(hi)
-        return (lo if math.isfinite(lo) else None), (hi if math.isfinite(hi) else None)
-    return int(lo), int(hi)
-
-
-def _record(arr: np.ndarray) -> dict:
-    """What ``meta.json`` records of a part array: dtype, shape, value range and content
-    fingerprint (:func:`~twopgraph.fingerprint.fingerprint` of kind ``partition-array``)."""
-    lo, hi = _value_range(arr)
-    return {"dtype": arr.dtype.str, "shape": list(arr.shape), "min": lo, "max": hi,
-            "fingerprint": fingerprint("partition-array", None, arr)}
-
-
 def _source_info(data: GraphData, source_path, out: Path) -> dict:
     """``meta.json``'s ``source``: the content's fingerprint and counts, the store the ranks
     read (``data.store``, or ``out/store`` written for data without one) and the source
@@ -799,335 +449,3 @@ def _source_info(data: GraphData, source_path, out: Path) -> dict:
         info.update(path=str(Path(source_path).resolve()), size=st.st_size,
                     mtime_ns=st.st_mtime_ns)
     return info
-
-
-# ----------------------------------------------------------------------------------------------
-# reading
-# ----------------------------------------------------------------------------------------------
-
-
-def read_meta(folder, check_source: bool = True) -> dict:
-    """``meta.json`` of a partition folder, checked (format, part folders and, with
-    ``check_source``, that the source file is unchanged since it was partitioned)."""
-    folder = Path(folder)
-    path = folder / META
-    if not path.is_file():
-        raise PartitionError(f"{folder} is not a twopgraph partition (no {META}); "
-                             "write one with `twopgraph partition`")
-    try:
-        meta = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise PartitionError(f"{path}: unreadable ({type(e).__name__}); re-run "
-                             "`twopgraph partition`") from None
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT_VERSION:
-        fmt = meta.get("format") if isinstance(meta, dict) else None
-        raise PartitionError(f"{folder}: partition format {fmt!r}, this twopgraph reads "
-                             f"{FORMAT_VERSION}; re-run `twopgraph partition` (it rewrites "
-                             "the folder; --force rewrites it in any case)")
-    try:
-        src, num_parts = meta["source"], int(meta["num_parts"])
-        int(src["num_nodes"]), int(src["num_features"]), int(src["num_classes"])
-        if not isinstance(src["store"], str) or not isinstance(src["fingerprint"], str):
-            raise TypeError("store")
-        int(meta["num_clusters"]), str(meta["partition_id"])
-        if len(meta["parts"]) != num_parts or num_parts < 1:
-            raise KeyError("parts")
-        root = meta["arrays"]["cluster"]
-        for info in meta["parts"]:
-            int(info["num_nodes"]), int(info["num_owned"]), int(info["num_edges"])
-            for s in SPLITS:
-                int(info[f"num_{s[:-4]}"])
-            rep = info["representation"]
-            if rep == "global" and root is None:
-                raise KeyError("cluster")
-            for name in _ARRAYS[rep]:
-                rec = info["arrays"][name]
-                np.dtype(rec["dtype"]), [int(x) for x in rec["shape"]], str(rec["fingerprint"])
-        if root is not None:
-            np.dtype(root["dtype"]), [int(x) for x in root["shape"]], str(root["fingerprint"])
-    except (KeyError, TypeError, ValueError, IndexError):
-        raise PartitionError(f"{path}: incomplete meta.json; re-run `twopgraph partition`") \
-            from None
-    if check_source and src.get("path") and Path(src["path"]).is_file():
-        st = Path(src["path"]).stat()
-        if st.st_size != src["size"] or st.st_mtime_ns != src["mtime_ns"]:
-            raise PartitionError(f"{folder} is stale: its source {src['path']} changed since it "
-                                 "was partitioned; re-run `twopgraph partition`")
-    return meta
-
-
-def open_source_store(folder, meta: dict) -> GraphData:
-    """The store the partition in ``folder`` was made from (``meta["source"]["store"]``; the
-    partition's own ``store/`` when it was written there), memory-mapped read-only, after
-    checking that its fingerprint is the one partitioned (a store rebuilt from a changed
-    source is refused). Raises :class:`PartitionError` (one line)."""
-    src = meta["source"]
-    path = Path(folder) / STORE_DIR if src.get("store_embedded") else Path(src["store"])
-    try:
-        store = open_store(path, check_symmetric=False)
-    except TwopgraphError as e:
-        raise PartitionError(f"{folder}: the dataset store it reads ({path}) cannot be "
-                             f"opened: {e}") from None
-    if store.fingerprint() != src["fingerprint"]:
-        raise PartitionError(f"{folder}: the store {path} holds other content than was "
-                             f"partitioned (fingerprint {store.fingerprint()[:12]}, expected "
-                             f"{src['fingerprint'][:12]}: rebuilt from a changed source?); "
-                             "re-run `twopgraph partition`")
-    return store
-
-
-def _root_cluster(folder: Path, meta: dict, mmap: bool, verify: bool) -> np.ndarray:
-    """``OUT/cluster.npy`` (fine cluster of every vertex), checked against its record."""
-    rec, path = meta["arrays"]["cluster"], folder / ROOT_CLUSTER
-    try:
-        arr = np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
-    except (OSError, ValueError, EOFError) as e:
-        raise PartitionError(f"{path}: missing or unreadable ({type(e).__name__}); re-run "
-                             "`twopgraph partition`") from None
-    n = int(meta["source"]["num_nodes"])
-    what = None
-    if arr.dtype != np.int32 or arr.shape != (n,) or arr.dtype.str != rec["dtype"]:
-        what = f"{arr.dtype} of shape {arr.shape}, expected int32 ({n},)"
-    elif verify:
-        lo, hi = _value_range(arr)
-        if (lo, hi) != (rec["min"], rec["max"]) or (
-                lo is not None and (lo < 0 or hi >= int(meta["num_clusters"]))):
-            what = f"values in [{lo}, {hi}]"
-        elif fingerprint("partition-array", None, arr) != rec["fingerprint"]:
-            what = "content differs from its fingerprint in meta.json"
-    if what is not None:
-        raise PartitionError(f"{path}: {what} (damaged partition); re-run "
-                             "`twopgraph partition`")
-    return arr
-
-
-def load_part(folder, index: int, meta: dict | None = None, mmap: bool = True,
-              verify: bool = True, store: GraphData | None = None) -> Part:
-    """Part ``index`` of the partition in ``folder`` (arrays memory-mapped unless ``mmap`` is
-    False; features, labels of a global part and the graph of a global part are always the
-    store's read-only maps); refuses parts of another run, a store that is missing or holds
-    other content (:func:`open_source_store`; ``store`` skips opening it again) and, with
-    ``verify`` (the default), any array that disagrees with ``meta.json``: dtype, shape,
-    value range, the invariants of the layout (see :func:`check_part`) and its content
-    fingerprint. Cost of ``verify``: one read of the part's arrays (hashing about 1-2 s/GB
-    per thread; see the module docstring)."""
-    folder = Path(folder)
-    meta = read_meta(folder) if meta is None else meta
-    p = int(index)
-    if not 0 <= p < meta["num_parts"]:
-        raise PartitionError(f"{folder} has {meta['num_parts']} parts, no part {p}")
-    pdir = folder / f"part{p}"
-    try:
-        info = json.loads((pdir / PART_JSON).read_text())
-    except (OSError, ValueError):
-        raise PartitionError(f"{pdir}: missing or unreadable {PART_JSON}; re-run "
-                             "`twopgraph partition`") from None
-    if not isinstance(info, dict) or info.get("partition_id") != meta["partition_id"]:
-        raise PartitionError(f"{pdir} belongs to another partitioning run than {folder / META} "
-                             "(stale folder); re-run `twopgraph partition`")
-    want = meta["parts"][p]
-    rep = want["representation"]
-    if any(info.get(k) != want[k] for k in ("num_nodes", "num_owned", "representation")):
-        raise PartitionError(f"{pdir}/{PART_JSON} disagrees with {folder / META} (stale or "
-                             "damaged partition); re-run `twopgraph partition`")
-    arr = {}
-    for name in _ARRAYS[rep]:
-        try:
-            arr[name] = np.load(pdir / f"{name}.npy", mmap_mode="r" if mmap else None,
-                                allow_pickle=False)
-        except (OSError, ValueError, EOFError) as e:
-            raise PartitionError(f"{pdir}/{name}.npy: missing or unreadable "
-                                 f"({type(e).__name__}); re-run `twopgraph partition`") from None
-    src = meta["source"]
-    if verify:
-        check_part(pdir, arr, meta, p)
-    else:  # sizes only (what every consumer indexes by)
-        _check_shapes(pdir, arr, meta, p)
-    store = open_source_store(folder, meta) if store is None else store
-    splits = [np.asarray(arr[s]) for s in SPLITS]
-    name = f"{src['name']}/part{p}"
-    if rep == "global":
-        data = GraphData(store.graph, store.feat, store.label, *splits, name=name,
-                         node_ids=store.node_ids, num_classes=int(src["num_classes"]),
-                         store=store.store)
-        return Part(p, data, int(want["num_owned"]), None,
-                    _root_cluster(folder, meta, mmap, verify), arr["owned"], meta, rep, store,
-                    None)
-    data = GraphData(CSRGraph(arr["indptr"], arr["indices"]), store.feat, arr["label"],
-                     *splits, name=name, node_ids=arr["node_ids"],
-                     num_classes=int(src["num_classes"]))
-    own = int(want["num_owned"])
-    return Part(p, data, own, arr["degree"], arr["cluster"], arr["node_ids"][:own], meta, rep,
-                store, arr["node_ids"])
-
-
-def verify_partition(folder, meta: dict | None = None) -> dict:
-    """Check every part of the partition in ``folder`` against its ``meta.json``
-    (:func:`check_part`: dtypes, shapes, value ranges, layout invariants, content
-    fingerprints), its store (:func:`open_source_store`) and that the owned vertices of the
-    parts are each of the source's vertices exactly once. Returns ``meta``; raises
-    :class:`PartitionError` (one line naming the file) for the first problem found.
-    ``twopgraph train --partitions DIR --nproc P`` calls it before it starts any rank; it
-    reads every byte of the partition once (see the module docstring for the cost)."""
-    folder = Path(folder)
-    meta = read_meta(folder) if meta is None else meta
-    t = time.perf_counter()
-    store = open_source_store(folder, meta)
-    n = int(meta["source"]["num_nodes"])
-    owned = np.zeros(n, dtype=bool)
-    total = 0
-    for p in range(meta["num_parts"]):
-        part = load_part(folder, p, meta, mmap=True, verify=True, store=store)
-        own = part.owned
-        if own.shape[0] and owned[own].any():
-            what = "node_ids" if part.representation == "local" else "owned"
-            raise PartitionError(f"{folder}/part{p}/{what}.npy: owned vertices also owned by "
-                                 "an earlier part (damaged partition); re-run "
-                                 "`twopgraph partition`")
-        owned[own] = True
-        total += int(own.shape[0])
-        if part.representation == "global":
-            for s in SPLITS:  # the store's labels (a local part's are checked in check_part)
-                idx = getattr(part.data, s)
-                if idx.shape[0] and int(store.label[idx].min()) < 0:
-                    raise PartitionError(f"{folder}/part{p}/{s}.npy: unlabelled (-1) vertices "
-                                         f"(damaged partition); re-run `twopgraph partition`")
-    if total != n:
-        raise PartitionError(f"{folder}: the parts own {total} of the {n} vertices of the "
-                             "source (damaged partition); re-run `twopgraph partition`")
-    log.debug("verified %s (%d parts) in %.2f s", folder, meta["num_parts"],
-              time.perf_counter() - t)
-    return meta
-
-
-def _damaged(pdir: Path, name: str, what: str) -> PartitionError:
-    sep = " " if what.startswith("has ") else ": "
-    return PartitionError(f"{pdir}/{name}.npy{sep}{what} (damaged partition); re-run "
-                          "`twopgraph partition`")
-
-
-def _expected_shapes(arr: dict, meta: dict, p: int) -> dict:
-    info = meta["parts"][p]
-    n, own = int(info["num_nodes"]), int(info["num_owned"])
-    if info["representation"] == "global":
-        shapes = {"owned": (own,)}
-    else:
-        shapes = {"indptr": (n + 1,), "indices": (int(info["num_edges"]),), "label": (n,),
-                  "node_ids": (n,), "degree": (n,), "cluster": (n,)}
-    for s in SPLITS:
-        shapes[s] = (int(info[f"num_{s[:-4]}"]),)
-    return shapes
-
-
-def _check_shapes(pdir: Path, arr: dict, meta: dict, p: int) -> None:
-    for name, shape in _expected_shapes(arr, meta, p).items():
-        if arr[name].shape != shape:
-            raise _damaged(pdir, name, f"has shape {arr[name].shape}, expected {shape}")
-
-
-# dtypes a part array may have
-_INT64 = (np.dtype(np.int64),)
-_IDS = (np.dtype(np.int32), np.dtype(np.int64))
-_DTYPES = {"indptr": _INT64, "indices": _IDS, "label": _INT64, "node_ids": _INT64,
-           "degree": _INT64, "cluster": (np.dtype(np.int32),), "owned": _INT64,
-           **{s: _INT64 for s in SPLITS}}
-
-
-def check_part(pdir, arr: dict, meta: dict, p: int) -> None:
-    """Check the arrays ``arr`` (name -> array, as loaded from ``pdir``) of part ``p`` against
-    ``meta.json``; raise :class:`PartitionError` naming the first bad file.
-
-    In order: dtype and shape (against the counts and the record of each array), the value
-    range against the record, the invariants of the layout -- of a local part: the CSR starts
-    at 0, is monotone and ends at its number of entries; local neighbour ids ``< num_nodes``
-    of the part; ``node_ids`` distinct and ``<`` the source's vertices; labels in
-    ``[-1, num_classes)``, and ``>= 0`` on the splits; splits sorted, distinct, disjoint and
-    owned (local ids ``< num_owned``); clusters ``< num_clusters``; full-graph degrees ``>=``
-    the local ones; of a global part: ``owned`` sorted, distinct and ``<`` the source's
-    vertices, splits sorted, distinct, disjoint and in ``owned`` -- and last the content
-    fingerprint of every array (what catches a same-shape, in-range change such as zeroed
-    labels or permuted ids)."""
-    pdir = Path(pdir)
-    info, src = meta["parts"][p], meta["source"]
-    recs = info["arrays"]
-    names = _ARRAYS[info["representation"]]
-    for name in names:
-        a, rec = arr[name], recs[name]
-        if a.dtype.str != rec["dtype"] or a.dtype not in _DTYPES[name]:
-            raise _damaged(pdir, name, f"dtype {a.dtype}, meta.json records {rec['dtype']}")
-        if list(a.shape) != [int(x) for x in rec["shape"]]:
-            raise _damaged(pdir, name, f"has shape {a.shape}, expected "
-                                       f"{tuple(int(x) for x in rec['shape'])} (meta.json)")
-    _check_shapes(pdir, arr, meta, p)
-    rng = {}
-    for name in names:
-        lo, hi = rng[name] = _value_range(arr[name])
-        rec = recs[name]
-        if (lo, hi) != (rec["min"], rec["max"]):
-            raise _damaged(pdir, name, f"values in [{lo}, {hi}], meta.json records "
-                                       f"[{rec['min']}, {rec['max']}]")
-    n, own = int(info["num_nodes"]), int(info["num_owned"])
-    big_n, classes = int(src["num_nodes"]), int(src["num_classes"])
-
-    def bounded(name, low, high):  # every value in [low, high)
-        lo, hi = rng[name]
-        if lo is not None and (lo < low or hi >= high):
-            raise _damaged(pdir, name, f"values in [{lo}, {hi}], must lie in [{low}, {high})")
-
-    def increasing(name):
-        a = arr[name]
-        if a.shape[0] > 1 and np.any(a[1:] <= a[:-1]):
-            raise _damaged(pdir, name, "not sorted or repeated ids")
-
-    if info["representation"] == "global":
-        bounded("owned", 0, big_n)
-        increasing("owned")
-        owned = arr["owned"]
-        taken = np.zeros(own, dtype=bool)
-        for s in SPLITS:
-            idx = arr[s]
-            if not idx.shape[0]:
-                continue
-            bounded(s, 0, big_n)
-            increasing(s)
-            pos = np.minimum(np.searchsorted(owned, idx), max(own - 1, 0))
-            if not own or not np.array_equal(owned[pos], idx):
-                raise _damaged(pdir, s, "ids of vertices the part does not own")
-            if taken[pos].any():
-                raise _damaged(pdir, s, "ids also in another split")
-            taken[pos] = True
-    else:
-        ip = arr["indptr"]
-        if int(ip[0]) != 0 or int(ip[-1]) != arr["indices"].shape[0]:
-            raise _damaged(pdir, "indptr", f"starts at {int(ip[0])} and ends at {int(ip[-1])}, "
-                                           f"must run from 0 to {arr['indices'].shape[0]} "
-                                           "(indices)")
-        if ip.shape[0] > 1 and np.any(ip[1:] < ip[:-1]):
-            raise _damaged(pdir, "indptr", "not monotone non-decreasing")
-        bounded("indices", 0, n)
-        bounded("node_ids", 0, big_n)
-        if n:
-            seen = np.zeros(big_n, dtype=bool)
-            seen[arr["node_ids"]] = True
-            if int(np.count_nonzero(seen)) != n:
-                raise _damaged(pdir, "node_ids", "repeated vertex ids")
-            del seen
-        bounded("label", -1, classes)
-        bounded("cluster", 0, int(meta["num_clusters"]))
-        if n and np.any(np.diff(arr["indptr"]) > arr["degree"]):
-            raise _damaged(pdir, "degree", "full-graph degrees below the local ones")
-        taken = np.zeros(own, dtype=bool)
-        for s in SPLITS:
-            idx = arr[s]
-            if not idx.shape[0]:
-                continue
-            bounded(s, 0, own)
-            increasing(s)
-            if taken[idx].any():
-                raise _damaged(pdir, s, "ids also in another split")
-            taken[idx] = True
-            if int(arr["label"][idx].min()) < 0:
-                raise _damaged(pdir, "label", f"unlabelled (-1) vertices in {s}")
-    for name in names:  # last: the content itself
-        if fingerprint("partition-array", None, arr[name]) != recs[name]["fingerprint"]:
-            raise _damaged(pdir, name, "content differs from its fingerprint in meta.json")

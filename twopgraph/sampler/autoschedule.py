@@ -187,11 +187,11 @@ def probe_locality(sampler, graph, train_idx, batch_size: int, seed: int = 0, *,
     """The figures of the probe before clustering: ``ball_inputs`` / ``random_inputs``
     (input vertices summed over ``ball_batches`` / ``random_batches`` batches), ``balls``
     and ``seconds``. Ball batch ``b`` is ``balls`` balls of
-    :func:`~twopgraph.partition.coarsen.ball_seeds`, each from a training vertex picked by a
+    :func:`~twopgraph.partition.kernels.ball_seeds`, each from a training vertex picked by a
     hash of (``seed``, ``b``, ball), of batch_size / ``balls`` training vertices each; random
     batches are the first of epoch 0 of the random scheduler (the keys training uses).
     Deterministic; touches no global random state; costs ``2 x batches`` sampled batches."""
-    from ..partition.coarsen import ball_seeds
+    from ..partition.kernels import ball_seeds
     from ..rng import mix_key, splitmix64_ref
     t = time.perf_counter()
     train_idx = np.asarray(train_idx, dtype=np.int64)
