@@ -129,6 +129,7 @@ LAYERS = [
     {"twopgraph", "twopgraph.__main__", "twopgraph.errors", "twopgraph.registry",
      "twopgraph.jit", "twopgraph.heap", "twopgraph.files", "twopgraph.rng", "twopgraph.fingerprint", "twopgraph.graph",
      "twopgraph.metrics", "twopgraph.protocols", "twopgraph.synthetic", "twopgraph.datasets",
+     "twopgraph.graphio", "twopgraph.graphkernels",
      "twopgraph.rundir", "twopgraph.store", "twopgraph.livemap", "twopgraph.csrbuild",
      "twopgraph.ingest", "twopgraph.papers"},
     {"twopgraph.sampler", "twopgraph.sampler.autoschedule", "twopgraph.cache",

@@ -54,7 +54,7 @@ import numpy as np
 
 from .csrbuild import build_csr
 from .errors import GraphFormatError, OutputError
-from .graph import SPLITS
+from .graphio import SPLITS
 from .metrics import available_host_bytes
 from .store import (CHUNK_BYTES, _member_chunks, _progress, _read_header, _Writer,
                     half_checked)

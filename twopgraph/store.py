@@ -56,8 +56,9 @@ import numpy as np
 from . import livemap
 from .errors import GraphFormatError, OutputError, TwopgraphError
 from .files import atomic_write_bytes, host_tag, output_error, sweep_orphans, temp_folder
-from .graph import (SPLITS, CSRGraph, GraphData,
-                    check_permutation, inverse_permutation, permute_csr)
+from .graph import CSRGraph, GraphData, check_permutation, inverse_permutation
+from .graphio import SPLITS
+from .graphkernels import permute_csr
 from .livemap import StoreChanged
 
 log = logging.getLogger("twopgraph")
@@ -612,7 +613,7 @@ def convert_npz(npz, folder, *, progress: bool = False, name: str | None = None,
     (``float16``) stores the features in that type instead of the file's (float32 or float16
     kept, others float32). Keys outside the format are named in one warning and ignored.
     Returns the folder."""
-    from .graph import REQUIRED_KEYS
+    from .graphio import REQUIRED_KEYS
     npz = Path(npz)
     _check_npz(npz)
     try:

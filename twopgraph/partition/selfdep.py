@@ -133,7 +133,8 @@ import numpy as np
 from ..errors import ConfigError, TwopgraphError
 from ..fingerprint import fingerprint
 from ..files import atomic_write_bytes, parse_temp, sweep_orphans, temp_folder
-from ..graph import SPLITS, CSRGraph, GraphData
+from ..graph import CSRGraph, GraphData
+from ..graphio import SPLITS
 from ..rundir import FileLock, remove_stale_lock, sibling_lock
 from ..store import open_store, write_store
 from .cluster import (
