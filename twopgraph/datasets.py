@@ -62,9 +62,10 @@ from .graph import CSRGraph, GraphData
 from .ingest import (NpzMember, coo_npz, ingest, is_coo_npz, ogb_raw, read_ogb_split,
                      source_record)
 from .livemap import StoreChanged
-from .store import (HalfRangeError, NotUndirected, convert_npz, half_checked, is_store,
-                    files_changed, open_store, read_store_meta, rewrite_meta, source_digest,
-                    source_identity, write_store)
+from .npzstore import convert_npz
+from .store import (NotUndirected, is_store, files_changed, open_store, read_store_meta,
+                    rewrite_meta, source_digest, source_identity)
+from .storewriter import HalfRangeError, half_checked, write_store
 
 log = logging.getLogger("twopgraph")
 

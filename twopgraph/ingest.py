@@ -56,8 +56,9 @@ from .csrbuild import build_csr
 from .errors import GraphFormatError, OutputError
 from .graphio import SPLITS
 from .metrics import available_host_bytes
-from .store import (CHUNK_BYTES, _member_chunks, _progress, _read_header, _Writer,
-                    half_checked)
+from .npzstore import _member_chunks, _read_header
+from .store import CHUNK_BYTES
+from .storewriter import _progress, _Writer, half_checked
 
 log = logging.getLogger("twopgraph")
 
@@ -428,7 +429,7 @@ def coo_npz(path, name: str | None = None) -> RawDataset:
     if missing:
         raise GraphFormatError(f"{path}: missing keys {', '.join(missing)} (the COO format has "
                                f"edge_index, feat, label, train_idx, val_idx, test_idx)")
-    from .store import warn_extra_keys
+    from .npzstore import warn_extra_keys
     warn_extra_keys(path, have, ("edge_index", "feat", "label", *SPLITS, "num_nodes",
                                  "num_classes"))
     feat = NpzMember(path, "feat")

@@ -18,7 +18,8 @@ from twopgraph.partition.selfdep import (FORMAT_VERSION, GLOBAL_SHARE, Partition
                                          load_part, partition_selfdep, read_meta,
                                          verify_partition)
 from twopgraph.sampler import NeighborSampler
-from twopgraph.store import open_store, write_store
+from twopgraph.store import open_store
+from twopgraph.storewriter import write_store
 
 FANOUTS = [4, 3, 3]
 

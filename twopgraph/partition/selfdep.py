@@ -136,7 +136,8 @@ from ..files import atomic_write_bytes, parse_temp, sweep_orphans, temp_folder
 from ..graph import CSRGraph, GraphData
 from ..graphio import SPLITS
 from ..rundir import FileLock, remove_stale_lock, sibling_lock
-from ..store import open_store, write_store
+from ..store import open_store
+from ..storewriter import write_store
 from .cluster import (
     DEFAULT_UFACTOR,
     cluster_graph,
