@@ -382,7 +382,7 @@ class Chunked:
 
 def _write_member(zf: zipfile.ZipFile, key: str, shape, dtype, chunks) -> None:
     """``KEY.npy`` into ``zf`` from row chunks: the store's own streaming writer."""
-    from twopgraph.store import write_npy_member
+    from twopgraph.npzstore import write_npy_member
     write_npy_member(zf, key, shape, dtype, chunks)
 
 

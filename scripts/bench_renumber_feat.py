@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """The renumbered store's feature copy, measured: one training epoch on a renumbered dataset
 with its features read from a renumbered copy of the table (``copy``, what
-:func:`twopgraph.store.permuted_store` writes) or from the dataset's own table through the
+:func:`twopgraph.storewriter.permuted_store` writes) or from the dataset's own table through the
 renumbering's row map (``map``: id ``i`` reads row ``perm[i]``,
 :class:`~twopgraph.cache.host.HostTable` ``rows``), or the feature gathers alone (``gather``).
 
@@ -61,7 +61,7 @@ def main() -> int:
 
     from twopgraph.config import TrainConfig
     from twopgraph.datasets import load_dataset, resolve_data_root
-    from twopgraph.store import _row_chunks
+    from twopgraph.storewriter import _row_chunks
     from twopgraph.checkpoint import build_training
     from twopgraph.pipeline import locality_for, make_loader
     from twopgraph.train import train_epoch

@@ -42,7 +42,7 @@ from twopgraph.datasets import resolve_data_root  # noqa: E402
 from twopgraph.partition import (LocalityPrep, cluster_graph, default_num_clusters,  # noqa: E402
                                  prepare_locality, renumber)
 from twopgraph.sampler import NeighborSampler, make_scheduler, parse_fanouts  # noqa: E402
-from twopgraph.store import export_npz  # noqa: E402
+from twopgraph.npzstore import export_npz  # noqa: E402
 from twopgraph.config import TrainConfig
 from twopgraph.train import train  # noqa: E402
 

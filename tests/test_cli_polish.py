@@ -247,7 +247,7 @@ def test_same_dataset_by_fingerprint_file_or_name(root, part1, tmp_path):
     assert src["path"] is None  # a preset has no file: its store is its one copy
     assert same_dataset(dataset_identity(src["store"], root), src)  # the store folder
     from twopgraph.datasets import load_dataset
-    from twopgraph.store import export_npz
+    from twopgraph.npzstore import export_npz
     copy = tmp_path / "copy.npz"  # same content in a file: its store has the fingerprint
     export_npz(load_dataset("synthetic-tiny", root, progress=False), copy)
     load_dataset(str(copy), root, progress=False)

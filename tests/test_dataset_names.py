@@ -84,11 +84,11 @@ def test_dataset_path_env_folders_in_order(tmp_path, monkeypatch):
 
 def test_store_folders_by_name(tmp_path, monkeypatch):
     """A store folder in the data root or in a folder of the path is named by its folder."""
-    from twopgraph import store
+    from twopgraph.storewriter import write_store
     root, shared = tmp_path / "root", tmp_path / "shared"
     data = community_data(n=300, seed=7)
-    store.write_store(data, root / "mystore")
-    store.write_store(data, shared / "sharedstore")
+    write_store(data, root / "mystore")
+    write_store(data, shared / "sharedstore")
     monkeypatch.setenv(DATASET_PATH_ENV, str(shared))
     assert named_dataset("mystore", root) == ("store", root / "mystore")
     assert named_dataset("sharedstore", root) == ("store", shared / "sharedstore")

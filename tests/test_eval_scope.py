@@ -329,7 +329,8 @@ def test_a_store_knows_its_graph_is_undirected(tmp_path, monkeypatch):
     """A store records that its graph was checked undirected, so streaming on it does not
     check all E entries again; a renumbered store inherits it."""
     import twopgraph.graph as graph_mod
-    from twopgraph.store import open_store, permuted_store, write_store
+    from twopgraph.store import open_store
+    from twopgraph.storewriter import permuted_store, write_store
     data = sparse_data(600)
     folder = write_store(data, tmp_path / "s")
     assert json.loads((folder / "store.json").read_text())["undirected"] is True

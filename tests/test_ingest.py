@@ -189,15 +189,15 @@ def test_inconsistent_edge_count_is_one_line(tmp_path):
 
 
 def test_full_disk_during_ingestion_is_one_line(tmp_path, monkeypatch):
-    from twopgraph import store
+    from twopgraph import storewriter
     coo_file(tmp_path / "g.npz")
-    real = store._Writer.put
+    real = storewriter._Writer.put
 
     def full(self, name, *a, **k):
         if name == "feat":
-            raise store._write_error(self.folder, OSError(28, "No space left on device"))
+            raise storewriter._write_error(self.folder, OSError(28, "No space left on device"))
         return real(self, name, *a, **k)
-    monkeypatch.setattr(store._Writer, "put", full)
+    monkeypatch.setattr(storewriter._Writer, "put", full)
     with pytest.raises(TwopgraphError) as err:
         ingest(coo_npz(tmp_path / "g.npz"), tmp_path / "s", source=None)
     assert "No space left" in str(err.value) or "full" in str(err.value)
@@ -242,6 +242,7 @@ def test_ingest_memory_is_bounded_by_a_chunk(tmp_path, monkeypatch):
     chunks of memory (256 KiB here); the control run with one chunk per array shows that the
     bound is what fails when the chunking is removed."""
     import tracemalloc
+    from twopgraph import npzstore, storewriter
     from twopgraph.ingest import npz as npz_mod
     from twopgraph.ingest import raw as raw_mod
     from twopgraph import store as store_mod
@@ -253,9 +254,9 @@ def test_ingest_memory_is_bounded_by_a_chunk(tmp_path, monkeypatch):
                         val_idx=np.arange(100, 200), test_idx=np.arange(200, 300))
 
     def peak(chunk: int, out: str) -> int:
-        monkeypatch.setattr(store_mod, "CHUNK_BYTES", chunk)
-        monkeypatch.setattr(npz_mod, "CHUNK_BYTES", chunk)
-        monkeypatch.setattr(raw_mod, "CHUNK_BYTES", chunk)
+        # every chunked read and write
+        for mod in (store_mod, storewriter, npzstore, npz_mod, raw_mod):
+            monkeypatch.setattr(mod, "CHUNK_BYTES", chunk)
         raw = coo_npz(tmp_path / "g.npz")
         tracemalloc.start()
         try:

@@ -566,8 +566,8 @@ def check_ball_seeds(kernel, twin):
 CHECKS = {
     "twopgraph.rng.splitmix64": check_splitmix64,
     "twopgraph.rng.draw": check_draw,
-    "twopgraph.graph.permute_csr": check_permute_csr,
-    "twopgraph.graph.csr_violations": check_csr_violations,
+    "twopgraph.graphkernels.permute_csr": check_permute_csr,
+    "twopgraph.graphkernels.csr_violations": check_csr_violations,
     "twopgraph.csrbuild.count_degrees": check_count_degrees,
     "twopgraph.csrbuild.scatter_edges": check_scatter_edges,
     "twopgraph.csrbuild.scatter_edges_range": check_scatter_edges_range,

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from twopgraph import store
+from twopgraph import npzstore, store, storewriter
 from twopgraph.datasets import load_dataset, store_folder
 from twopgraph.errors import GraphFormatError
 from twopgraph.graph import GraphData
@@ -47,9 +47,10 @@ def data():
 
 
 def test_npz_converts_into_memory_maps_equal_to_the_file(tmp_path, data, monkeypatch):
-    monkeypatch.setattr(store, "CHUNK_BYTES", 4096)  # many chunks per array
+    for mod in (store, storewriter, npzstore):  # every chunked read and write
+        monkeypatch.setattr(mod, "CHUNK_BYTES", 4096)  # many chunks per array
     npz = data.save_npz(tmp_path / "d.npz")
-    folder = store.convert_npz(npz, tmp_path / "s")
+    folder = npzstore.convert_npz(npz, tmp_path / "s")
     opened = store.open_store(folder)
     assert isinstance(opened.feat, np.memmap) and not opened.feat.flags.writeable
     assert opened.store == folder.resolve()
@@ -66,7 +67,7 @@ def test_conversion_of_compressed_and_foreign_dtypes(tmp_path, data):
                label=arr["label"].reshape(-1, 1).astype(np.int32),
                feat=arr["feat"].astype(np.float64), train_idx=arr["train_idx"].astype(np.int32))
     np.savez_compressed(tmp_path / "c.npz", **arr)
-    got = store.open_store(store.convert_npz(tmp_path / "c.npz", tmp_path / "s"))
+    got = store.open_store(npzstore.convert_npz(tmp_path / "c.npz", tmp_path / "s"))
     assert got.feat.dtype == np.float32 and got.label.dtype == np.int64
     assert got.graph.indptr.dtype == np.int64 and got.graph.indices.dtype == np.int32
     np.testing.assert_array_equal(got.feat, data.feat.astype(np.float64).astype(np.float32))
@@ -77,7 +78,7 @@ def test_fortran_ordered_features_convert(tmp_path, data):
     arr = _arrays(data)
     arr["feat"] = np.asfortranarray(arr["feat"])
     np.savez(tmp_path / "f.npz", **arr)
-    got = store.open_store(store.convert_npz(tmp_path / "f.npz", tmp_path / "s"))
+    got = store.open_store(npzstore.convert_npz(tmp_path / "f.npz", tmp_path / "s"))
     np.testing.assert_array_equal(got.feat, data.feat)
 
 
@@ -89,10 +90,11 @@ def test_conversion_streams_the_feature_table(tmp_path, monkeypatch):
     arr = _arrays(d)
     arr["feat"] = rng.standard_normal((n, f), dtype=np.float32)
     np.savez(tmp_path / "w.npz", **arr)
-    monkeypatch.setattr(store, "CHUNK_BYTES", 256 << 10)
+    for mod in (store, storewriter, npzstore):  # every chunked read and write
+        monkeypatch.setattr(mod, "CHUNK_BYTES", 256 << 10)
     tracemalloc.start()
     try:
-        store.convert_npz(tmp_path / "w.npz", tmp_path / "s")
+        npzstore.convert_npz(tmp_path / "w.npz", tmp_path / "s")
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -100,22 +102,22 @@ def test_conversion_streams_the_feature_table(tmp_path, monkeypatch):
 
 
 def test_export_npz_round_trip(tmp_path, data):
-    folder = store.write_store(data, tmp_path / "s")
+    folder = storewriter.write_store(data, tmp_path / "s")
     opened = store.open_store(folder)
-    store.export_npz(opened, tmp_path / "e.npz")
+    npzstore.export_npz(opened, tmp_path / "e.npz")
     _same(GraphData.load_npz(tmp_path / "e.npz"), data)
 
 
 def test_permuted_store_equals_permute(tmp_path, data):
-    opened = store.open_store(store.write_store(data, tmp_path / "s"))
+    opened = store.open_store(storewriter.write_store(data, tmp_path / "s"))
     perm = np.random.default_rng(0).permutation(data.num_nodes)
-    got = store.permuted_store(opened, perm, tmp_path / "p")
+    got = storewriter.permuted_store(opened, perm, tmp_path / "p")
     assert isinstance(got.feat, np.memmap)
     _same(got, data.permute(perm))
 
 
 def test_renumber_reuses_its_store(tmp_path, data):
-    opened = store.open_store(store.write_store(data, tmp_path / "s"))
+    opened = store.open_store(storewriter.write_store(data, tmp_path / "s"))
     parts = np.arange(data.num_nodes) % 7
     c = Clustering(parts, 7, edge_cut=0)
     first, _, perm = renumber(opened, c, cache_dir=tmp_path / "cache")
@@ -129,7 +131,7 @@ def test_renumber_reuses_its_store(tmp_path, data):
 @pytest.mark.parametrize("damage", ["truncate", "foreign_json", "shape", "missing",
                                     "version", "not_a_store"])
 def test_damaged_store_is_one_line(tmp_path, data, damage):
-    folder = store.write_store(data, tmp_path / "s")
+    folder = storewriter.write_store(data, tmp_path / "s")
     meta_path = folder / "store.json"
     meta = json.loads(meta_path.read_text())
     if damage == "truncate":
@@ -156,19 +158,19 @@ def test_killed_conversion_leaves_no_store(tmp_path, data):
     """A writer killed half-way leaves only its temp folder, which is never read as a store
     and is removed by the next writer."""
     npz = data.save_npz(tmp_path / "d.npz")
-    code = (f"import os, numpy as np\nfrom twopgraph import store\n"
-            f"orig = store._Writer.put\n"
+    code = (f"import os, numpy as np\nfrom twopgraph import npzstore, storewriter\n"
+            f"orig = storewriter._Writer.put\n"
             f"def put(self, name, *a, **k):\n"
             f"    orig(self, name, *a, **k)\n"
             f"    if name == 'feat': os._exit(9)\n"
-            f"store._Writer.put = put\n"
-            f"store.convert_npz({str(npz)!r}, {str(tmp_path / 's')!r})\n")
+            f"storewriter._Writer.put = put\n"
+            f"npzstore.convert_npz({str(npz)!r}, {str(tmp_path / 's')!r})\n")
     p = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parent.parent)
     assert p.returncode == 9
     assert not (tmp_path / "s").exists()
     leftovers = [p for p in tmp_path.iterdir() if p.name.startswith(".s.tmp-")]
     assert len(leftovers) == 1
-    store.convert_npz(npz, tmp_path / "s")
+    npzstore.convert_npz(npz, tmp_path / "s")
     assert store.is_store(tmp_path / "s")
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".s.tmp-")]
 
@@ -179,7 +181,7 @@ def test_invalid_npz_is_refused_and_leaves_nothing(tmp_path, data):
     arr["feat"][7, 1] = np.nan
     np.savez(tmp_path / "bad.npz", **arr)
     with pytest.raises(GraphFormatError, match="NaN"):
-        store.convert_npz(tmp_path / "bad.npz", tmp_path / "s")
+        npzstore.convert_npz(tmp_path / "bad.npz", tmp_path / "s")
     assert list(tmp_path.iterdir()) == [tmp_path / "bad.npz"]
 
 

@@ -1,10 +1,10 @@
-"""Graphs and node data: :class:`CSRGraph` and :class:`GraphData`, validation, renumbering, I/O.
+"""Graphs and node data, the data model: :class:`CSRGraph` and :class:`GraphData`, validation,
+renumbering.
 
-On-disk format (``.npz``, docs/formats.md): ``indptr`` int64 (N+1), ``indices`` int32/int64 (E),
-the CSR of an undirected graph without self loops or duplicates; ``feat`` float32 (N x F);
-``label`` int64 (N); ``train_idx``, ``val_idx``, ``test_idx`` int64. Files written by
-twopgraph may also hold ``node_ids`` int64 (N): the original id of each vertex when the graph
-was renumbered, and ``num_classes``.
+The ``.npz`` exchange format and the conversions from other libraries that the methods
+``GraphData.load_npz``, ``save_npz``, ``from_scipy``, ``from_dgl`` and ``from_pyg`` offer are
+in :mod:`twopgraph.graphio`; the numba kernels (renumbering, the undirected check) in
+:mod:`twopgraph.graphkernels`.
 
 Example::
 
@@ -15,25 +15,19 @@ Example::
 
 from __future__ import annotations
 
-import logging
 import os
 import weakref
-import zipfile
-import zlib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
-from numba import njit, prange
 
 from .errors import GraphFormatError
-from .files import atomic_write_bytes
 from .fingerprint import fingerprint
-from .jit import register
-from .rng import splitmix64
+from .graphio import (SPLITS, _as_features, _as_ints, adjacency_edges, dgl_parts, edge_arrays,
+                      node_arrays, pyg_parts, read_npz, write_npz)
+from .graphkernels import csr_violations, permute_csr
 
-REQUIRED_KEYS = ("indptr", "indices", "feat", "label", "train_idx", "val_idx", "test_idx")
-SPLITS = ("train_idx", "val_idx", "test_idx")
 #: The fix named by every "graph is not undirected" error.
 SYMMETRIZE_HINT = ("Rerun with --symmetrize (load_dataset(..., symmetrize=True)) to make it "
                    "undirected while loading: reverse entries added, self loops and duplicates "
@@ -254,79 +248,6 @@ def inverse_permutation(perm: np.ndarray) -> np.ndarray:
     inv = np.empty_like(perm)
     inv[perm] = np.arange(perm.shape[0], dtype=perm.dtype)
     return inv
-
-
-def _as_features(x) -> np.ndarray:
-    """``x`` as a C-contiguous float32 (or float16) array; non-numeric input is left for
-    :meth:`GraphData.validate` to refuse."""
-    x = x if isinstance(x, np.ndarray) else np.asarray(x)
-    if x.dtype not in (np.float32, np.float16) and (
-            np.issubdtype(x.dtype, np.floating) or np.issubdtype(x.dtype, np.integer)
-            or x.dtype == np.bool_):
-        x = x.astype(np.float32)
-    return x if x.flags.c_contiguous else np.ascontiguousarray(x)
-
-
-def _as_ints(x, column: bool = False) -> np.ndarray:
-    """``x`` as a C-contiguous int64 array if it holds integers (``column``: an N x 1 array
-    becomes a vector); other dtypes are left for :meth:`GraphData.validate` to refuse."""
-    x = x if isinstance(x, np.ndarray) else np.asarray(x)
-    if column and x.ndim == 2 and x.shape[1] == 1:
-        x = x.reshape(-1)
-    if np.issubdtype(x.dtype, np.integer) and x.dtype != np.int64:
-        x = x.astype(np.int64)
-    return x if x.flags.c_contiguous else np.ascontiguousarray(x)
-
-
-_ZIP_MAGIC = b"PK"
-_NPY_MAGIC = b"\x93NUMPY"
-# What numpy, zipfile and zlib raise for a damaged archive or member.
-_NPZ_ERRORS = (OSError, ValueError, zipfile.BadZipFile, EOFError, zlib.error)
-
-
-def _read_npz_arrays(path: Path) -> dict:
-    """Every array of the ``.npz`` at ``path``; a file that is no ``.npz``, lacks a required
-    key or holds a damaged or pickled member raises a one-line :class:`GraphFormatError`."""
-    try:
-        with open(path, "rb") as f:
-            magic = f.read(len(_NPY_MAGIC))
-    except OSError as e:
-        raise GraphFormatError(f"{path}: cannot read the file ({e.strerror or e})") from None
-    if not magic.startswith(_ZIP_MAGIC):
-        if magic == _NPY_MAGIC:
-            raise GraphFormatError(f"{path} is a .npy file (one array), not a .npz file (zip "
-                                   f"archive of the arrays {', '.join(REQUIRED_KEYS)})")
-        what = "it is empty" if not magic else "no zip archive signature"
-        raise GraphFormatError(f"{path} is not a .npz file (zip archive; {what}); write one "
-                               f"with np.savez(path, {'=..., '.join(REQUIRED_KEYS)}=...)")
-    arr = {}
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            missing = [k for k in REQUIRED_KEYS if k not in z.files]
-            if missing:
-                raise GraphFormatError(f"{path}: missing keys {', '.join(missing)}")
-            for k in z.files:
-                try:
-                    arr[k] = z[k]
-                except ValueError as e:
-                    if "allow_pickle" not in str(e):
-                        raise
-                    raise GraphFormatError(
-                        f"{path}: '{k}' holds Python objects (a pickled object array), which "
-                        f"twopgraph does not load; save it as a numeric array") from None
-    except GraphFormatError:
-        raise
-    except _NPZ_ERRORS as e:
-        raise GraphFormatError(f"{path}: not a readable .npz file, damaged or truncated "
-                               f"({type(e).__name__}: {e})") from None
-    return arr
-
-
-def _scalar_int(arr: dict, key: str, path) -> int:
-    v = arr[key]
-    if v.shape != () or not np.issubdtype(v.dtype, np.integer):
-        raise GraphFormatError(f"{path}: '{key}' must be an integer scalar")
-    return int(v)
 
 
 @dataclass
@@ -560,15 +481,7 @@ class GraphData:
     # -- I/O -------------------------------------------------------------------------------------
     def save_npz(self, path: str | os.PathLike) -> Path:
         """Write the ``.npz`` exchange format (uncompressed) atomically: temp file, then rename."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        arrays = dict(indptr=self.graph.indptr, indices=self.graph.indices, feat=self.feat,
-                      label=self.label, train_idx=self.train_idx, val_idx=self.val_idx,
-                      test_idx=self.test_idx, num_classes=np.int64(self.num_classes))
-        if self.node_ids is not None:
-            arrays["node_ids"] = self.node_ids
-        atomic_write_bytes(path, lambda f: np.savez(f, **arrays))
-        return path
+        return write_npz(self, path)
 
     @classmethod
     def load_npz(cls, path: str | os.PathLike, name: str | None = None,
@@ -576,39 +489,9 @@ class GraphData:
         """Read an ``.npz`` of the exchange format; any problem raises
         :class:`GraphFormatError` (one line)."""
         path = Path(path)
-        if not path.is_file():
-            raise GraphFormatError(f"dataset file not found: {path}")
-        arr = _read_npz_arrays(path)
-        for k in ("indptr", "indices", *SPLITS):
-            if not np.issubdtype(arr[k].dtype, np.integer):
-                raise GraphFormatError(f"{path}: '{k}' must hold integers (int64 or int32), got "
-                                       f"{arr[k].dtype}")
-        if not np.issubdtype(arr["label"].dtype, np.integer):
-            raise GraphFormatError(f"{path}: 'label' must hold integer class ids (int64; -1 = "
-                                   f"unlabelled), got {arr['label'].dtype}")
-        if "node_ids" in arr and not np.issubdtype(arr["node_ids"].dtype, np.integer):
-            raise GraphFormatError(f"{path}: 'node_ids' must hold integers, got "
-                                   f"{arr['node_ids'].dtype}")
-        indices = arr["indices"]
-        if indices.dtype not in (np.int32, np.int64):
-            indices = indices.astype(np.int64)
-        feat = arr["feat"]
-        if feat.dtype not in (np.float32, np.float16):
-            if not (np.issubdtype(feat.dtype, np.floating) or np.issubdtype(feat.dtype, np.integer)
-                    or feat.dtype == np.bool_):
-                raise GraphFormatError(f"{path}: 'feat' must hold numbers (float32), got "
-                                       f"{feat.dtype}")
-            feat = feat.astype(np.float32)
-        data = cls(
-            graph=CSRGraph(arr["indptr"].astype(np.int64, copy=False), indices),
-            feat=feat, label=arr["label"].astype(np.int64, copy=False),
-            train_idx=arr["train_idx"].astype(np.int64, copy=False),
-            val_idx=arr["val_idx"].astype(np.int64, copy=False),
-            test_idx=arr["test_idx"].astype(np.int64, copy=False),
-            name=name if name is not None else path.stem,
-            node_ids=arr["node_ids"].astype(np.int64) if "node_ids" in arr else None,
-            num_classes=_scalar_int(arr, "num_classes", path) if "num_classes" in arr else -1,
-        )
+        arr = read_npz(path)
+        data = cls(graph=CSRGraph(arr.pop("indptr"), arr.pop("indices")),
+                   name=name if name is not None else path.stem, **arr)
         if validate:
             try:
                 data.validate()
@@ -646,24 +529,7 @@ class GraphData:
             >>> d.graph.num_edges, d.feat.dtype, d.label.dtype, d.val_idx.tolist()
             (4, dtype('float32'), dtype('int64'), [])
         """
-        import scipy.sparse as sp
-        if sp.issparse(adj):
-            if len(adj.shape) != 2 or adj.shape[0] != adj.shape[1]:
-                raise GraphFormatError(f"adj must be a square N x N matrix, got shape "
-                                       f"{adj.shape}")
-            coo = sp.coo_matrix(adj)
-            nz = coo.data != 0
-            src, dst = coo.row[nz], coo.col[nz]
-            n = int(adj.shape[0])
-            _warn_weights(coo.data[nz])
-        else:
-            dense = _host_array(adj, "adj")
-            if dense.ndim != 2 or dense.shape[0] != dense.shape[1]:
-                raise GraphFormatError(f"adj must be a square N x N matrix (scipy sparse or "
-                                       f"dense), got shape {dense.shape}")
-            src, dst = np.nonzero(dense)
-            n = int(dense.shape[0])
-            _warn_weights(dense[src, dst])
+        src, dst, n = adjacency_edges(adj)
         return cls._from_parts(src, dst, n, feat, label, (train_idx, val_idx, test_idx),
                                num_classes=num_classes, name=name, split_seed=split_seed)
 
@@ -680,20 +546,8 @@ class GraphData:
         :meth:`from_scipy`, which also describes the conversions (undirected graph,
         float32 features, int64 labels).
         """
-        ntypes = getattr(g, "ntypes", None)
-        if ntypes is not None and len(ntypes) > 1:
-            raise GraphFormatError(f"from_dgl takes a homogeneous graph, this one has node "
-                                   f"types {list(ntypes)} (dgl.to_homogeneous converts it)")
-        ndata = g.ndata
-        for key in (feat_key, label_key):
-            if key not in ndata:
-                raise GraphFormatError(f"the DGL graph has no ndata[{key!r}]; its node data: "
-                                       f"{', '.join(map(repr, ndata.keys())) or 'none'}")
-        src, dst = g.edges()
-        splits = [s if s is not None else ndata.get(f"{k}_mask")
-                  for s, k in zip((train_idx, val_idx, test_idx), ("train", "val", "test"))]
-        return cls._from_parts(src, dst, int(g.num_nodes()), ndata[feat_key], ndata[label_key],
-                               splits, num_classes=num_classes, name=name,
+        parts = dgl_parts(g, feat_key, label_key, (train_idx, val_idx, test_idx))
+        return cls._from_parts(*parts, num_classes=num_classes, name=name,
                                split_seed=split_seed)
 
     @classmethod
@@ -709,288 +563,18 @@ class GraphData:
         pass one column, e.g. ``train_idx=data.train_mask[:, 0]``), else split as in
         :meth:`from_scipy`, which also describes the conversions.
         """
-        for key in ("edge_index", "x", "y"):
-            if getattr(data, key, None) is None:
-                raise GraphFormatError(f"the PyG data has no {key}; from_pyg needs edge_index "
-                                       f"(2 x E), x (N x F features) and y (N labels)")
-        ei = _host_array(data.edge_index, "edge_index")
-        if ei.ndim != 2 or ei.shape[0] != 2:
-            raise GraphFormatError(f"edge_index must be 2 x E, got shape {ei.shape}")
-        n = getattr(data, "num_nodes", None)
-        n = int(n) if n is not None else int(_host_array(data.x, "x").shape[0])
-        splits = [s if s is not None else getattr(data, f"{k}_mask", None)
-                  for s, k in zip((train_idx, val_idx, test_idx), ("train", "val", "test"))]
-        return cls._from_parts(ei[0], ei[1], n, data.x, data.y, splits,
-                               num_classes=num_classes, name=name, split_seed=split_seed)
+        parts = pyg_parts(data, (train_idx, val_idx, test_idx))
+        return cls._from_parts(*parts, num_classes=num_classes, name=name,
+                               split_seed=split_seed)
 
     @classmethod
     def _from_parts(cls, src, dst, n: int, feat, label, splits, *, num_classes, name: str,
                     split_seed: int) -> "GraphData":
         """The graph of edges ``src -> dst`` over ``n`` vertices, made undirected, with the
         node arrays converted (see :meth:`from_scipy`) and validated."""
-        src, dst = _host_array(src, "src").ravel(), _host_array(dst, "dst").ravel()
-        if not (np.issubdtype(src.dtype, np.integer) and np.issubdtype(dst.dtype, np.integer)):
-            raise GraphFormatError(f"edge endpoints must be integers, got {src.dtype}/{dst.dtype}")
+        src, dst = edge_arrays(src, dst)
         graph = CSRGraph.from_edges(src, dst, n)
-        feat = _host_array(feat, "feat")
-        if feat.ndim == 1:
-            feat = feat.reshape(-1, 1)
-        label = _as_ints(_host_array(label, "label"), column=True)
-        ids = [_split_ids(s, n, k) for s, k in zip(splits, SPLITS)]
-        if all(s is None for s in ids):
-            if label.ndim != 1 or label.shape[0] != n or not np.issubdtype(label.dtype,
-                                                                           np.integer):
-                raise GraphFormatError(f"label must be {n} integer class ids (-1: "
-                                       f"unlabelled), got {label.dtype} of shape {label.shape}")
-            ids = list(random_split(label, seed=split_seed))
-        elif ids[0] is None:
-            raise GraphFormatError("train_idx is missing (val_idx/test_idx are given); give "
-                                   "all three splits, or none for a random 60/20/20 split")
-        ids = [np.empty(0, dtype=np.int64) if s is None else s for s in ids]
+        feat, label, ids = node_arrays(feat, label, splits, n, split_seed)
         data = cls(graph, feat, label, *ids, name=name,
                    num_classes=-1 if num_classes is None else num_classes)
         return data.validate()
-
-
-def random_split(label: np.ndarray, fractions=(0.6, 0.2, 0.2),
-                 seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Sorted int64 ``(train, val, test)`` ids: the labelled vertices (``label >= 0``) in a
-    permutation drawn from ``seed``, cut by ``fractions`` (train gets the rounding rest)."""
-    labelled = np.flatnonzero(np.asarray(label) >= 0)
-    perm = np.random.default_rng(seed).permutation(labelled)
-    m = perm.shape[0]
-    n_val, n_test = int(m * fractions[1]), int(m * fractions[2])
-    n_train = m - n_val - n_test
-    return (np.sort(perm[:n_train]), np.sort(perm[n_train:n_train + n_val]),
-            np.sort(perm[n_train + n_val:]))
-
-
-def _warn_weights(values: np.ndarray) -> None:
-    """One warning when the adjacency's nonzero entries are not all 1: twopgraph's graphs are
-    unweighted, so the weights (NaN and negative ones included) are ignored, not used."""
-    values = np.asarray(values)
-    odd = np.count_nonzero(values != 1)
-    if not odd:
-        return
-    nan = int(np.count_nonzero(np.isnan(values))) if values.dtype.kind in "fc" else 0
-    neg = int(np.count_nonzero(values < 0)) if values.dtype.kind in "iuf" else 0
-    logging.getLogger("twopgraph").warning(
-        "from_scipy: edge weights are ignored, every nonzero entry of adj is an unweighted "
-        "edge (%s of %s entries are not 1: %s NaN, %s negative)", f"{odd:,}",
-        f"{values.shape[0]:,}", f"{nan:,}", f"{neg:,}")
-
-
-def _host_array(x, what: str) -> np.ndarray:
-    """``x`` (NumPy, torch tensor on any device, scipy sparse, list) as a NumPy array."""
-    if hasattr(x, "detach") and hasattr(x, "cpu"):  # a torch tensor, without importing torch
-        return x.detach().cpu().numpy()
-    if hasattr(x, "toarray"):  # scipy sparse (bag-of-words features)
-        return np.asarray(x.toarray())
-    try:
-        return np.asarray(x)
-    except (TypeError, ValueError) as e:
-        raise GraphFormatError(f"{what} is not an array ({type(x).__name__}: {e})") from None
-
-
-def _split_ids(x, n: int, what: str) -> np.ndarray | None:
-    """A split as sorted int64 ids: ids pass through, a boolean mask of length ``n`` becomes
-    the ids where it is True; None stays None."""
-    if x is None:
-        return None
-    a = _host_array(x, what)
-    if a.dtype == np.bool_:
-        if a.ndim != 1 or a.shape[0] != n:
-            raise GraphFormatError(f"{what}: a boolean mask must have length N = {n}, got shape "
-                                   f"{a.shape}" + (" (one column per split: pass one, e.g. "
-                                                   "mask[:, 0])" if a.ndim == 2 else ""))
-        return np.flatnonzero(a).astype(np.int64)
-    if not np.issubdtype(a.dtype, np.integer) or a.ndim != 1:
-        raise GraphFormatError(f"{what} must be vertex ids (1-D integers) or a boolean mask, "
-                               f"got {a.dtype} of shape {a.shape}")
-    return np.sort(a.astype(np.int64))
-
-
-# -- renumbering kernel (numba) and its NumPy twin ------------------------------------------------
-
-
-@njit(parallel=True, nogil=True, cache=True)
-def permute_csr(indptr, indices, perm, inv):
-    """CSR of the graph renumbered so that new vertex i is old vertex ``perm[i]``.
-
-    ``inv`` is the inverse permutation (``inv[perm[i]] = i``). Rows of the result are sorted.
-    Parallel over rows; ``indptr`` int64, ``indices`` keep their dtype.
-    """
-    n = perm.shape[0]
-    deg = np.empty(n + 1, dtype=np.int64)
-    deg[0] = 0
-    for i in prange(n):
-        v = perm[i]
-        deg[i + 1] = indptr[v + 1] - indptr[v]
-    new_indptr = np.cumsum(deg)
-    new_indices = np.empty(indices.shape[0], dtype=indices.dtype)
-    for i in prange(n):
-        v = perm[i]
-        s = indptr[v]
-        d = indptr[v + 1] - s
-        o = new_indptr[i]
-        for j in range(d):
-            new_indices[o + j] = inv[indices[s + j]]
-        new_indices[o:o + d].sort()
-    return new_indptr, new_indices
-
-
-def permute_csr_ref(indptr, indices, perm, inv):
-    """NumPy twin of :func:`permute_csr`."""
-    deg = np.diff(indptr)[perm]
-    new_indptr = np.zeros(perm.shape[0] + 1, dtype=np.int64)
-    np.cumsum(deg, out=new_indptr[1:])
-    rows = [np.sort(inv[indices[indptr[v]:indptr[v + 1]]]) for v in perm]
-    new_indices = (np.concatenate(rows) if rows else np.empty(0)).astype(indices.dtype)
-    return new_indptr, new_indices
-
-
-register(permute_csr, permute_csr_ref)
-
-
-# -- undirected-format check (numba) and its NumPy twin -------------------------------------------
-_CHECK_CHUNKS = 1024  # row chunks of about equal edge counts (load balance with hubs)
-
-
-@njit(parallel=True, nogil=True, cache=True)
-def csr_violations(indptr, indices):
-    """Where a structurally valid CSR breaks the undirected format (``indptr`` int64 monotone
-    from 0 to E, every index in [0, N) -- :meth:`CSRGraph.validate` checks that first).
-
-    Returns int64 ``[unsorted_row, loops, first_loop, dups, first_dup, missing,
-    first_missing]``: ``unsorted_row`` is the first row whose entries decrease (-1: every row
-    sorted); when it is >= 0 the rest is ``0 / -1`` (duplicates and reverses are looked up in
-    sorted rows). ``loops`` counts entries u->u; ``dups`` entries equal to the one before them
-    in their row; ``missing`` entries u->v (u != v) whose row v holds no u. Each ``first_*``
-    is the CSR position of the first such entry (-1: none).
-
-    Pass 1 streams the rows once (parallel over chunks of about equal edge counts): order,
-    self loops, duplicates, and the sum (mod 2**64) of a 64-bit hash of the undirected pair
-    {u, v} over entries with u < v minus the same over entries with u > v. Without duplicates
-    the graph is symmetric iff those two sets of pairs are equal, so a zero sum clears it (a
-    non-symmetric graph passes only if the hash sums collide, ~2**-64).
-    Only otherwise does pass 2 look up every reverse (a binary search of u in row v: random
-    reads, ~10x the cost of pass 1) to count and locate the missing ones. O(E) for a valid
-    graph, O(E log d) for an invalid one.
-    """
-    n = indptr.shape[0] - 1
-    e = indices.shape[0]
-    k = max(1, min(n, _CHECK_CHUNKS))
-    bounds = np.empty(k + 1, dtype=np.int64)
-    for c in range(k):
-        bounds[c] = np.searchsorted(indptr, (e // k) * c + min(c, e % k))
-    bounds[0] = 0
-    bounds[k] = n
-    unsorted = np.full(k, -1, dtype=np.int64)
-    loops = np.zeros(k, dtype=np.int64)
-    first_loop = np.full(k, -1, dtype=np.int64)
-    dups = np.zeros(k, dtype=np.int64)
-    first_dup = np.full(k, -1, dtype=np.int64)
-    bal = np.zeros(k, dtype=np.uint64)
-    nn = np.uint64(n)
-    # pass 1: sorted rows, self loops, duplicates, hash balance of u<v vs u>v pairs (streaming)
-    for c in prange(k):
-        up = np.uint64(0)
-        down = np.uint64(0)
-        for u in range(bounds[c], bounds[c + 1]):
-            s, t = indptr[u], indptr[u + 1]
-            uu = np.uint64(u)
-            for j in range(s, t):
-                v = indices[j]
-                if j > s:
-                    if v < indices[j - 1]:
-                        unsorted[c] = u
-                        break
-                    if v == indices[j - 1]:
-                        dups[c] += 1
-                        if first_dup[c] < 0:
-                            first_dup[c] = j
-                if v == u:
-                    loops[c] += 1
-                    if first_loop[c] < 0:
-                        first_loop[c] = j
-                elif v > u:
-                    up += splitmix64(uu * nn + np.uint64(v))
-                else:
-                    down += splitmix64(np.uint64(v) * nn + uu)
-            if unsorted[c] >= 0:
-                break
-        bal[c] = up - down
-    out = np.full(7, -1, dtype=np.int64)
-    out[1] = 0
-    out[3] = 0
-    out[5] = 0
-    for c in range(k):
-        if unsorted[c] >= 0:
-            out[0] = unsorted[c]
-            return out
-    out[1] = loops.sum()
-    out[3] = dups.sum()
-    h = np.uint64(0)
-    for c in range(k):
-        h += bal[c]
-    for c in range(k - 1, -1, -1):  # the first chunk with a hit holds the first position
-        if first_loop[c] >= 0:
-            out[2] = first_loop[c]
-        if first_dup[c] >= 0:
-            out[4] = first_dup[c]
-    if out[3] == 0 and h == np.uint64(0):
-        return out  # symmetric (the multisets of u->v and v->u agree)
-    # pass 2: every u->v (u != v) has v->u (binary search of u in the sorted row v)
-    missing = np.zeros(k, dtype=np.int64)
-    first_missing = np.full(k, -1, dtype=np.int64)
-    for c in prange(k):
-        for u in range(bounds[c], bounds[c + 1]):
-            for j in range(indptr[u], indptr[u + 1]):
-                v = indices[j]
-                if v == u:
-                    continue
-                lo, hi = indptr[v], indptr[v + 1]
-                end = hi
-                while lo < hi:
-                    mid = (lo + hi) >> 1
-                    if indices[mid] < u:
-                        lo = mid + 1
-                    else:
-                        hi = mid
-                if lo == end or indices[lo] != u:
-                    missing[c] += 1
-                    if first_missing[c] < 0:
-                        first_missing[c] = j
-    out[5] = missing.sum()
-    for c in range(k - 1, -1, -1):
-        if first_missing[c] >= 0:
-            out[6] = first_missing[c]
-    return out
-
-
-def csr_violations_ref(indptr, indices):
-    """NumPy twin of :func:`csr_violations`."""
-    n = indptr.shape[0] - 1
-    src = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
-    dst = indices.astype(np.int64)
-    out = np.array([-1, 0, -1, 0, -1, 0, -1], dtype=np.int64)
-    same_row = src[1:] == src[:-1]
-    down = np.flatnonzero(same_row & (dst[1:] < dst[:-1]))
-    if down.shape[0]:
-        out[0] = src[down[0] + 1]
-        return out
-    loops = np.flatnonzero(src == dst)
-    dups = np.flatnonzero(same_row & (dst[1:] == dst[:-1])) + 1
-    key = src * n + dst  # sorted: rows in order, each row sorted
-    rev = dst * n + src
-    pos = np.minimum(np.searchsorted(key, rev), max(key.shape[0] - 1, 0))
-    has_rev = key[pos] == rev if key.shape[0] else np.zeros(0, dtype=bool)
-    missing = np.flatnonzero(~has_rev & (src != dst))
-    for i, hits in ((1, loops), (3, dups), (5, missing)):
-        out[i] = hits.shape[0]
-        if hits.shape[0]:
-            out[i + 1] = hits[0]
-    return out
-
-
-register(csr_violations, csr_violations_ref)

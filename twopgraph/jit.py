@@ -1,7 +1,7 @@
 """numba set-up in one place: the kernel registry, the threading layer and thread counts.
 
 **Kernels and twins.** Every numba kernel lives beside its subsystem (``twopgraph.rng``,
-``twopgraph.graph``, ``twopgraph.sampler.kernels``, ``twopgraph.cache.kernels``,
+``twopgraph.graphkernels``, ``twopgraph.sampler.kernels``, ``twopgraph.cache.kernels``,
 ``twopgraph.partition.kernels``, ``twopgraph.dropout``) together with a plain NumPy/Python
 *twin* that computes the same result the obvious way. Each module registers its pairs with
 :func:`register`; :func:`all_kernels` imports every module of :data:`KERNEL_MODULES` and returns
@@ -46,7 +46,7 @@ log = logging.getLogger("twopgraph")
 #: Every module that defines kernels; :func:`all_kernels` imports each of them.
 KERNEL_MODULES = (
     "twopgraph.rng",
-    "twopgraph.graph",
+    "twopgraph.graphkernels",
     "twopgraph.csrbuild",
     "twopgraph.sampler.kernels",
     "twopgraph.cache.kernels",

@@ -274,7 +274,7 @@ def write_ogb_raw(spec: PapersSpec, folder, *, compress: bool = False, progress=
     unlabelled), ``split/time/{train,valid,test}.csv.gz`` and ``RELEASE_v1.txt``. The edge
     list goes through two scratch files in ``raw/`` (removed). Returns sizes and counts.
     ``progress(stage)`` is called at each stage."""
-    from .store import write_npy_member
+    from .npzstore import write_npy_member
     folder = Path(folder)
     raw = folder / "raw"
     raw.mkdir(parents=True, exist_ok=True)

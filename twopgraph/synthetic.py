@@ -288,7 +288,7 @@ def write_store(spec: SyntheticSpec, folder, *, source: dict | None = None,
     the features rounded to float16 (refused beyond its range). ``source`` is recorded in
     ``store.json``. Written under a temporary name and renamed when complete; returns the
     folder."""
-    from .store import _Writer, half_checked
+    from .storewriter import _Writer, half_checked
     half = feat_dtype is not None and np.dtype(feat_dtype) == np.float16
     with _Writer(folder) as w:
         def put(name, shape, dtype, chunks):

@@ -25,7 +25,7 @@ import pytest
 import torch
 
 from twopgraph.errors import OutputError, TwopgraphError
-from twopgraph.graph import atomic_write_bytes
+from twopgraph.files import atomic_write_bytes
 from twopgraph.partition import cluster_graph
 from conftest import community_data, run_cli
 
@@ -80,7 +80,7 @@ def _leftovers(folder: Path, keep=()) -> list[str]:
 KILLED_WRITER = """
 import sys, time
 from pathlib import Path
-from twopgraph.graph import atomic_write_bytes
+from twopgraph.files import atomic_write_bytes
 target, flag = Path(sys.argv[1]), Path(sys.argv[2])
 def write(f):
     f.write(b"half a file")

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from twopgraph import livemap, store
+from twopgraph import livemap, store, storewriter
 from twopgraph.datasets import load_dataset
 from twopgraph.graph import GraphData
 
@@ -39,7 +39,7 @@ def _script(tmp_path, body: str) -> subprocess.CompletedProcess:
 
 # -- item 3: truncated while mapped --------------------------------------------------------
 def test_truncated_store_file_is_one_line_exit_2_not_sigbus(tmp_path, data):
-    folder = store.write_store(data, tmp_path / "s")
+    folder = storewriter.write_store(data, tmp_path / "s")
     r = _script(tmp_path, f"""
         import os, numpy as np
         from twopgraph.store import open_store
@@ -57,7 +57,7 @@ def test_truncated_store_file_is_one_line_exit_2_not_sigbus(tmp_path, data):
 
 
 def test_parallel_numba_threads_that_fault_give_one_line(tmp_path, data):
-    folder = store.write_store(data, tmp_path / "s")
+    folder = storewriter.write_store(data, tmp_path / "s")
     r = _script(tmp_path, f"""
         import os, numba, numpy as np
         from twopgraph.jit import configure_threading
@@ -98,7 +98,7 @@ def test_a_map_not_registered_gets_the_generic_line(tmp_path):
 
 
 def test_safe_point_check_names_a_shrunk_or_rewritten_file(tmp_path, data):
-    folder = store.write_store(data, tmp_path / "s")
+    folder = storewriter.write_store(data, tmp_path / "s")
     d = store.open_store(folder)
     assert str(folder.resolve() / "feat.npy") in livemap.watched()
     livemap.check()  # unchanged: nothing
@@ -119,7 +119,7 @@ def test_safe_point_check_names_a_shrunk_or_rewritten_file(tmp_path, data):
 
 def test_loader_checks_before_every_batch(tmp_path, data, monkeypatch):
     from twopgraph import NodeLoader
-    folder = store.write_store(data, tmp_path / "s")
+    folder = storewriter.write_store(data, tmp_path / "s")
     d = store.open_store(folder)
     loader = NodeLoader(d, [5, 5], batch_size=64, schedule="random", prefetch=0, threads=1)
     calls = []
@@ -172,7 +172,7 @@ def test_run_stopped_by_a_changed_store_says_failed(tmp_path, data, monkeypatch)
     checkpoint of the last completed epoch is kept."""
     from twopgraph.config import TrainConfig
     from twopgraph.train import train
-    folder = store.write_store(data, tmp_path / "s")
+    folder = storewriter.write_store(data, tmp_path / "s")
     out = tmp_path / "run"
     cfg = TrainConfig.of(dataset=str(folder), fanouts=[5, 5], batch_size=256, epochs=6,
                          hidden=8, out=str(out), progress=False, prefetch=0, threads=1,
@@ -197,7 +197,7 @@ def test_run_stopped_by_a_changed_store_says_failed(tmp_path, data, monkeypatch)
 
 # -- item 4: store files rewritten in place -------------------------------------------------
 def test_store_json_records_each_files_identity(tmp_path, data):
-    folder = store.write_store(data, tmp_path / "s")
+    folder = storewriter.write_store(data, tmp_path / "s")
     meta = store.read_store_meta(folder)
     assert set(meta["files"]) == {k for k in meta["arrays"]}
     for k, rec in meta["files"].items():
@@ -212,7 +212,7 @@ def _rewrite_in_place(path: Path) -> None:
 
 
 def test_store_rewritten_in_place_is_refused_when_opened_by_path(tmp_path, data):
-    folder = store.write_store(data, tmp_path / "s")
+    folder = storewriter.write_store(data, tmp_path / "s")
     _rewrite_in_place(folder / "feat.npy")
     with pytest.raises(livemap.StoreChanged, match=r"feat\.npy changed since the store was "
                                                    r"written.*delete the folder to rebuild"):
@@ -221,7 +221,7 @@ def test_store_rewritten_in_place_is_refused_when_opened_by_path(tmp_path, data)
 
 def test_touched_or_copied_store_is_fingerprinted_again_and_kept(tmp_path, data, caplog):
     import shutil
-    folder = store.write_store(data, tmp_path / "s")
+    folder = storewriter.write_store(data, tmp_path / "s")
     fp = store.read_store_meta(folder)["fingerprint"]
     shutil.copytree(folder, tmp_path / "copy")  # new inodes and change times, same bytes
     with caplog.at_level("INFO", logger="twopgraph"):
@@ -232,7 +232,7 @@ def test_touched_or_copied_store_is_fingerprinted_again_and_kept(tmp_path, data,
 
 
 def test_store_without_identity_still_loads(tmp_path, data):
-    folder = store.write_store(data, tmp_path / "s")
+    folder = storewriter.write_store(data, tmp_path / "s")
     meta = store.read_store_meta(folder)
     del meta["files"]
     (folder / "store.json").write_text(json.dumps(meta))
@@ -262,7 +262,7 @@ def test_renumbered_store_rewritten_in_place_is_rebuilt_with_what_changed(tmp_pa
     folder": the renumbered store is a cache, rebuilt at once."""
     from twopgraph.partition.cluster import cluster_graph
     from twopgraph.partition.renumber import renumber
-    d = store.open_store(store.write_store(data, tmp_path / "s"))
+    d = store.open_store(storewriter.write_store(data, tmp_path / "s"))
     clustering = cluster_graph(d.graph, 8, train_idx=d.train_idx)
     first, _, perm = renumber(d, clustering, cache_dir=tmp_path / "clusters")
     folder = first.store
@@ -284,7 +284,7 @@ def test_predict_does_not_call_changed_content_the_same_data(tmp_path):
     root = tmp_path / "R"
     env = dict(os.environ, PYTHONPATH=str(REPO))
     d = community_data(n=400, f=8, seed=1)
-    folder = store.write_store(d, tmp_path / "s")
+    folder = storewriter.write_store(d, tmp_path / "s")
     base = [sys.executable, "-m", "twopgraph"]
     r = subprocess.run(base + ["train", "--dataset", str(folder), "--data-root", str(root),
                                "--epochs", "1", "--out", str(tmp_path / "o"), "--no-progress",
@@ -338,9 +338,9 @@ def test_copied_source_with_the_same_bytes_keeps_its_store(tmp_path, data):
 def test_predict_on_a_renumbered_store_folder_writes_original_order(tmp_path, capsys):
     from conftest import run_cli
     d = community_data(n=400, f=8, seed=4)
-    a = store.write_store(d, tmp_path / "a")
+    a = storewriter.write_store(d, tmp_path / "a")
     perm = np.random.default_rng(0).permutation(d.num_nodes)
-    b = store.permuted_store(store.open_store(a), perm, tmp_path / "b").store
+    b = storewriter.permuted_store(store.open_store(a), perm, tmp_path / "b").store
     assert np.array_equal(np.asarray(store.open_store(b).node_ids), perm)
     rc, out, err = run_cli(["train", "--dataset", b, "--data-root", tmp_path / "R", "--epochs",
                             "1", "--out", tmp_path / "o", "--no-progress", "--no-renumber",
@@ -359,7 +359,7 @@ def test_predict_on_a_renumbered_store_folder_writes_original_order(tmp_path, ca
 
 def test_dataset_identity_does_not_vouch_for_a_changed_store(tmp_path, data):
     from twopgraph.datasets import dataset_identity
-    folder = store.write_store(data, tmp_path / "s")
+    folder = storewriter.write_store(data, tmp_path / "s")
     assert dataset_identity(str(folder))["fingerprint"] == data.fingerprint()
     _rewrite_in_place(folder / "feat.npy")
     assert dataset_identity(str(folder))["fingerprint"] is None  # unknown until fingerprinted

@@ -18,7 +18,8 @@ from twopgraph.partition.partformat import FORMAT_VERSION, PartitionError
 from twopgraph.partition.partload import load_part, read_meta, verify_partition
 from twopgraph.partition.selfdep import GLOBAL_SHARE, partition_selfdep
 from twopgraph.sampler import NeighborSampler
-from twopgraph.store import open_store, write_store
+from twopgraph.store import open_store
+from twopgraph.storewriter import write_store
 
 FANOUTS = [4, 3, 3]
 

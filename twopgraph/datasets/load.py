@@ -11,7 +11,8 @@ import numpy as np
 
 from ..errors import ConfigError, TwopgraphError
 from ..graph import GraphData
-from ..store import HalfRangeError, is_store, open_store
+from ..store import is_store, open_store
+from ..storewriter import HalfRangeError
 from .builtin import OGB_DATASETS, _papers_spec, _synthetic_presets
 from .catalogue import _did_you_mean, _known_names
 from .dtype import STORE_DTYPE_CHOICES, STORE_DTYPES, resolve_store_dtype

@@ -18,8 +18,8 @@ import numpy as np
 from ..errors import GraphFormatError, OutputError, TwopgraphError
 from ..graph import CSRGraph, GraphData
 from ..ingest import ingest, ogb_raw, read_ogb_split, source_record
-from ..store import (half_checked, is_store, open_store, read_store_meta, source_identity,
-                     write_store)
+from ..store import is_store, open_store, read_store_meta, source_identity
+from ..storewriter import half_checked, write_store
 from .download import _download_ogb, _ogb_meta
 from .dtype import _converted
 from .paths import (DATA_ROOT_ENV, OGB_CACHE_FILE, _ogb_folder, _ogb_source, _source_key,

@@ -18,7 +18,8 @@ from ..errors import GraphFormatError, OutputError, TwopgraphError
 from ..files import atomic_write_bytes
 from ..graph import GraphData
 from ..ingest import ingest
-from ..store import half_checked, is_store, open_store, read_store_meta
+from ..store import is_store, open_store, read_store_meta
+from ..storewriter import half_checked
 from .dtype import _converted
 from .paths import DATA_ROOT_ENV, STORES_DIR, _dtype_suffix, resolve_data_root
 from .sourcestore import _in_memory, _rebuilding

@@ -14,8 +14,9 @@ from ..errors import GraphFormatError, OutputError
 from ..graph import GraphData
 from ..ingest import coo_npz, ingest, is_coo_npz, source_record
 from ..livemap import StoreChanged
-from ..store import (NotUndirected, convert_npz, is_store, open_store, read_store_meta,
-                     rewrite_meta, source_digest)
+from ..npzstore import convert_npz
+from ..store import (NotUndirected, is_store, open_store, read_store_meta, rewrite_meta,
+                     source_digest)
 from .dtype import _converted
 from .paths import DATA_ROOT_ENV, _source_key, store_folder
 

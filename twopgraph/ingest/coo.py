@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import GraphFormatError
-from ..graph import SPLITS
+from ..graphio import SPLITS
 from .npz import NpzMember, members
 from .raw import (RawDataset, _check_feat, _count, _edge_arrays, _edge_count, _npz_labels,
                   _rows_per_chunk, _split_ids)
@@ -23,7 +23,7 @@ def coo_npz(path, name: str | None = None) -> RawDataset:
     if missing:
         raise GraphFormatError(f"{path}: missing keys {', '.join(missing)} (the COO format has "
                                f"edge_index, feat, label, train_idx, val_idx, test_idx)")
-    from ..store import warn_extra_keys
+    from ..npzstore import warn_extra_keys
     warn_extra_keys(path, have, ("edge_index", "feat", "label", *SPLITS, "num_nodes",
                                  "num_classes"))
     feat = NpzMember(path, "feat")

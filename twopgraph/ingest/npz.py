@@ -18,7 +18,8 @@ from typing import Iterator
 import numpy as np
 
 from ..errors import GraphFormatError
-from ..store import CHUNK_BYTES, _member_chunks, _read_header
+from ..npzstore import _member_chunks, _read_header
+from ..store import CHUNK_BYTES
 
 #: What reading a damaged or truncated raw file raises (zip, gzip, zlib, pandas' parser).
 READ_ERRORS = (OSError, EOFError, ValueError, zipfile.BadZipFile, zlib.error, KeyError,

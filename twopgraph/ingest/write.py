@@ -20,7 +20,7 @@ import numpy as np
 from ..csrbuild import build_csr
 from ..errors import GraphFormatError, OutputError
 from ..metrics import available_host_bytes
-from ..store import _progress, _Writer, half_checked
+from ..storewriter import _Writer, _progress, half_checked
 from .raw import RawDataset
 
 log = logging.getLogger("twopgraph")

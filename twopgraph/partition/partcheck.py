@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from ..fingerprint import fingerprint
-from ..graph import SPLITS
+from ..graphio import SPLITS
 from .partformat import _ARRAYS, PartitionError, _value_range
 
 

@@ -47,7 +47,7 @@ import numpy as np
 
 from ..errors import TwopgraphError
 from ..fingerprint import fingerprint
-from ..graph import SPLITS
+from ..graphio import SPLITS
 
 # 4: no features in the parts (read from the dataset's store), a global or local representation
 #    per part; 3: meta.json records every part array (dtype, shape, value range, content

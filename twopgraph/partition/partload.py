@@ -35,7 +35,8 @@ import numpy as np
 
 from ..errors import TwopgraphError
 from ..fingerprint import fingerprint
-from ..graph import SPLITS, CSRGraph, GraphData
+from ..graph import CSRGraph, GraphData
+from ..graphio import SPLITS
 from ..store import open_store
 from .partcheck import _check_shapes, check_part
 from .partformat import (_ARRAYS, FORMAT_VERSION, META, PART_JSON, ROOT_CLUSTER, STORE_DIR,

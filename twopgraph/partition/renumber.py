@@ -79,7 +79,8 @@ def renumber(data: GraphData, clustering: Clustering, cache_dir=None,
 
 def _renumbered_store(data, clustering, perm, key, folder, progress):
     """:func:`renumber` of store-backed data into ``folder``, under its lock."""
-    from ..store import is_store, open_store, permuted_store, read_store_meta
+    from ..store import is_store, open_store, read_store_meta
+    from ..storewriter import permuted_store
     if is_store(folder):
         try:
             derived = read_store_meta(folder).get("derived") or {}

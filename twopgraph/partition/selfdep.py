@@ -83,9 +83,10 @@ import numpy as np
 from ..errors import ConfigError
 from ..fingerprint import fingerprint
 from ..files import atomic_write_bytes, temp_folder
-from ..graph import SPLITS, CSRGraph, GraphData
+from ..graph import CSRGraph, GraphData
+from ..graphio import SPLITS
 from ..rundir import FileLock, sibling_lock
-from ..store import write_store
+from ..storewriter import write_store
 from .cluster import DEFAULT_UFACTOR, cluster_graph, cluster_key, default_num_clusters, edge_cut
 from .orphans import clean_orphans
 from .partformat import (_ARRAYS, FORMAT_VERSION, META, PART_JSON, ROOT_CLUSTER, STORE_DIR,
