@@ -35,7 +35,7 @@ from twopgraph.jit import configure_threading  # noqa: E402
 from twopgraph.rng import mix_key  # noqa: E402
 from twopgraph.sampler import NeighborSampler, RandomScheduler  # noqa: E402
 from twopgraph.sampler import kernels  # noqa: E402
-from twopgraph.sampler.minibatch import Block, MiniBatch  # noqa: E402
+from twopgraph.minibatch import Block, MiniBatch  # noqa: E402
 
 
 class MapSampler(NeighborSampler):

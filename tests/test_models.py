@@ -10,7 +10,7 @@ import torch
 
 from twopgraph.graph import CSRGraph
 from twopgraph.models import build_model
-from twopgraph.sampler.minibatch import Block
+from twopgraph.minibatch import Block
 from twopgraph.sampler import NeighborSampler
 from twopgraph.inference import layerwise_inference
 from conftest import community_data, random_graph
@@ -319,7 +319,7 @@ def test_inference_products_match_trainings(monkeypatch):
     for SAGE and GCN, and the kernel is what evaluation calls."""
     import twopgraph.spmm as spmm_mod
     from twopgraph.models import build_model
-    from twopgraph.sampler.minibatch import Block
+    from twopgraph.minibatch import Block
     rng = np.random.default_rng(3)
     ns, nd = 50, 20
     cnt = rng.integers(0, 6, nd)

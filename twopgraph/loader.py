@@ -60,7 +60,7 @@ from .cache.directory import announced
 from .jit import configure_threading, thread_count
 from .metrics import transfer_metrics
 from .protocols import FeatureSource
-from .sampler.minibatch import MiniBatch
+from .minibatch import MiniBatch
 from .sampler.stream import sampled_batches
 
 

@@ -1,6 +1,6 @@
 """:class:`NodeLoader`: the training pipeline as a loader for a hand-written loop.
 
-Iterating a ``NodeLoader`` is one epoch: :class:`~twopgraph.sampler.minibatch.MiniBatch`
+Iterating a ``NodeLoader`` is one epoch: :class:`~twopgraph.minibatch.MiniBatch`
 objects whose ``blocks`` (PyG style: ``block.edge_index``, ``block.size``; or DGL style:
 ``block.indptr``/``indices``), ``features`` (float32, rows of ``input_nodes``) and ``labels``
 (int64, of ``seeds``) are on ``device``. It is the very pipeline ``twopgraph train`` runs
@@ -39,7 +39,7 @@ from .loader import EpochStats
 from .partition import prepare_locality
 from .protocols import SAMPLERS, SCHEDULERS, Sampler
 from .rundir import check_data_root
-from .sampler.minibatch import MiniBatch
+from .minibatch import MiniBatch
 from .sampler.schedule import RandomScheduler
 from .pipeline import make_loader, needs_clusters
 

@@ -34,7 +34,7 @@ if TYPE_CHECKING:  # annotations only: the protocols sit below every implementat
 
     from .graph import CSRGraph
     from .metrics import CacheCounters
-    from .sampler.minibatch import Block, MiniBatch
+    from .minibatch import Block, MiniBatch
 
 SCHEDULERS = Registry("schedule", "twopgraph.sampler", "SCHEDULERS")
 """name -> ``factory(train_idx, batch_size, seed=0, **options)`` returning a

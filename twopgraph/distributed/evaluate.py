@@ -54,7 +54,7 @@ from ..errors import ConfigError
 from ..models import BlockGNN
 from ..partition.partload import Part
 from ..partition.selfdep import _gather_rows
-from ..sampler.minibatch import Block
+from ..minibatch import Block
 from ..inference.rows import edge_balanced_ranges
 from ..inference.scope import ScopePlan, plan_scope, scored_ids
 from ..inference.scores import ONE_CLASS_KEY, positive_scores, rocauc

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from ..sampler.minibatch import Block
+from ..minibatch import Block
 
 
 def _projects(conv) -> bool:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..sampler.minibatch import Block
+from ..minibatch import Block
 from ..spmm import scatter_rows
 from .convs import _agg_width, _projects, _widths
 from .relabel import LevelIndex

@@ -18,7 +18,7 @@ import torch
 from ..errors import ConfigError
 from ..metrics import fillable_host_bytes
 from ..models import BlockGNN
-from ..sampler.minibatch import Block
+from ..minibatch import Block
 from .convs import _projects, _widths
 from .layerwise import layerwise_inference
 from .passes import CHUNK_SHARE, _input_passes, _push_inputs

@@ -17,7 +17,7 @@ from torch import nn
 
 from ..dropout import relu_dropout
 from ..protocols import MODELS
-from ..sampler.minibatch import MiniBatch
+from ..minibatch import MiniBatch
 
 
 class Conv(nn.Module):

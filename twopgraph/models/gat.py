@@ -35,7 +35,7 @@ from torch import nn
 
 from ..errors import ConfigError
 from ..protocols import MODELS
-from ..sampler.minibatch import Block
+from ..minibatch import Block
 from .base import Conv
 from .ops import edge_dst, spmm_block
 

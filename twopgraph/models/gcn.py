@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from ..protocols import MODELS
-from ..sampler.minibatch import Block
+from ..minibatch import Block
 from .base import Conv
 from .ops import spmm_block
 

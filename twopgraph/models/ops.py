@@ -1,4 +1,4 @@
-"""Sparse products over a :class:`~twopgraph.sampler.minibatch.Block`, shared by the convs.
+"""Sparse products over a :class:`~twopgraph.minibatch.Block`, shared by the convs.
 
 :func:`spmm_block` is ``A @ h`` where A (num_dst x num_src) holds the block's edges with
 per-edge values: the numba kernel of :mod:`twopgraph.spmm` when no gradient is needed (5-10x
@@ -14,7 +14,7 @@ import warnings
 import torch
 
 from .. import spmm
-from ..sampler.minibatch import Block
+from ..minibatch import Block
 
 # torch prints "Sparse CSR tensor support is in beta" once per process, when the first CSR
 # tensor is built (TORCH_WARN_ONCE in SparseCsrTensorImpl). We silence exactly that first

@@ -5,7 +5,7 @@ Schedulers and samplers register in :data:`~twopgraph.protocols.SCHEDULERS` and
 """
 
 from ..protocols import SAMPLERS, SCHEDULERS
-from .minibatch import Block, MiniBatch
+from ..minibatch import Block, MiniBatch
 from .neighbor import NeighborSampler, parse_fanouts
 from .schedule import LocalityScheduler, RandomScheduler, make_scheduler
 from .stream import sampled_batches

@@ -71,7 +71,7 @@ from ..errors import ConfigError
 from ..graph import CSRGraph
 from ..protocols import SAMPLERS
 from ..rng import MASK64, mix_key
-from .minibatch import Block, MiniBatch
+from ..minibatch import Block, MiniBatch
 from .neighbor import _FRESH_STREAM, check_seeds, parse_fanouts
 
 

@@ -14,7 +14,7 @@ from ..graph import CSRGraph
 from ..protocols import SAMPLERS
 from ..rng import mix_key
 from . import kernels
-from .minibatch import Block, MiniBatch
+from ..minibatch import Block, MiniBatch
 
 # Keys of calls without an explicit key are mix_key(_FRESH_STREAM, 0, 1, 2, ...): a stream of
 # their own, apart from the loader's mix_key(epoch, batch) keys.

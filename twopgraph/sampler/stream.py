@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Iterator
 
 from ..rng import mix_key
-from .minibatch import MiniBatch
+from ..minibatch import MiniBatch
 
 
 def sampled_batches(scheduler, sampler, epoch: int,
