@@ -33,7 +33,10 @@ between layers (not after the last), Adam, cross-entropy.
         normalisation as edge weights; the self loop and the weight are added around it. With
         full-graph degrees d and s_v sampled neighbours: h_v' = W (h_v / (d_v+1) + (d_v / s_v)
         sum_{u in S(v)} h_u / sqrt((d_u+1)(d_v+1))) + b; with all neighbours, Kipf & Welling's.
-Initialisation is DGL's (Xavier), not twopgraph's (torch.nn.Linear's).
+  gat   dgl.nn.GATConv (no feature or attention dropout, no residual, zero in-degree
+        allowed), --heads heads: concatenated (hidden/heads columns each) in hidden layers,
+        averaged in the output layer -- twopgraph's gat, whose initialisation is DGL's too.
+Initialisation is DGL's (Xavier), not twopgraph's (torch.nn.Linear's) for sage and gcn.
 """
 import argparse
 import json
@@ -56,7 +59,10 @@ def parse_args(argv=None):
     p.add_argument("--lr", type=float, default=0.003)
     p.add_argument("--weight-decay", type=float, default=0.0, help="Adam weight decay")
     p.add_argument("--dropout", type=float, default=0.5)
-    p.add_argument("--model", choices=["sage", "gcn"], default="sage")
+    p.add_argument("--model", choices=["sage", "gcn", "gat"], default="sage")
+    p.add_argument("--heads", type=int, default=4,
+                   help="gat: attention heads (hidden layers concatenate heads of hidden/heads "
+                        "columns, the output layer averages its heads)")
     p.add_argument("--eval-every", type=int, default=0,
                    help="exact evaluation every N epochs (and always after the last); 0 = after "
                         "the last only")
@@ -72,8 +78,10 @@ def parse_args(argv=None):
     p.add_argument("--eval-batch-size", type=int, default=4096,
                    help="node chunk size of layer-wise inference; 0 = the whole graph per layer "
                         "(one pass, each vertex projected once)")
-    p.add_argument("--formats", choices=["csc", "all"], default="csc",
-                   help="sparse formats DGL keeps: csc (default; all that in-edge neighbour "
+    p.add_argument("--formats", choices=["csc", "all"], default=None,
+                   help="sparse formats DGL keeps (default: csc, all for gat, whose "
+                        "GATConv computes edge scores by SDDMM, which needs coo or csr): "
+                        "csc (all that in-edge neighbour "
                         "sampling and block construction read, the memory-lean setting) or all "
                         "(coo+csr+csc, what DGL's DataLoader materialises with num_workers > 0)")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
@@ -83,6 +91,10 @@ def parse_args(argv=None):
         p.error("--fanouts must be positive integers (or -1 for all neighbours)")
     if args.epochs < 1 and args.mode != "sample":
         p.error("--epochs must be >= 1")
+    if args.formats is None:
+        args.formats = "all" if args.model == "gat" else "csc"
+    if args.model == "gat" and (args.heads < 1 or args.hidden % args.heads):
+        p.error("--heads must be >= 1 and divide --hidden")
     if args.eval_every < 0 or args.eval_batch_size < 0:
         p.error("--eval-every and --eval-batch-size must be >= 0")
     return args
@@ -300,16 +312,34 @@ def main(argv=None):
                     out = out @ self.weight
                 return out + self.bias
 
-        def make_layer(i, o):
+        class GATLayer(nn.Module):
+            """dgl.nn.GATConv with ``heads`` heads: concatenated (o / heads columns each) in a
+            hidden layer, averaged (o columns each) in the output layer, as twopgraph's gat."""
+
+            def __init__(self, in_size, out_size, last):
+                super().__init__()
+                self.last = last
+                per_head = out_size if last else out_size // args.heads
+                self.conv = dglnn.GATConv(in_size, per_head, args.heads,
+                                          allow_zero_in_degree=True)
+
+            def forward(self, block, h):
+                out = self.conv(block, h)  # (dst, heads, per_head)
+                return out.mean(1) if self.last else out.flatten(1)
+
+        def make_layer(i, o, last=False):
             if args.model == "sage":
                 return dglnn.SAGEConv(i, o, "mean")
+            if args.model == "gat":
+                return GATLayer(i, o, last)
             return GCNLayer(i, o)
 
         class GNN(nn.Module):
             def __init__(self, in_size, hid_size, out_size, n_layers, dropout):
                 super().__init__()
                 sizes = [in_size] + [hid_size] * (n_layers - 1) + [out_size]
-                self.layers = nn.ModuleList(make_layer(sizes[i], sizes[i + 1])
+                self.layers = nn.ModuleList(make_layer(sizes[i], sizes[i + 1],
+                                                       i == n_layers - 1)
                                             for i in range(n_layers))
                 self.dropout = nn.Dropout(dropout)
                 self.hid_size, self.out_size = hid_size, out_size
@@ -440,7 +470,8 @@ def main(argv=None):
     result["threads"] = args.threads
     result["dgl_version"] = dgl.__version__
     result["torch_version"] = torch.__version__
-    for k in ("npz", "model", "fanouts", "batch_size", "epochs", "hidden", "lr", "weight_decay",
+    for k in ("npz", "model", "heads", "fanouts", "batch_size", "epochs", "hidden", "lr",
+              "weight_decay",
               "dropout", "seed", "mode", "sample_epochs", "eval_batch_size", "eval_every"):
         result[k] = getattr(args, k)
 

@@ -7,7 +7,7 @@ the same hyperparameters (issue 13 item 5, the README's recipes table).
     .venv/bin/python scripts/recipes.py --datasets amazon_photo,coauthor_cs,tolokers \\
         --models sage --schedules auto,random                # default schedule vs random
 
-For every dataset, model (``--models``, default sage,gcn) and seed (``--seeds``, default 0,1,2):
+For every dataset, model (``--models``: sage, gcn, gat; default sage,gcn) and seed (``--seeds``, default 0,1,2):
 
 1. twopgraph: ``twopgraph train --dataset PATH --model M --seed S --out DIR --no-progress
    --threads T``, every other option at its default (the recipe a user types; the size-based
@@ -54,7 +54,8 @@ DATA_DIR = ROOT.parent / "shared" / "datasets"
 
 COLUMNS = ["dataset", "side", "model", "schedule", "seed", "metric", "val_score", "test_score",
            "val_acc", "test_acc", "selected_epoch", "epochs", "fanouts", "lr", "batch_size",
-           "wall_s", "schedule_used", "hidden", "dropout", "weight_decay", "eval_every"]
+           "wall_s", "schedule_used", "hidden", "dropout", "weight_decay", "eval_every", "heads"]
+MODELS = ("sage", "gcn", "gat")
 KEY = ("dataset", "side", "model", "schedule", "seed")
 DGL_SCHEDULE = "random"  # DGL's DataLoader(shuffle=True): a uniform shuffle per epoch
 TOLERANCE_POINTS = 0.3  # issue 13: default schedule >= random - 0.3 points
@@ -87,10 +88,29 @@ def read_rows(path: Path) -> list[dict]:
         return [r for r in csv.DictReader(f) if r.get("wall_s")]
 
 
+def _upgrade_header(path: Path) -> None:
+    """Rewrite a CSV written with fewer :data:`COLUMNS` (an older version of this script)
+    with today's header, its rows kept (new columns empty)."""
+    with open(path, newline="") as f:
+        header = next(csv.reader(f), [])
+    if header == COLUMNS or not header:
+        return
+    rows = read_rows(path)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: r.get(k, "") or "" for k in COLUMNS})
+    os.replace(tmp, path)
+
+
 def append_row(path: Path, row: dict) -> None:
     """Append ``row`` (:data:`COLUMNS`) to the CSV, with the header when the file is new."""
     path.parent.mkdir(parents=True, exist_ok=True)
     new = not path.exists() or path.stat().st_size == 0
+    if not new:
+        _upgrade_header(path)
     if not new:  # a line cut short by an interrupted write must not swallow this one
         with open(path, "rb") as f:
             f.seek(-1, os.SEEK_END)
@@ -119,7 +139,8 @@ def twopgraph_row(dataset: str, model: str, schedule: str, seed: int, metrics: d
             "batch_size": cfg.get("batch_size"), "wall_s": round(wall_s, 2),
             "schedule_used": metrics.get("schedule", cfg.get("schedule")),
             "hidden": cfg.get("hidden"), "dropout": cfg.get("dropout"),
-            "weight_decay": cfg.get("weight_decay", 0.0), "eval_every": cfg.get("eval_every", 1)}
+            "weight_decay": cfg.get("weight_decay", 0.0), "eval_every": cfg.get("eval_every", 1),
+            "heads": cfg.get("heads") if model == "gat" else None}
 
 
 def dgl_row(dataset: str, model: str, seed: int, result: dict, wall_s: float) -> dict:
@@ -129,19 +150,22 @@ def dgl_row(dataset: str, model: str, seed: int, result: dict, wall_s: float) ->
             **{k: result.get(k) for k in ("metric", "val_score", "test_score", "val_acc",
                                           "test_acc", "selected_epoch", "epochs", "fanouts",
                                           "lr", "batch_size", "hidden", "dropout",
-                                          "weight_decay", "eval_every")}}
+                                          "weight_decay", "eval_every")},
+            "heads": result.get("heads") if model == "gat" else None}
 
 
 def dgl_hyperparameters(tp: dict) -> list[str]:
     """``dgl_baseline.py`` flags reproducing the hyperparameters and metric of twopgraph row
     ``tp``: same model, fanouts, batch size, epochs, hidden, dropout, lr, weight decay and
-    evaluation schedule, best-validation selection, whole-graph exact inference."""
+    evaluation schedule (and gat's heads), best-validation selection, whole-graph exact
+    inference."""
     return ["--model", tp["model"], "--fanouts", _cell(tp["fanouts"]),
             "--batch-size", _cell(tp["batch_size"]), "--epochs", _cell(tp["epochs"]),
             "--hidden", _cell(tp["hidden"]), "--dropout", _cell(tp["dropout"]),
             "--lr", _cell(tp["lr"]), "--weight-decay", _cell(tp["weight_decay"] or 0),
             "--metric", _cell(tp["metric"]), "--eval-every", _cell(tp["eval_every"]),
-            "--select", "best-val", "--eval-batch-size", "0", "--seed", _cell(tp["seed"])]
+            "--select", "best-val", "--eval-batch-size", "0", "--seed", _cell(tp["seed"]),
+            *(["--heads", _cell(tp["heads"])] if tp.get("heads") else [])]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -344,8 +368,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error(f"no {', '.join(missing) or 'datasets'} in {data_dir}"
                 f" (found: {', '.join(found) or 'none'})")
     a.models = _list(a.models)
-    if not a.models or any(m not in ("sage", "gcn") for m in a.models):
-        p.error("--models: sage and/or gcn")
+    if not a.models or any(m not in MODELS for m in a.models):
+        p.error(f"--models: some of {', '.join(MODELS)}")
     try:
         a.seeds = [int(s) for s in _list(a.seeds)]
     except ValueError:

@@ -18,7 +18,10 @@ Implementations (docs/architecture.md lists them):
   ``twopgraph/sampler/``;
 - feature sources: :class:`~twopgraph.cache.host.HostFeatures` (a plain host table) and
   :class:`~twopgraph.cache.feature_cache.FeatureCache` (a device buffer driven by a cache
-  policy) -- policies in registry :data:`CACHE_POLICIES`, modules of ``twopgraph/cache/``.
+  policy) -- policies in registry :data:`CACHE_POLICIES`, modules of ``twopgraph/cache/``;
+- models: a :class:`Conv` per layer (``sage``, ``gcn``, ``gat``), stacked by
+  :class:`~twopgraph.models.base.BlockGNN` -- registry :data:`MODELS`, modules of
+  ``twopgraph/models/``.
 """
 
 from __future__ import annotations
@@ -50,8 +53,8 @@ CACHE_POLICIES = Registry("cache policy", "twopgraph.cache", "CACHE_POLICIES")
 :class:`~twopgraph.cache.base.CachePolicy`."""
 
 MODELS = Registry("model", "twopgraph.models", "MODELS")
-"""name -> the graph convolution class of a GNN layer (``conv(in_dim, out_dim)``; the conv
-contract in docs/architecture.md), registered in :mod:`twopgraph.models`."""
+"""name -> the graph convolution class of a GNN layer (the :class:`Conv` contract), one
+module of ``twopgraph/models/`` each."""
 
 
 @runtime_checkable
@@ -133,4 +136,33 @@ class FeatureSource(Protocol):
     def read_range(self, a: int, b: int) -> "torch.Tensor":
         """Rows ``[a, b)`` as float32 on the device (one contiguous host read); not
         counted."""
+        ...
+
+
+@runtime_checkable
+class Conv(Protocol):
+    """A graph convolution of :data:`MODELS` (base class: :class:`twopgraph.models.base.Conv`,
+    which gives the classmethods their defaults): one GNN layer, ``in_dim`` -> ``out_dim``
+    columns, over a :class:`~twopgraph.minibatch.Block`.
+
+    Required: the call below and the classmethods ``build(in_dim, out_dim, *, last,
+    **options)`` (the layer; ``options``: the model config section's fields named in the
+    class attribute ``options``, e.g. ``("heads",)``), ``check_options(hidden, **options)``
+    (one-line ConfigError), ``activation_width(out_dim, fanout, *, last, **options)`` and
+    ``edge_values(**options)`` (float32 values per input row / per edge a step keeps: the
+    default CUDA cache budget's activation reserve). Optional, probed by exact inference
+    (docs/architecture.md, "Exact evaluation"): ``project``/``from_projection`` (a layer
+    from per-vertex projections), ``aggregate``/``combine`` and ``message``/``edge_weight``
+    (a layer streamed over tiles of each dst's edges). A conv without them (GAT: its softmax
+    needs all of a dst's edges at once) is run on whole-neighbourhood blocks."""
+
+    in_dim: int
+    out_dim: int
+    options: tuple
+
+    def __call__(self, block: "Block", h_src: "torch.Tensor",
+                 h_dst: "torch.Tensor") -> "torch.Tensor":
+        """The layer's output for the block's dst vertices (num_dst x out_dim): ``h_src``
+        holds the src rows, ``h_dst`` the dst rows (the first num_dst src rows in training,
+        other rows of the same table in exact inference)."""
         ...
