@@ -80,6 +80,15 @@ def _table_size(indptr, start, members, lo, hi, num):
     return _mask_for(maxdeg) + 1, maxdeg
 
 
+@njit(nogil=True, cache=True)
+def _block_tables(indptr, start, members, lo, hi, num):
+    """An empty hash table (keys -1, values 0) sized by :func:`_table_size` for the groups
+    ``lo..hi`` and a scratch array of its touched slots: ``(tkeys, tvals, touched)``."""
+    size, maxdeg = _table_size(indptr, start, members, lo, hi, num)
+    return (np.full(size, -1, dtype=np.int64), np.zeros(size, dtype=np.int64),
+            np.empty(maxdeg, dtype=np.int64))
+
+
 @njit(parallel=True, nogil=True, cache=True)
 def contract(indptr, indices, ew, cid, start, members):
     """The coarse graph of the grouping ``cid`` (``start``/``members`` from :func:`group_by`):
@@ -94,10 +103,7 @@ def contract(indptr, indices, ew, cid, start, members):
     for blk in prange(nblocks):
         lo = blk * BLOCK
         hi = min(num, lo + BLOCK)
-        size, maxdeg = _table_size(indptr, start, members, lo, hi, num)
-        tkeys = np.full(size, -1, dtype=np.int64)
-        tvals = np.zeros(size, dtype=np.int64)
-        touched = np.empty(maxdeg, dtype=np.int64)
+        tkeys, tvals, touched = _block_tables(indptr, start, members, lo, hi, num)
         for c in range(lo, hi):
             nt = _row(indptr, indices, ew, cid, start, members, c, tkeys, tvals, touched,
                       num, weighted)
@@ -111,10 +117,7 @@ def contract(indptr, indices, ew, cid, start, members):
     for blk in prange(nblocks):
         lo = blk * BLOCK
         hi = min(num, lo + BLOCK)
-        size, maxdeg = _table_size(indptr, start, members, lo, hi, num)
-        tkeys = np.full(size, -1, dtype=np.int64)
-        tvals = np.zeros(size, dtype=np.int64)
-        touched = np.empty(maxdeg, dtype=np.int64)
+        tkeys, tvals, touched = _block_tables(indptr, start, members, lo, hi, num)
         for c in range(lo, hi):
             nt = _row(indptr, indices, ew, cid, start, members, c, tkeys, tvals, touched,
                       num, weighted)

@@ -89,6 +89,21 @@ def check_part(pdir, arr: dict, meta: dict, p: int) -> None:
         if lo is not None and (lo < low or hi >= high):
             raise _damaged(pdir, name, f"values in [{lo}, {hi}], must lie in [{low}, {high})")
 
+    def splits_disjoint(high, positions):
+        """Every split's ids in [0, high), increasing, and (by ``positions(split, ids)``,
+        the owned rows they name) in no other split."""
+        taken = np.zeros(own, dtype=bool)
+        for s in SPLITS:
+            idx = arr[s]
+            if not idx.shape[0]:
+                continue
+            bounded(s, 0, high)
+            increasing(s)
+            pos = positions(s, idx)
+            if taken[pos].any():
+                raise _damaged(pdir, s, "ids also in another split")
+            taken[pos] = True
+
     def increasing(name):
         a = arr[name]
         if a.shape[0] > 1 and np.any(a[1:] <= a[:-1]):
@@ -98,19 +113,13 @@ def check_part(pdir, arr: dict, meta: dict, p: int) -> None:
         bounded("owned", 0, big_n)
         increasing("owned")
         owned = arr["owned"]
-        taken = np.zeros(own, dtype=bool)
-        for s in SPLITS:
-            idx = arr[s]
-            if not idx.shape[0]:
-                continue
-            bounded(s, 0, big_n)
-            increasing(s)
+
+        def owned_positions(s, idx):  # a global part's splits hold global ids of owned rows
             pos = np.minimum(np.searchsorted(owned, idx), max(own - 1, 0))
             if not own or not np.array_equal(owned[pos], idx):
                 raise _damaged(pdir, s, "ids of vertices the part does not own")
-            if taken[pos].any():
-                raise _damaged(pdir, s, "ids also in another split")
-            taken[pos] = True
+            return pos
+        splits_disjoint(big_n, owned_positions)
     else:
         ip = arr["indptr"]
         if int(ip[0]) != 0 or int(ip[-1]) != arr["indices"].shape[0]:
@@ -131,18 +140,11 @@ def check_part(pdir, arr: dict, meta: dict, p: int) -> None:
         bounded("cluster", 0, int(meta["num_clusters"]))
         if n and np.any(np.diff(arr["indptr"]) > arr["degree"]):
             raise _damaged(pdir, "degree", "full-graph degrees below the local ones")
-        taken = np.zeros(own, dtype=bool)
-        for s in SPLITS:
-            idx = arr[s]
-            if not idx.shape[0]:
-                continue
-            bounded(s, 0, own)
-            increasing(s)
-            if taken[idx].any():
-                raise _damaged(pdir, s, "ids also in another split")
-            taken[idx] = True
+        def labelled(s, idx):  # a local part's splits hold local ids, labelled ones
             if int(arr["label"][idx].min()) < 0:
                 raise _damaged(pdir, "label", f"unlabelled (-1) vertices in {s}")
+            return idx
+        splits_disjoint(own, labelled)
     for name in names:  # last: the content itself
         if fingerprint("partition-array", None, arr[name]) != recs[name]["fingerprint"]:
             raise _damaged(pdir, name, "content differs from its fingerprint in meta.json")
