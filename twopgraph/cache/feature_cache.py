@@ -18,6 +18,7 @@ from contextlib import nullcontext
 import numpy as np
 import torch
 
+from ..choices import FEAT_DTYPE_NAMES
 from ..errors import ConfigError
 from ..metrics import CacheCounters
 from .base import CachePolicy
@@ -25,7 +26,8 @@ from .directory import CacheDirectory
 from .host import HostTable, Staging, _as_ids as _as_numpy
 from .readahead import Readahead
 
-FEAT_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+#: ``--feat-dtype``: each name of :data:`~twopgraph.choices.FEAT_DTYPE_NAMES` and its torch dtype
+FEAT_DTYPES = {name: getattr(torch, name) for name in FEAT_DTYPE_NAMES}
 # Bytes of device memory left free for training when the budget is "whatever fits".
 DEFAULT_TRAIN_MARGIN = 0.25
 _FILL_CHUNK_BYTES = 64 << 20

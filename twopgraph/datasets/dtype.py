@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..choices import STORE_DTYPE_CHOICES, STORE_DTYPES
 from ..errors import ConfigError, GraphFormatError
 from ..graph import GraphData
 from ..ingest import NpzMember
@@ -20,13 +21,9 @@ from .paths import _dtype_suffix, _ogb_source, _store_of_source, resolve_data_ro
 
 log = logging.getLogger("twopgraph")
 
-#: ``--store-dtype``: the types a store may keep its features in (``auto``: chosen by
-#: :func:`resolve_store_dtype`).
-STORE_DTYPES = ("float32", "float16")
-
-
-STORE_DTYPE_CHOICES = ("auto",) + STORE_DTYPES
-
+# STORE_DTYPES, STORE_DTYPE_CHOICES (twopgraph.choices, imported above): ``--store-dtype``:
+# the types a store may keep its features in, and ``auto`` (chosen by
+# :func:`resolve_store_dtype`).
 
 #: ``--store-dtype auto`` keeps float16 features when the float32 table would take more
 #: than this share of the memory the process can fill (:func:`available_host_bytes`).

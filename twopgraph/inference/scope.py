@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..choices import EVAL_SCOPES
 from ..errors import ConfigError
 from ..models import BlockGNN
 from .convs import _projects
@@ -21,10 +22,10 @@ from .relabel import id_dtype, sorted_unique
 from .rows import _prefix_degrees, _rows_of, edge_balanced_ranges
 
 
-#: ``--eval-scope``: ``all`` = :func:`layerwise_inference` over every vertex, ``scored`` =
-#: :func:`scored_inference` over the L-hop in-neighbourhood of the scored vertices, ``auto`` =
-#: the cheaper by :func:`plan_scope`'s estimate.
-EVAL_SCOPES = ("auto", "all", "scored")
+# EVAL_SCOPES (twopgraph.choices, imported above): ``--eval-scope``: ``all`` =
+# :func:`layerwise_inference` over every vertex, ``scored`` = :func:`scored_inference` over the
+# L-hop in-neighbourhood of the scored vertices, ``auto`` = the cheaper by :func:`plan_scope`'s
+# estimate.
 #: ``--eval-scope auto`` takes ``scored`` when its estimated work (rows computed + edges
 #: aggregated over the layers) is at most this share of whole-graph inference's: a restricted
 #: layer also sorts and searches its ids, about as much again per edge.

@@ -16,6 +16,7 @@ import logging
 import numpy as np
 import torch
 
+from ..choices import SCORES
 from ..errors import ConfigError
 from ..loader import as_long_tensor
 
@@ -30,8 +31,8 @@ def accuracy(logits: torch.Tensor, labels: torch.Tensor, idx: np.ndarray) -> flo
     return float((logits[idx_t].argmax(1) == labels[idx_t]).float().mean())
 
 
-#: The metrics a run can score with (``--metric`` resolved by :func:`resolve_metric`).
-SCORES = ("acc", "rocauc")
+# SCORES (twopgraph.choices, imported above): the metrics a run can score with (``--metric``
+# resolved by :func:`resolve_metric`).
 
 
 def resolve_metric(metric: str, num_classes: int) -> str:

@@ -43,6 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..choices import CLUSTER_METHODS
 from ..errors import ConfigError
 from ..fingerprint import fingerprint
 from ..files import atomic_write_bytes
@@ -80,13 +81,12 @@ FAST_METIS_EDGES = 16_000_000
 FAST_METIS_MAX_DEGREE = 6
 FAST_METIS_NITER = 3
 DEFAULT_METIS_NITER = 10
-# --cluster-method: ``metis`` (METIS on the degree-capped graph, as above; ``max_degree=None``:
+# --cluster-method (CLUSTER_METHODS, from twopgraph.choices): ``metis`` (METIS on the degree-capped graph, as above; ``max_degree=None``:
 # on the full graph), ``coarsen`` (multilevel label propagation in numba down to a small
 # weighted graph, METIS on that, projection back with label-propagation refinement: see
 # :mod:`.coarsen`), ``lp`` (the same coarsening with part-sized clusters, a greedy packing
 # instead of METIS), ``auto`` (``metis`` below COARSEN_EDGES directed CSR entries, where it
 # takes seconds, else ``coarsen``).
-CLUSTER_METHODS = ("auto", "metis", "coarsen", "lp")
 COARSEN_EDGES = 64_000_000
 # bump when the coarsening's result changes for the same input (part of the cache key)
 COARSEN_VERSION = 1

@@ -80,6 +80,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..choices import REPRESENTATIONS
 from ..errors import ConfigError
 from ..fingerprint import fingerprint
 from ..files import atomic_write_bytes, temp_folder
@@ -100,7 +101,7 @@ log = logging.getLogger("twopgraph")
 #: A part is stored ``global`` (no CSR of its own: the store's is used) when its local CSR
 #: would take more than this share of the bytes of the store's CSR.
 GLOBAL_SHARE = 0.5
-REPRESENTATIONS = ("auto", "local", "global")
+# REPRESENTATIONS (twopgraph.choices, imported above): auto | local | global
 # Batch size the default fine clustering is sized for (`default_num_clusters`: the same
 # clusters, and cache entry, as `twopgraph train --batch-size 1024`).
 DEFAULT_CLUSTER_BATCH = 1024
