@@ -139,7 +139,7 @@ LAYERS = [
     {"twopgraph.config", "twopgraph.loader"},
     {"twopgraph.pipeline", "twopgraph.checkpoint"},
     {"twopgraph.train", "twopgraph.inference", "twopgraph.nodeloader"},
-    {"twopgraph.distributed", "twopgraph.bench", "twopgraph.predict"},
+    {"twopgraph.distributed", "twopgraph.bench", "twopgraph.predict", "twopgraph.predictconfig"},
     {"twopgraph.cli"},
 ]
 

@@ -13,8 +13,9 @@ import pytest
 import torch
 
 from conftest import community_data, run_cli
-from twopgraph.config import (SIZE_DEFAULTS, SMALL_GRAPH_NODES, BenchSamplerConfig,
-                              TrainConfig, describe_defaults, size_profile)
+from twopgraph.bench.config import BenchSamplerConfig
+from twopgraph.config import (SIZE_DEFAULTS, SMALL_GRAPH_NODES, TrainConfig, describe_defaults,
+                              size_profile)
 from twopgraph.errors import ConfigError
 from twopgraph.synthetic import SYNTHETIC_PRESETS
 from twopgraph.train import train

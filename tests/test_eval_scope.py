@@ -599,7 +599,7 @@ def test_predict_writes_without_a_whole_permuted_copy(tmp_path, capsys, monkeypa
         raise AssertionError("predict permuted a whole copy")
 
     monkeypatch.setattr(predict_mod, "to_original_order", refuse)
-    from twopgraph.config import PredictConfig
+    from twopgraph.predictconfig import PredictConfig
     from twopgraph.predict import run_predict
     monkeypatch.setattr(predict_mod, "_load_data",  # the run's data (passed from Python)
                         lambda mc, d, *a: (data, str(tmp_path / "d"), True))

@@ -1,8 +1,9 @@
 """The ``twopgraph`` command: ``train | predict | partition | bench sampler | bench cache |
 datasets | info``.
 
-Every verb's flags are generated from its config in :mod:`twopgraph.config` (help texts and
-defaults live there). Bad input (unknown dataset -- with the closest known names --,
+Every verb's flags are generated from its config (:mod:`twopgraph.config` and the verbs'
+own: :mod:`twopgraph.predictconfig`, :mod:`twopgraph.bench.config`,
+:mod:`twopgraph.distributed.partitionconfig`; help texts and defaults live there). Bad input (unknown dataset -- with the closest known names --,
 unreadable file, malformed flag, incompatible checkpoint, an ``--out`` in use by another run,
 holding a run without ``--resume``/``--overwrite`` or not writable, a ``--dataset`` that is
 not the one of ``--partitions``, a full disk)
@@ -23,9 +24,11 @@ import signal
 import sys
 import threading
 
-from .config import (BenchCacheConfig, BenchSamplerConfig, DataConfig, PartitionConfig,
-                     PredictConfig, TrainConfig, add_section_arguments)
+from .bench.config import BenchCacheConfig, BenchSamplerConfig
+from .config import DataConfig, TrainConfig, add_section_arguments
+from .distributed.partitionconfig import PartitionConfig
 from .errors import Stopped, TwopgraphError
+from .predictconfig import PredictConfig
 
 log = logging.getLogger("twopgraph")
 

@@ -47,7 +47,7 @@ import torch
 
 from .cache.feature_cache import feat_dtype
 from .cache.host import HostFeatures
-from .config import PredictConfig, TrainConfig, resolve_device
+from .config import TrainConfig, resolve_device
 from .errors import ConfigError
 from .files import atomic_write_bytes
 from .graph import GraphData
@@ -59,6 +59,7 @@ from .sampler import make_sampler
 from .checkpoint import (CHECKPOINT_FORMAT, CHECKPOINT_READ_ERRORS, SPEC_KEYS,
                          damaged_checkpoint, model_from_spec)
 from .pipeline import locality_for, resolve_sampler_device
+from .predictconfig import PredictConfig
 
 log = logging.getLogger("twopgraph")
 

@@ -64,13 +64,14 @@ import torch
 from ..cache import (CacheDirectory, FeatureCache, PolicyContext, belady_min, feat_dtype,
                      make_policy, replay)
 from ..cache.directory import announced
-from ..config import BenchCacheConfig, describe_defaults
+from ..config import describe_defaults
 from ..files import atomic_write_bytes
 from ..jit import thread_count
 from ..loader import Loader
 from ..metrics import ratio, transfer_metrics
 from ..sampler import make_sampler, make_scheduler
 from ..pipeline import locality_for
+from .config import BenchCacheConfig
 
 log = logging.getLogger("twopgraph")
 

@@ -13,11 +13,12 @@ import logging
 import statistics
 import time
 
-from ..config import BenchSamplerConfig, describe_defaults
+from ..config import describe_defaults
 from ..loader import Loader, ThreadPlan
 from ..sampler import make_sampler, make_scheduler
 from ..sampler.autoschedule import choose_schedule
 from ..pipeline import locality_for
+from .config import BenchSamplerConfig
 
 log = logging.getLogger("twopgraph")
 

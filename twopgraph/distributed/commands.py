@@ -15,7 +15,7 @@ log = logging.getLogger("twopgraph")
 
 
 def cmd_partition(a) -> int:
-    """``twopgraph partition``; ``a`` holds the flags of :class:`~twopgraph.config.PartitionConfig`
+    """``twopgraph partition``; ``a`` holds the flags of :class:`~twopgraph.distributed.partitionconfig.PartitionConfig`
     (the CLI validated them). One writer per ``--out``: a second ``partition`` into a folder
     being written is refused in one line (:class:`~twopgraph.rundir.FileLock`)."""
     from ..rundir import FileLock, sibling_lock

@@ -1,0 +1,95 @@
+"""Validation helpers of the config sections: each check raises a one-line
+:class:`~twopgraph.errors.ConfigError` naming the flag and the bad value. torch is imported
+only by the checks that need it (devices), never when a parser is built."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..errors import ConfigError
+
+if TYPE_CHECKING:
+    import torch
+
+
+def cuda_available() -> bool:
+    """Whether torch sees a CUDA GPU (imports torch)."""
+    import torch
+    return torch.cuda.is_available()
+
+
+def resolve_device(name: str) -> "torch.device":
+    """``auto`` -> cuda when available else cpu; ``cuda`` without a GPU is an error."""
+    import torch
+    if not isinstance(name, str):
+        raise ConfigError(f"device must be a string, got {name!r}")
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name not in ("cpu", "cuda") and not (name.startswith("cuda:") and name[5:].isdigit()):
+        raise ConfigError(f"unknown device {name!r}; use cpu, cuda, cuda:N or auto")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError("device cuda requested but torch sees no CUDA GPU")
+    return torch.device(name)
+
+
+def csv_list(value, what: str, conv=str) -> list:
+    """``"a,b"`` (or a list) -> ``[conv("a"), conv("b")]``; at least one entry."""
+    items = value if isinstance(value, (list, tuple)) else \
+        [t.strip() for t in str(value).split(",") if t.strip()]
+    if not items:
+        raise ConfigError(f"--{what} needs at least one value")
+    try:
+        return [conv(t) for t in items]
+    except (TypeError, ValueError):
+        raise ConfigError(f"malformed --{what} {value!r}") from None
+
+
+def flag_name(name: str) -> str:
+    """A field's name as its flag spells it (``batch_size`` -> ``batch-size``)."""
+    return name.replace("_", "-")
+
+
+def is_number(v) -> bool:
+    """An int or a float, not a bool."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def is_int(v) -> bool:
+    """An int, not a bool."""
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def positive_int(obj, name: str) -> None:
+    """``obj.name`` is an integer >= 1."""
+    int_at_least(obj, name, 1)
+
+
+def int_at_least(obj, name: str, low: int, note: str = "") -> None:
+    """``obj.name`` is an integer >= ``low``; ``note`` is added to the message."""
+    v = getattr(obj, name)
+    if not is_int(v) or v < low:
+        what = "a positive integer" if low == 1 else f"an integer >= {low}"
+        raise ConfigError(f"{flag_name(name)} must be {what}{' ' + note if note else ''}, "
+                          f"got {v!r}")
+
+
+def one_of(obj, name: str, allowed) -> None:
+    """``obj.name`` is one of ``allowed``."""
+    v = getattr(obj, name)
+    if v not in allowed:
+        raise ConfigError(f"unknown {flag_name(name).replace('-', ' ')} {v!r}; known: "
+                          f"{', '.join(allowed)}")
+
+
+def seed_ok(seed) -> None:
+    """``seed`` is an integer in [0, 2**63)."""
+    if not is_int(seed) or not 0 <= seed < 2 ** 63:
+        raise ConfigError(f"seed must be an integer in [0, 2**63), got {seed!r}")
+
+
+def not_dangling(out: Path, flag: str = "--out") -> None:
+    """:func:`twopgraph.rundir.refuse_dangling`: a symbolic link to nothing in ``out``'s
+    path is refused in one line naming it."""
+    from ..rundir import refuse_dangling
+    refuse_dangling(out, flag)
