@@ -274,7 +274,7 @@ def test_sampler_exception_propagates(cdata, tmp_path, monkeypatch, prefetch):
 
 # -- config validation -----------------------------------------------------------------------------
 @pytest.mark.parametrize("change", [{"batch_size": 0}, {"batch_size": -5}, {"epochs": 0},
-                                    {"hidden": 0}, {"model": "gat"}, {"schedule": "nope"},
+                                    {"hidden": 0}, {"model": "gin"}, {"schedule": "nope"},
                                     {"fanouts": "1,x"}, {"fanouts": "0"}, {"fanouts": ""},
                                     {"lr": 0.0}, {"dropout": 1.0}, {"prefetch": -1},
                                     {"device": "tpu"}])

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from ..choices import (AMP_MODES, CLUSTER_METHODS, EVAL_SCOPES, FEAT_DTYPE_NAMES, METRICS,
                        READAHEAD_MODES, SAMPLER_DEVICES, SELECT_MODES, STORE_DTYPE_CHOICES)
+from ..fanouts import parse_fanouts
 from ..errors import ConfigError
 from ..protocols import CACHE_POLICIES, MODELS, SAMPLERS, SCHEDULERS
 from .checks import (cuda_available, int_at_least, is_number, not_dangling, one_of,
@@ -123,7 +124,6 @@ class SamplingConfig(Section):
 
     def validate(self):
         if self.fanouts is not None:  # None: by graph size (TrainConfig.resolved)
-            from ..sampler.neighbor import parse_fanouts
             self.fanouts = parse_fanouts(self.fanouts)
         positive_int(self, "batch_size")
         if self.schedule != "auto":

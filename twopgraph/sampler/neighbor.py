@@ -11,6 +11,7 @@ import torch
 
 from ..errors import ConfigError
 from ..graph import CSRGraph
+from ..fanouts import parse_fanouts
 from ..protocols import SAMPLERS
 from ..rng import mix_key
 from . import kernels
@@ -19,30 +20,6 @@ from ..minibatch import Block, MiniBatch
 # Keys of calls without an explicit key are mix_key(_FRESH_STREAM, 0, 1, 2, ...): a stream of
 # their own, apart from the loader's mix_key(epoch, batch) keys.
 _FRESH_STREAM = 0x46524553480A
-
-
-def parse_fanouts(text: str | Sequence[int]) -> list[int]:
-    """``"15,10,5"`` -> ``[15, 10, 5]``; each entry a positive int or ``-1`` (all neighbours).
-
-    ``fanouts[i]`` is the fanout of GNN layer ``i`` (layer 0 reads the input features), as in
-    DGL: the seeds' own neighbours are sampled with the *last* fanout.
-    """
-    if isinstance(text, str):
-        parts = [p.strip() for p in text.split(",")]
-        try:
-            values = [int(p) for p in parts]
-        except ValueError:
-            raise ConfigError(
-                f"malformed fanouts {text!r}: expected comma-separated integers like 15,10,5"
-            ) from None
-    else:
-        values = [int(v) for v in text]
-    if not values:
-        raise ConfigError("fanouts must name at least one layer, e.g. 15,10,5")
-    bad = [v for v in values if v == 0 or v < -1]
-    if bad:
-        raise ConfigError(f"malformed fanouts {values}: each must be >= 1 or -1 (all neighbours)")
-    return values
 
 
 def check_seeds(seeds, n: int) -> np.ndarray:
