@@ -64,7 +64,6 @@ import torch
 from ..cache import (CacheDirectory, FeatureCache, PolicyContext, belady_min, feat_dtype,
                      make_policy, replay)
 from ..cache.directory import announced
-from ..config import describe_defaults
 from ..files import atomic_write_bytes
 from ..jit import thread_count
 from ..loader import Loader
@@ -346,9 +345,7 @@ def run(cfg: BenchCacheConfig) -> int:
     """``twopgraph bench cache``: measure, write ``cache.csv`` (and ``cache.png``), print."""
     cfg.validate()
     data = cfg.data.load()
-    cfg, defaults = cfg.resolved(data.num_nodes)  # --fanouts by graph size
-    if (line := describe_defaults(defaults)) is not None:
-        log.info("%s", line)
+    cfg, defaults = cfg.resolved_logged(data.num_nodes)  # --fanouts by graph size
     s, b = cfg.sampling, cfg.bench
     options = {"presample": {"epochs": b.presample_epochs}}
     if b.lookahead is not None:

@@ -13,7 +13,6 @@ import logging
 import statistics
 import time
 
-from ..config import describe_defaults
 from ..loader import Loader, ThreadPlan
 from ..sampler import make_sampler, make_scheduler
 from ..sampler.autoschedule import choose_schedule
@@ -29,9 +28,7 @@ def run(cfg: BenchSamplerConfig) -> dict:
     ``defaults`` what ``--fanouts`` left at its default became for the graph's size)."""
     cfg.validate()
     data = cfg.data.load()
-    cfg, defaults = cfg.resolved(data.num_nodes)  # --fanouts by graph size
-    if (line := describe_defaults(defaults)) is not None:
-        log.info("%s", line)
+    cfg, defaults = cfg.resolved_logged(data.num_nodes)  # --fanouts by graph size
     s, b = cfg.sampling, cfg.bench
     prep = locality_for(data, [s.schedule], cfg)
     data = prep.data

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import argparse
 import copy
+import logging
 import typing
 from dataclasses import asdict, fields
 
 from ..errors import ConfigError
 from .arguments import add_section_arguments
-from .defaults import SIZE_DEFAULTS, SIZE_SECTIONS, SMALL_GRAPH_NODES, size_profile
+from .defaults import (SIZE_DEFAULTS, SIZE_SECTIONS, SMALL_GRAPH_NODES, describe_defaults,
+                       size_profile)
 
 
 class Config:
@@ -66,6 +68,14 @@ class Config:
         exclude = tuple(exclude) + tuple(getattr(cls, "EXCLUDE", ()))
         for sec in cls.sections().values():
             add_section_arguments(parser, sec, exclude=exclude, required=required)
+
+    def resolved_logged(self, num_nodes: int):
+        """:meth:`resolved`, with the line saying what the size-based defaults became
+        (:func:`describe_defaults`) logged at INFO when any was left to them."""
+        out, rec = self.resolved(num_nodes)
+        if (line := describe_defaults(rec)) is not None:
+            logging.getLogger("twopgraph").info("%s", line)
+        return out, rec
 
     def resolved(self, num_nodes: int):
         """This config with the size-based options left at None (``fanouts``, ``lr``,
