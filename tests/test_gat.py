@@ -85,6 +85,10 @@ def test_gat_layer_equals_its_dense_formula(last, fanout):
         want = dense_gat(conv, block, h, h[:block.num_dst])
         led = conv(block, h, h[:block.num_dst])
         apart = conv(block, h, h[:block.num_dst].clone())
+    trained = conv(block, h, h[:block.num_dst])  # with gradients: the gathered messages
+    torch.testing.assert_close(trained.detach(), want, rtol=1e-8, atol=1e-8)
+    trained.sum().backward()
+    assert conv.attn_src.grad is not None and torch.isfinite(conv.fc.weight.grad).all()
     assert led.shape == (block.num_dst, 8)
     torch.testing.assert_close(led, want, rtol=1e-8, atol=1e-8)
     torch.testing.assert_close(apart, want, rtol=1e-8, atol=1e-8)
@@ -196,14 +200,16 @@ def test_gat_on_two_ranks(tmp_path):
 
 def test_activation_reserve_by_model():
     """The model estimates its layers' widths: SAGE charges each layer its output columns,
-    GAT also its heads' projections and 3 x heads values per sampled edge."""
+    GAT also its heads' projections, and per sampled edge its message and 3 x heads values."""
     kw = dict(num_nodes=10 ** 6, num_edges=5 * 10 ** 7, num_features=100, hidden=256,
               num_classes=47, fanouts=[15, 10, 5], batch_size=1024)
     rows_in = input_rows_estimate(1024, [15, 10, 5], 10 ** 6, 50.0)
     sage = activation_reserve_bytes(**kw, conv=SAGEConv)
     assert sage == train_step_bytes(rows_in, 100, 256, 3, layer_widths=[256, 256, 47])
     gat = activation_reserve_bytes(**kw, conv=GATConv, conv_options={"heads": 4})
-    widths = [256 + 256 + 12 * 15, 256 + 256 + 12 * 10, 4 * 47 + 47 + 12 * 5]
+    # projection + output per row; per edge its message (the projection's width) + 12
+    widths = [256 + 256 + (256 + 12) * 15, 256 + 256 + (256 + 12) * 10,
+              4 * 47 + 47 + (4 * 47 + 12) * 5]
     assert gat == train_step_bytes(rows_in, 100, 256, 3, layer_widths=widths) > sage
     ev = eval_bytes(10 ** 6, 5 * 10 ** 7, 100, 256, 47, 1000, edge_values=12)
     assert ev == eval_bytes(10 ** 6, 5 * 10 ** 7, 100, 256, 47, 1000) + 4 * 12 * 1000

@@ -10,10 +10,11 @@ DGL's ``GATConv`` (``feat_drop = attn_drop = 0``, no residual, a zero in-degree 
 its bias) with the same initialisation, and the ReLU + dropout of
 :class:`~twopgraph.models.base.BlockGNN` between layers.
 
-The attention-weighted sums are one sparse product per head with the attention as edge values
-(:func:`~twopgraph.models.ops.spmm_block`), so no ``edges x width`` message tensor is
-materialised: a training step keeps ``3 x heads`` values per edge (score, its exponential, the
-attention) besides the rows. Exact inference runs the layer on whole-neighbourhood blocks
+In training the attention-weighted messages are gathered per edge and summed per dst
+(``edges x width`` values: torch's sparse product would build a dense ``num_dst x num_src``
+gradient of its values); without gradients (exact inference) they are one sparse product per
+head with the attention as edge values (:func:`~twopgraph.models.ops.spmm_block`), with no
+message tensor. Exact inference runs the layer on whole-neighbourhood blocks
 (every dst with all of its edges): the softmax needs all of them at once, so GAT has no
 streamed (``aggregate``/``combine``) or projected form.
 
@@ -108,11 +109,11 @@ class GATConv(Conv):
     @classmethod
     def activation_width(cls, out_dim: int, fanout: int, *, last: bool,
                          heads: int = DEFAULT_HEADS) -> int:
-        """Per input row: the projection (``out_dim``; ``heads x out_dim`` in the output
-        layer, whose heads are averaged), the output (``out_dim``) and ``3 x heads`` values
-        for each of at most ``fanout`` edges."""
-        return ((heads if last else 1) * out_dim + out_dim
-                + cls.edge_values(heads=heads) * max(1, fanout))
+        """Per input row: the projection (``width`` = ``out_dim``; ``heads x out_dim`` in the
+        output layer, whose heads are averaged), the output (``out_dim``) and, for each of at
+        most ``fanout`` edges, the message (``width``) and ``3 x heads`` values."""
+        width = (heads if last else 1) * out_dim
+        return width + out_dim + (width + cls.edge_values(heads=heads)) * max(1, fanout)
 
     @classmethod
     def edge_values(cls, heads: int = DEFAULT_HEADS) -> int:
@@ -131,7 +132,16 @@ class GATConv(Conv):
         dst = edge_dst(block)
         scores = F.leaky_relu(score_src[block.indices] + score_dst[dst], self.negative_slope)
         alpha = edge_softmax(scores, dst, block.num_dst)
-        out = torch.stack([spmm_block(block, alpha[:, k].contiguous(),
-                                      z_src[:, k].contiguous()) for k in range(heads)], dim=1)
+        if torch.is_grad_enabled() and (alpha.requires_grad or z_src.requires_grad):
+            # training: gather the messages and sum them per dst (E x heads x head_dim);
+            # the sparse product's gradient in its values would build a dense num_dst x
+            # num_src matrix in torch's CPU kernel
+            msg = z_src[block.indices] * alpha.unsqueeze(-1).to(z_src.dtype)
+            out = torch.zeros((block.num_dst, heads, f), dtype=msg.dtype,
+                              device=msg.device).index_add(0, dst, msg)
+        else:  # evaluation: one sparse product per head, no message tensor
+            out = torch.stack([spmm_block(block, alpha[:, k].contiguous(),
+                                          z_src[:, k].contiguous()) for k in range(heads)],
+                              dim=1)
         out = out + self.bias.view(1, heads, f).to(out.dtype)
         return out.reshape(block.num_dst, heads * f) if self.concat else out.mean(1)
