@@ -30,7 +30,7 @@ from twopgraph.sampler import make_sampler  # noqa: E402
 from twopgraph.checkpoint import build_training
 from twopgraph.inference import accuracy, layerwise_inference
 from twopgraph.pipeline import eval_features, locality_for, make_loader
-from twopgraph.train import train_epoch
+from twopgraph.epoch import train_epoch
 
 
 def run(cfg: TrainConfig, data, parts, sampler_name: str, device: str) -> tuple[float, float]:

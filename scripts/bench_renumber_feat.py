@@ -64,7 +64,7 @@ def main() -> int:
     from twopgraph.storewriter import _row_chunks
     from twopgraph.checkpoint import build_training
     from twopgraph.pipeline import locality_for, make_loader
-    from twopgraph.train import train_epoch
+    from twopgraph.epoch import train_epoch
 
     t0 = time.perf_counter()
     data = load_dataset(a.dataset, a.data_root, progress=False)

@@ -138,7 +138,8 @@ LAYERS = [
      "twopgraph.spmm"},
     {"twopgraph.config", "twopgraph.loader"},
     {"twopgraph.pipeline", "twopgraph.checkpoint"},
-    {"twopgraph.train", "twopgraph.inference", "twopgraph.nodeloader"},
+    {"twopgraph.train", "twopgraph.selection", "twopgraph.runrecord", "twopgraph.epoch",
+     "twopgraph.inference", "twopgraph.nodeloader"},
     {"twopgraph.distributed", "twopgraph.bench", "twopgraph.predict", "twopgraph.predictconfig"},
     {"twopgraph.cli"},
 ]

@@ -67,7 +67,7 @@ def old_run(finished, tmp_path) -> Path:
 # -- 1. an --out that already holds a run ---------------------------------------------------------
 def test_run_files_are_what_train_writes():
     from twopgraph.checkpoint import CHECKPOINT
-    from twopgraph.train import METRICS
+    from twopgraph.runrecord import METRICS
     assert set(RUN_FILES) == {CHECKPOINT, METRICS}
 
 

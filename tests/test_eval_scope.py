@@ -26,8 +26,9 @@ import twopgraph.train as tr
 from twopgraph.config import TrainConfig
 from twopgraph.errors import ConfigError, GraphFormatError
 from twopgraph.graph import CSRGraph, GraphData
-from twopgraph.inference import (EvalTable, ScoredLogits, evaluate_scored, expand_frontier,
-                                 layerwise_inference, plan_scope, scored_ids, scored_inference)
+from twopgraph.inference import (EvalTable, ScoredLogits, accuracy, evaluate_scored,
+                                 expand_frontier, layerwise_inference, plan_scope, scored_ids,
+                                 scored_inference)
 from twopgraph.models import build_model
 from twopgraph.sampler.neighbor import NeighborSampler
 from conftest import community_data, run_cli
@@ -535,7 +536,7 @@ def test_a_run_records_its_scope_and_keeps_only_the_scored_rows(tmp_path, monkey
     lg = res.logits  # now: one whole-graph inference, in the caller's ids
     assert whole_calls == [1] and lg.shape == (data.num_nodes, 3) and res.logits is lg
     labels = torch.from_numpy(data.label)
-    assert tr.accuracy(lg, labels, data.test_idx) == m["test_acc"] == res.test_acc
+    assert accuracy(lg, labels, data.test_idx) == m["test_acc"] == res.test_acc
     torch.testing.assert_close(res.scored.take(data.val_idx),
                                lg[torch.from_numpy(data.val_idx)], rtol=0, atol=0)
 

@@ -23,7 +23,7 @@ import torch
 
 import twopgraph
 import twopgraph.pipeline as pl
-import twopgraph.train as tr
+import twopgraph.epoch as ep
 from twopgraph.models import SAGEConv
 from twopgraph.cache.feature_cache import (ACTIVATION_FACTOR, EVAL_BYTES_PER_EDGE,
                                            activation_reserve_bytes, eval_bytes,
@@ -36,7 +36,8 @@ from twopgraph.errors import ConfigError, TrainingDiverged
 from twopgraph.pipeline import device_sampler_bytes, make_loader, resolve_sampler_device
 from twopgraph.sampler import make_sampler
 from twopgraph.sampler.device import TorchNeighborSampler
-from twopgraph.train import READ_EVERY, train, train_epoch
+from twopgraph.epoch import READ_EVERY, train_epoch
+from twopgraph.train import train
 from conftest import community_data, run_cli
 
 CUDA = torch.cuda.is_available()
@@ -291,7 +292,7 @@ class _Poison:
 
 def test_divergence_found_at_the_read_with_its_exact_step(cdata, tmp_path, monkeypatch):
     poison = _Poison(at=7)
-    monkeypatch.setattr(tr, "F", poison)
+    monkeypatch.setattr(ep, "F", poison)
     out = tmp_path / "o"
     with pytest.raises(TrainingDiverged, match=r"training diverged at epoch 0 step 7 "
                                                r"\(loss nan\)") as e:
@@ -307,14 +308,14 @@ def test_nonfinite_recorded_with_its_step_without_stopping(cdata, tmp_path, monk
     model, opt, _, _ = build_training(c, cdata, torch.device("cpu"))
     loader = make_loader(c, cdata, "cpu")
     poison = _Poison(at=23)
-    monkeypatch.setattr(tr, "F", poison)
+    monkeypatch.setattr(ep, "F", poison)
     rec = train_epoch(model, opt, loader, 0, progress=False, stop_on_nonfinite=False)
     assert poison.calls == len(loader) == rec["num_batches"]
     assert rec["nonfinite"]["step"] == 23 and np.isnan(rec["nonfinite"]["loss"])
 
 
 def test_step_tally_sums_like_the_host():
-    t = tr.StepTally("cpu", rows=3)
+    t = ep.StepTally("cpu", rows=3)
     losses, correct, n = [0.5, 0.25, 1.0, 2.0], [3, 4, 5, 6], [4, 8, 8, 2]
     for i in range(4):
         if t.full:
@@ -333,7 +334,7 @@ def test_step_tally_sums_like_the_host():
 @pytest.mark.parametrize("device", DEVICES)
 def test_amp_bf16_trains_and_evaluates_in_float32(cdata, tmp_path, monkeypatch, device):
     seen = []
-    real = tr.F.cross_entropy
+    real = ep.F.cross_entropy
 
     class Spy:
         def __getattr__(self, name):
@@ -343,7 +344,7 @@ def test_amp_bf16_trains_and_evaluates_in_float32(cdata, tmp_path, monkeypatch, 
             seen.append(torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device)
                         else torch.float32)
             return real(logits, labels)
-    monkeypatch.setattr(tr, "F", Spy())
+    monkeypatch.setattr(ep, "F", Spy())
     base = train(cfg(tmp_path / "f32", epochs=4, device=device), data=cdata)
     n32 = len(seen)
     res = train(cfg(tmp_path / "bf16", epochs=4, device=device, amp="bf16"), data=cdata)

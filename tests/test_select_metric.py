@@ -24,7 +24,9 @@ from twopgraph.predict import load_model
 from twopgraph.sampler import NeighborSampler
 from twopgraph.checkpoint import CHECKPOINT
 from twopgraph.config import TrainConfig
-from twopgraph.train import METRICS, Selection, train
+from twopgraph.runrecord import METRICS
+from twopgraph.selection import Selection
+from twopgraph.train import train
 
 CPU = torch.device("cpu")
 TOP = ("val_acc", "test_acc", "val_score", "test_score")
@@ -234,10 +236,10 @@ def test_eval_every_selects_among_evaluated_epochs(cdata, tmp_path):
 
 
 def test_running_metrics_hold_the_best_so_far(cdata, tmp_path, monkeypatch):
-    import twopgraph.train as tr
+    import twopgraph.runrecord as rr
     seen = []
-    real = tr.write_json
-    monkeypatch.setattr(tr, "write_json", lambda p, obj: (seen.append(copy.deepcopy(obj)),
+    real = rr.write_json
+    monkeypatch.setattr(rr, "write_json", lambda p, obj: (seen.append(copy.deepcopy(obj)),
                                                           real(p, obj)))
     train(cfg(tmp_path / "run", data_root=str(tmp_path / "data")), cdata)
     assert [s["status"] for s in seen] == ["running"] * 6 + ["ok"]
@@ -523,14 +525,14 @@ def test_best_val_with_scores_records_best_val_as_the_rule(cdata, tmp_path, capl
     ([0.5, 0.4, 0.3], 2, True), ([None, None, None], 1, False), ([0.5, 0.6, 0.4], 0, False),
     ([0.5, None], 1, True)])
 def test_patience_counts_evaluated_epochs_without_a_better_score(log, patience, stops):
-    from twopgraph.train import patience_exhausted
+    from twopgraph.selection import patience_exhausted
     epochs = [{"epoch": i, "val_score": v} for i, v in enumerate(log)]
     epochs.insert(1, {"epoch": 99})  # not evaluated: not counted
     assert patience_exhausted(epochs, patience) is stops
 
 
 def test_patience_stops_the_run_and_a_resume_keeps_it_stopped(cdata, tmp_path, caplog):
-    from twopgraph.train import patience_exhausted
+    from twopgraph.selection import patience_exhausted
     root = str(tmp_path / "data")
     train(cfg(tmp_path / "whole", data_root=root), cdata)
     whole = read(tmp_path / "whole")
@@ -563,7 +565,7 @@ def test_patience_flag_is_checked(tmp_path, capsys):
 # -- the distributed JSON line ---------------------------------------------------------------
 def test_distributed_json_line_has_the_single_process_keys(cdata, parts1, tmp_path, capsys,
                                                            monkeypatch):
-    from twopgraph.train import result_record
+    from twopgraph.runrecord import result_record
     monkeypatch.setenv("RANK", "0")
     monkeypatch.setenv("WORLD_SIZE", "1")
     monkeypatch.delenv("MASTER_ADDR", raising=False)

@@ -13,7 +13,8 @@ from twopgraph.errors import ConfigError
 from twopgraph.sampler.neighbor import NeighborSampler
 from twopgraph.checkpoint import CHECKPOINT
 from twopgraph.config import TrainConfig
-from twopgraph.train import METRICS, train
+from twopgraph.runrecord import METRICS
+from twopgraph.train import train
 from conftest import community_data
 
 EPOCH_KEYS = {"epoch", "epoch_s", "sample_s", "load_s", "compute_s", "input_nodes_per_batch",

@@ -97,7 +97,8 @@ def given(argv: list[str], dest: str) -> bool:
 
 
 def cmd_train(a) -> int:
-    from .train import result_record, train
+    from .runrecord import result_record
+    from .train import train
     cfg = TrainConfig.from_args(a)
     from .distributed.commands import run_partitioned
     # --partitions: data-parallel over self-dependence parts; the dataset is the partition's

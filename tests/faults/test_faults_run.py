@@ -210,9 +210,10 @@ def test_divergence_exit_3_strict_metrics_no_accuracy(root, tmp_path, capsys):
 def test_nonfinite_weights_after_a_good_epoch(root, tmp_path, capsys, monkeypatch):
     """Weights that turn non-finite with a finite loss (checked after every epoch): exit 3,
     no accuracy; the checkpoint of the last good epoch is kept as it was."""
+    import twopgraph.epoch as ep
     import twopgraph.train as tr
     out = tmp_path / "out"
-    real = tr.train_epoch
+    real = ep.train_epoch
 
     def poisoning(model, opt, loader, epoch, *a, **k):
         rec = real(model, opt, loader, epoch, *a, **k)
@@ -234,10 +235,10 @@ def test_nonfinite_weights_after_a_good_epoch(root, tmp_path, capsys, monkeypatc
 
 
 def test_success_metrics_status_ok_and_running(root, tmp_path, monkeypatch):
-    import twopgraph.train as tr
+    import twopgraph.runrecord as rr
     seen = []
-    real = tr.write_json
-    monkeypatch.setattr(tr, "write_json", lambda p, obj: (seen.append(obj["status"]),
+    real = rr.write_json
+    monkeypatch.setattr(rr, "write_json", lambda p, obj: (seen.append(obj["status"]),
                                                           real(p, obj)))
     assert main(train_args(root, tmp_path / "out", "--epochs", "2")) == 0
     assert seen == ["running", "running", "ok"]
@@ -536,24 +537,24 @@ def _diverge_worker(rank, world, port, parts, out, result_dir):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                       WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
     from twopgraph.distributed import train_distributed
-    import twopgraph.train as tr
+    import twopgraph.epoch as ep
     if rank == 1:  # only rank 1 sees a non-finite loss, in epoch 1
-        real = tr.F.cross_entropy
+        real = ep.F.cross_entropy
 
         class Poison:
             def __getattr__(self, name):
-                return getattr(tr.torch.nn.functional, name)
+                return getattr(ep.torch.nn.functional, name)
 
             def cross_entropy(self, logits, labels):
                 loss = real(logits, labels)
                 return loss * float("nan") if tr_epoch[0] >= 1 else loss
         tr_epoch = [0]
-        real_epoch = tr.train_epoch
+        real_epoch = ep.train_epoch
 
         def counting(model, opt, loader, epoch, *a, **k):
             tr_epoch[0] = epoch
             return real_epoch(model, opt, loader, epoch, *a, **k)
-        tr.F = Poison()
+        ep.F = Poison()
         import twopgraph.distributed.trainer as dt
         dt.train_epoch = counting
     try:

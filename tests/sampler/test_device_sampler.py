@@ -288,7 +288,7 @@ def _train_accuracy(data, sampler, seed: int, epochs: int = 3) -> float:
     from twopgraph.loader import Loader
     from twopgraph.models import build_model
     from twopgraph.inference import accuracy, layerwise_inference
-    from twopgraph.train import train_epoch
+    from twopgraph.epoch import train_epoch
     torch.manual_seed(seed)
     feat = torch.from_numpy(data.feat)
     labels = torch.from_numpy(data.label)

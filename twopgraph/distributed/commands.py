@@ -128,6 +128,6 @@ def run_partitioned(cfg, argv: list[str], dataset_given: bool | None = None) -> 
             raise  # not started by `--nproc`: the CLI prints it
         raise SystemExit(getattr(e, "exit_code", 130)) from None  # the launcher prints it
     if env.is_main:
-        from ..train import result_record
+        from ..runrecord import result_record
         print(json.dumps(result_record(res)))  # the single-process line's keys
     return 0

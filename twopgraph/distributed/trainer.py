@@ -3,7 +3,8 @@
 Each rank loads only its own part (:func:`~twopgraph.partition.partload.load_part`), runs its own
 locality scheduler, sampler and feature cache on it, and trains a DDP replica: the only traffic
 between ranks in training is the gradient all-reduce. The pieces are those of single-process
-training (:mod:`twopgraph.train`: model, epoch pipeline, checkpoints, metrics), with:
+training (:mod:`twopgraph.train`, :mod:`twopgraph.epoch`, :mod:`twopgraph.selection`,
+:mod:`twopgraph.runrecord`: model, epoch pipeline, checkpoints, metrics), with:
 
 - **batches**: the global ``batch_size`` B is split over the W ranks, ``ceil(B / W)`` seeds per
   rank and step, and every rank runs the same number of steps per epoch: ``ceil(T / (W
@@ -70,9 +71,11 @@ from ..checkpoint import (CHECKPOINT, build_training, dataset_record, model_reco
                           read_checkpoint, run_signature, save_checkpoint)
 from ..inference.scores import resolve_metric
 from ..pipeline import make_loader
-from ..train import (METRICS, Selection, diverged, early_stop_record, evaluates_after,
-                     final_line, log_early_stop, log_epoch, patience_exhausted, train_epoch,
-                     write_diverged, write_failed, write_metrics)
+from ..epoch import diverged, train_epoch
+from ..runrecord import (METRICS, final_line, log_epoch, write_diverged, write_failed,
+                         write_metrics)
+from ..selection import (Selection, early_stop_record, evaluates_after, log_early_stop,
+                         patience_exhausted)
 from .env import DistEnv, detect, process_group, rank_device
 from .evaluate import evaluate_scores
 
