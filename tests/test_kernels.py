@@ -563,6 +563,63 @@ def check_ball_seeds(kernel, twin):
             assert not visited.any() and is_train[a].all() and len(set(a.tolist())) == len(a)
 
 
+def _labor_layers(index_dtype=None):
+    """``(graph, nodes, cand, num_cand, seed)`` of a few LABOR layers: half the vertices as
+    dsts, their neighbours numbered in order of first appearance."""
+    from twopgraph.sampler.kernels import sample_neighbors_ref
+    for seed, g in graphs(index_dtype):
+        n = g.num_nodes
+        nodes = np.random.default_rng(seed).permutation(n)[: n // 2 + 1].astype(np.int64)
+        _, every = sample_neighbors_ref(g.indptr, g.indices, nodes, -1, 0)
+        _, first, inv = np.unique(every, return_index=True, return_inverse=True)
+        order = np.argsort(np.argsort(first))  # rank of each distinct id by first appearance
+        yield g, nodes, order[inv].astype(np.int64), int(first.shape[0]), seed
+
+
+def check_variate(kernel, twin):
+    rng = np.random.default_rng(4)
+    for _ in range(200):
+        k0, k1 = (int(x) for x in rng.integers(0, 2**63, 2))
+        t = int(rng.integers(0, 10**9))
+        a = float(rng.random())
+        ca, cb = np.cos(a * np.pi / 2), np.sin(a * np.pi / 2)
+        for smooth in (False, True):
+            r = kernel(np.uint64(k0), np.uint64(k1), ca, cb, smooth, t)
+            assert r == twin(k0, k1, ca, cb, smooth, t) and 0.0 <= r < 1.0
+
+
+def check_labor_pi(kernel, twin):
+    for g, nodes, cand, num_cand, seed in _labor_layers():
+        for fanout in (1, 3, 10, -1):
+            for iterations in (0, 1, 3):
+                c1, p1 = kernel(g.indptr, nodes, cand, num_cand, fanout, iterations)
+                c2, p2 = twin(g.indptr, nodes, cand, num_cand, fanout, iterations)
+                np.testing.assert_array_equal(c1, c2)
+                np.testing.assert_array_equal(p1, p2)
+
+
+def check_labor_sample(kernel, twin):
+    from twopgraph.sampler.labor_kernels import labor_pi_ref
+    none_f, none_i = np.empty(0, dtype=np.float64), np.empty(0, dtype=np.int64)
+    for dtype in (None, np.int64):
+        for g, nodes, cand, num_cand, seed in _labor_layers(dtype):
+            for fanout, iterations in ((1, 0), (3, 0), (3, 2), (10, 1), (-1, 0)):
+                c, pi = labor_pi_ref(g.indptr, nodes, cand, num_cand, fanout, iterations)
+                if iterations == 0:
+                    pi, cnd = none_f, none_i
+                else:
+                    cnd = cand
+                for smooth in (False, True):
+                    k0, k1 = mix_key(seed, fanout, 0), mix_key(seed, fanout, 1)
+                    args = (g.indptr, g.indices, nodes, c, pi, cnd)
+                    o1, n1, w1 = kernel(*args, np.uint64(k0), np.uint64(k1), 0.6, 0.8, smooth)
+                    o2, n2, w2 = twin(*args, k0, k1, 0.6, 0.8, smooth)
+                    np.testing.assert_array_equal(o1, o2)
+                    np.testing.assert_array_equal(n1, n2)
+                    np.testing.assert_array_equal(w1, w2)
+                    assert n1.dtype == n2.dtype == g.indices.dtype and w1.dtype == np.float64
+
+
 CHECKS = {
     "twopgraph.rng.splitmix64": check_splitmix64,
     "twopgraph.rng.draw": check_draw,
@@ -580,6 +637,11 @@ CHECKS = {
     "twopgraph.sampler.kernels.clear_table": check_clear_table,
     "twopgraph.sampler.kernels.reset_map": check_reset_map,
     "twopgraph.sampler.kernels.reset_map_serial": check_reset_map,
+    "twopgraph.sampler.labor_kernels.variate": check_variate,
+    "twopgraph.sampler.labor_kernels.labor_pi": check_labor_pi,
+    "twopgraph.sampler.labor_kernels.labor_pi_serial": check_labor_pi,
+    "twopgraph.sampler.labor_kernels.labor_sample": check_labor_sample,
+    "twopgraph.sampler.labor_kernels.labor_sample_serial": check_labor_sample,
     "twopgraph.cache.kernels.window_announce": check_window_announce,
     "twopgraph.cache.kernels.window_consume": check_window_consume,
     "twopgraph.partition.kernels.cluster_bfs_order": check_cluster_bfs_order,

@@ -49,6 +49,7 @@ KERNEL_MODULES = (
     "twopgraph.graphkernels",
     "twopgraph.csrbuild",
     "twopgraph.sampler.kernels",
+    "twopgraph.sampler.labor_kernels",
     "twopgraph.cache.kernels",
     "twopgraph.partition.kernels",
     "twopgraph.partition.labelprop",

@@ -25,6 +25,10 @@ class Block:
     aggregation is over when the block holds only some of them -- a tile of streamed exact
     inference, whose partial aggregations are summed -- and None when it is the block's own
     edge count (:meth:`sampled_deg`).
+    ``edge_weight`` (float32, E; optional) is each edge's weight in its dst's mean when the
+    sampler does not keep neighbours uniformly -- LABOR's inverse inclusion probabilities,
+    normalised to sum to 1 over each dst's edges (:mod:`twopgraph.sampler.labor`) -- and None
+    for a uniform sample or a whole neighbourhood (the mean is then ``1 / count``).
 
     Example::
 
@@ -41,6 +45,7 @@ class Block:
     src_deg: torch.Tensor
     dst_deg: torch.Tensor
     num_neighbors: torch.Tensor | None = None
+    edge_weight: torch.Tensor | None = None
 
     @property
     def num_edges(self) -> int:
@@ -83,7 +88,7 @@ class Block:
             _record(getattr(self, f), stream)
 
 
-_BLOCK_TENSORS = ("indptr", "indices", "src_deg", "dst_deg", "num_neighbors")
+_BLOCK_TENSORS = ("indptr", "indices", "src_deg", "dst_deg", "num_neighbors", "edge_weight")
 
 
 def _moved(t: torch.Tensor | None, device, non_blocking: bool) -> torch.Tensor | None:

@@ -100,7 +100,10 @@ class NodeLoader:
       "bfloat16" halve the bytes copied, ``mb.features`` is still float32], ``sampler``
       ["neighbor"]: a registered sampler's name (``twopgraph train --sampler``), or an object
       implementing :class:`~twopgraph.protocols.Sampler` over ``data.graph`` (used as it is:
-      ``fanouts`` then only names the layers' count for the config).
+      ``fanouts`` then only names the layers' count for the config); ``sampler_options``
+      [None]: a named sampler's own keywords, e.g. ``{"iterations": 1, "layer_dependency":
+      True, "batch_dependency": 4}`` for ``sampler="labor"`` (``twopgraph train
+      --labor-iterations 1 --labor-layer-dependency --labor-batch-dependency 4``).
 
     ``len(loader)`` is the number of batches per epoch. ``loader.epoch`` is the epoch the next
     iteration yields (0 first; each iteration advances it; assign it to replay an epoch).
@@ -130,7 +133,8 @@ class NodeLoader:
                  device="cpu", cache_policy: str = "none", cache_ratio: float | None = None,
                  prefetch: int = 2, threads: int = 0, data_root=None, *,
                  num_clusters: int = 0, balance: int = 16, sampler_device: str = "auto",
-                 feat_dtype: str = "float32", sampler="neighbor"):
+                 feat_dtype: str = "float32", sampler="neighbor",
+                 sampler_options: dict | None = None):
         if not isinstance(data, GraphData):
             raise TypeError(f"NodeLoader takes a GraphData (GraphData.from_scipy, from_pyg, "
                             f"from_dgl, load_dataset), got {type(data).__name__}")
@@ -163,6 +167,7 @@ class NodeLoader:
             if getattr(sampler, "graph", None) is not data.graph:
                 raise ConfigError("the sampler given samples another graph than data.graph")
             given, sampler = sampler, "neighbor"
+        own = _sampler_fields(sampler, sampler_options, given is not None)
         # Labels of unlabelled seeds (-1) cannot be balanced over: plain cluster order then.
         if clustered and np.any(data.label[seeds] < 0):
             balance = 1
@@ -173,7 +178,7 @@ class NodeLoader:
             cache_ratio=cache_ratio,
             feat_dtype=feat_dtype, seed=seed, device=device, prefetch=prefetch,
             threads=threads, data_root=None if data_root is None else str(data_root),
-            progress=False).validate()
+            progress=False, **own).validate()
         self.device = resolve_device(self.config.run.device)
         self.data = data
         self.seeds = seeds
@@ -242,6 +247,26 @@ class NodeLoader:
                 f"fanouts={s.fanouts}, batch_size={s.batch_size}, schedule={self.schedule!r}, "
                 f"shuffle={self.shuffle}, device={str(self.device)!r}, "
                 f"{len(self)} batches/epoch)")
+
+
+def _sampler_fields(name: str, options, given: bool) -> dict:
+    """``NodeLoader``'s ``sampler_options`` (the named sampler's keywords) as the sampling
+    config's fields (``labor`` + ``iterations`` -> ``labor_iterations``); a one-line
+    ConfigError for options the sampler does not take, or given with a sampler object."""
+    if options is None:
+        return {}
+    if not isinstance(options, dict):
+        raise ConfigError(f"sampler_options must be a dict of the sampler's keywords, "
+                          f"got {type(options).__name__}")
+    if given:
+        raise ConfigError("sampler_options go with a sampler's name; a sampler object is "
+                          "used as it is")
+    fields = {f.split("_", 1)[1]: f for f in getattr(SAMPLERS.get(name), "options", ())}
+    unknown = sorted(set(options) - set(fields))
+    if unknown:
+        raise ConfigError(f"sampler {name!r} takes no option {', '.join(map(str, unknown))}; "
+                          f"it takes: {', '.join(sorted(fields)) or 'none'}")
+    return {fields[k]: v for k, v in options.items()}
 
 
 def _check_arrays(data: GraphData) -> None:

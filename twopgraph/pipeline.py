@@ -35,7 +35,7 @@ from .metrics import available_host_bytes
 from .partition import prepare_locality
 from .protocols import MODELS, SAMPLERS, SCHEDULERS
 from .files import human_bytes
-from .sampler import make_sampler, make_scheduler
+from .sampler import make_sampler, make_scheduler, sampler_options
 from .sampler.autoschedule import choose_schedule
 
 log = logging.getLogger("twopgraph")
@@ -107,9 +107,10 @@ def build_sampler(s, graph, device, seed: int, log_choice: bool = True):
         built = name if where.type == "cpu" else twin
     if log_choice:
         log.info("sampling on %s (%s sampler): %s", where, built, why)
+    options = sampler_options(built, s)  # the fields it declares, e.g. --labor-iterations
     if getattr(SAMPLERS.get(built), "on_device", False):
-        return make_sampler(built, graph, s.fanouts, seed=seed, device=where)
-    return make_sampler(built, graph, s.fanouts, seed=seed)
+        return make_sampler(built, graph, s.fanouts, seed=seed, device=where, **options)
+    return make_sampler(built, graph, s.fanouts, seed=seed, **options)
 
 
 def make_loader(cfg: TrainConfig, data: GraphData, device, *, parts=None,

@@ -54,6 +54,34 @@ def mix_key(*parts: int) -> int:
     return k
 
 
+class BatchKey(int):
+    """A batch's stream key that also knows its place: the int ``mix_key(epoch, batch)``
+    (every sampler uses it as that plain int) with ``epoch`` and ``batch`` attributes, for a
+    sampler whose randomness follows the batch order (LABOR's ``batch_dependency``: variates
+    that drift over consecutive batches). Made by :func:`batch_key`.
+
+    Example::
+
+        >>> k = batch_key(2, 7)
+        >>> int(k) == mix_key(2, 7), k.epoch, k.batch
+        (True, 2, 7)
+    """
+
+    epoch: int
+    batch: int
+
+    def __reduce__(self):
+        return batch_key, (self.epoch, self.batch)
+
+
+def batch_key(epoch: int, batch: int) -> BatchKey:
+    """The key of batch ``batch`` of epoch ``epoch`` (what the loader samples it with):
+    ``mix_key(epoch, batch)`` as a :class:`BatchKey`."""
+    k = BatchKey(mix_key(epoch, batch))
+    k.epoch, k.batch = int(epoch), int(batch)
+    return k
+
+
 @njit(inline="always", cache=True)
 def draw(key, v, j):
     """Draw ``j`` of vertex ``v`` in stream ``key`` (uint64)."""

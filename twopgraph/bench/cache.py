@@ -68,7 +68,7 @@ from ..files import atomic_write_bytes
 from ..jit import thread_count
 from ..loader import Loader
 from ..metrics import ratio, transfer_metrics
-from ..sampler import make_sampler, make_scheduler
+from ..sampler import make_sampler, make_scheduler, sampler_options
 from ..pipeline import locality_for
 from .config import BenchCacheConfig
 
@@ -85,11 +85,12 @@ def run_bench(data, policies: list[str], ratios: list[float], schedules: list[st
               fanouts: list[int], batch_size: int, seed: int = 0, epoch: int = 0,
               parts=None, balance: int = 16, policy_options: dict | None = None,
               copy: bool = False, device: str = "cpu", dtype=None,
-              threads: int = 0, sampler: str = "neighbor") -> list[dict]:
+              threads: int = 0, sampler: str = "neighbor",
+              sampler_kwargs: dict | None = None) -> list[dict]:
     """All rows of ``cache.csv`` (see the module doc) for ``data`` (already renumbered /
     clustered as the schedules need: ``parts`` = cluster of every vertex); the registered
-    ``sampler`` (``--sampler``) samples; sampling and pre-sampling run on ``threads`` threads
-    (0 = all cores)."""
+    ``sampler`` (``--sampler``, with the keywords ``sampler_kwargs``, e.g. LABOR's options)
+    samples; sampling and pre-sampling run on ``threads`` threads (0 = all cores)."""
     policy_options = policy_options or {}
     n = data.num_nodes
     row_dtype = dtype or torch.float32
@@ -99,7 +100,7 @@ def run_bench(data, policies: list[str], ratios: list[float], schedules: list[st
         feat = torch.from_numpy(data.feat).to(row_dtype)
         if torch.device(device).type == "cuda":
             feat = feat.pin_memory()
-    sampler = make_sampler(sampler, data.graph, fanouts, seed=seed)
+    sampler = make_sampler(sampler, data.graph, fanouts, seed=seed, **(sampler_kwargs or {}))
 
     streams, scheds = {}, {}
     for s in dict.fromkeys(["random", *schedules]):  # the baseline needs random
@@ -355,7 +356,8 @@ def run(cfg: BenchCacheConfig) -> int:
     rows = run_bench(prep.data, b.policies, b.ratios, b.schedules, s.fanouts, s.batch_size,
                      seed=b.seed, epoch=b.epoch, parts=parts, balance=s.balance,
                      policy_options=options, copy=b.copy, device=b.device,
-                     dtype=feat_dtype(b.feat_dtype), threads=b.threads, sampler=s.sampler)
+                     dtype=feat_dtype(b.feat_dtype), threads=b.threads, sampler=s.sampler,
+                     sampler_kwargs=sampler_options(s.sampler, s))
     setup = {"dataset": data.name, "fanouts": ",".join(map(str, s.fanouts)),
              "batch_size": s.batch_size, "seed": b.seed}
     rows = [{**setup, **r} for r in rows]

@@ -14,7 +14,7 @@ import statistics
 import time
 
 from ..loader import Loader, ThreadPlan
-from ..sampler import make_sampler, make_scheduler
+from ..sampler import make_sampler, make_scheduler, sampler_options
 from ..sampler.autoschedule import choose_schedule
 from ..pipeline import locality_for
 from .config import BenchSamplerConfig
@@ -33,7 +33,8 @@ def run(cfg: BenchSamplerConfig) -> dict:
     prep = locality_for(data, [s.schedule], cfg)
     data = prep.data
     parts = None if prep.clustering is None else prep.clustering.parts
-    sampler = make_sampler(s.sampler, data.graph, s.fanouts, seed=b.seed)
+    sampler = make_sampler(s.sampler, data.graph, s.fanouts, seed=b.seed,
+                           **sampler_options(s.sampler, s))
     schedule, choice = s.schedule, prep.schedule_choice  # the probe's: random, no clusters
     if schedule == "auto" and choice is not None:
         schedule = choice.schedule

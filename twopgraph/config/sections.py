@@ -121,6 +121,19 @@ class SamplingConfig(Section):
     sampler_memory_share: float = option(0.25, "--sampler-device auto: the largest share of the "
                                          "device's total memory the device sampler's graph may "
                                          "take, in (0, 1]")
+    # --sampler labor's options (twopgraph/sampler/labor.py reads them as its keywords).
+    labor_iterations: int = option(
+        0, "--sampler labor: fixed-point rounds of the vertex importances pi (LABOR-*: shared "
+           "neighbours get kept more, fewer vertices per batch); 0 = LABOR-0 (uniform pi)",
+        result=True, fingerprint_default=False)
+    labor_layer_dependency: bool = option(
+        False, "--sampler labor: the same random variates in every layer (a vertex kept in "
+               "one layer tends to be kept in the others: fewer input vertices)",
+        result=True, fingerprint_default=False)
+    labor_batch_dependency: int = option(
+        1, "--sampler labor: variates drift smoothly over this many consecutive batches, "
+           "so they share more input vertices (a feature cache hits more); 1 = independent "
+           "batches", result=True, fingerprint_default=False)
 
     def validate(self):
         if self.fanouts is not None:  # None: by graph size (TrainConfig.resolved)
@@ -140,6 +153,11 @@ class SamplingConfig(Section):
         if not (is_number(self.sampler_memory_share) and 0.0 < self.sampler_memory_share <= 1.0):
             raise ConfigError(f"sampler-memory-share must be in (0, 1], "
                               f"got {self.sampler_memory_share!r}")
+        int_at_least(self, "labor_iterations", 0, "(0 = LABOR-0)")
+        if not isinstance(self.labor_layer_dependency, bool):
+            raise ConfigError(f"labor-layer-dependency must be true or false, "
+                              f"got {self.labor_layer_dependency!r}")
+        int_at_least(self, "labor_batch_dependency", 1, "(1 = independent batches)")
         return self
 
 

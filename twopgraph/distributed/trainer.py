@@ -66,7 +66,7 @@ from ..loader import available_cores
 from ..metrics import PssMonitor, peak_rss_mib, transfer_metrics
 from ..partition.partload import Part, load_part, read_meta
 from ..rundir import RunDir
-from ..sampler import make_sampler
+from ..sampler import make_sampler, sampler_options
 from ..checkpoint import (CHECKPOINT, build_training, dataset_record, model_record,
                           read_checkpoint, run_signature, save_checkpoint)
 from ..inference.scores import resolve_metric
@@ -109,11 +109,13 @@ class PartSampler:
     local row may be truncated), so the sampler is given those instead of the local ones. A
     global part samples on the store's whole CSR: every row is complete, its remote counters
     stay 0 and only ``halo_input_rows`` (input rows of vertices it does not own) counts.
+    ``options``: the sampler's own keywords (:func:`~twopgraph.sampler.sampler_options`).
     """
 
-    def __init__(self, part: Part, fanouts, seed: int = 0, name: str = "neighbor"):
+    def __init__(self, part: Part, fanouts, seed: int = 0, name: str = "neighbor",
+                 options: dict | None = None):
         self.inner = make_sampler(name, part.data.graph, fanouts, seed=seed,
-                                  degrees=part.degree)
+                                  degrees=part.degree, **(options or {}))
         self.graph, self.fanouts, self.seed = self.inner.graph, self.inner.fanouts, seed
         self.num_owned = part.num_owned
         self._is_owned = part.is_owned
@@ -371,7 +373,8 @@ def _run(cfg: TrainConfig, folder: Path, meta: dict, env: DistEnv, device, backe
     local_bs = -(-cfg.sampling.batch_size // world)
     # As many optimizer steps per epoch as a single-process run with the same global batch.
     steps = -(-sum(p["num_train"] for p in meta["parts"]) // (local_bs * world))
-    sampler = PartSampler(part, cfg.sampling.fanouts, seed=run.seed, name=cfg.sampling.sampler)
+    sampler = PartSampler(part, cfg.sampling.fanouts, seed=run.seed, name=cfg.sampling.sampler,
+                          options=sampler_options(cfg.sampling.sampler, cfg.sampling))
     # features: local id v reads the store's row part.rows[v] (a global part: row v)
     # --schedule auto: every rank measures its part's batches; the decision is made on the
     # figures summed over the ranks, so all ranks use the same scheduler

@@ -16,7 +16,9 @@ gradient of its values); without gradients (exact inference) they are one sparse
 head with the attention as edge values (:func:`~twopgraph.models.ops.spmm_block`), with no
 message tensor. Exact inference runs the layer on whole-neighbourhood blocks
 (every dst with all of its edges): the softmax needs all of them at once, so GAT has no
-streamed (``aggregate``/``combine``) or projected form.
+streamed (``aggregate``/``combine``) or projected form. A block's ``edge_weight`` (LABOR's
+inverse inclusion probabilities) is ignored: the softmax over the sampled neighbours is the
+attention's own normalisation, as with uniform sampling.
 
 Example::
 

@@ -20,6 +20,10 @@ class GCNConv(Conv):
     ``h_v' = W (h_v / (d_v+1) + (d_v / s_v) sum_{u in S(v)} h_u / sqrt((d_u+1)(d_v+1))) + b``,
     where S(v) are the s_v sampled neighbours. The ``d_v / s_v`` factor makes a sampled layer
     an unbiased estimate of the full one; with all neighbours it is exactly Kipf & Welling's.
+    A block with ``edge_weight`` (LABOR: weights ``w_uv`` summing to 1 over v's sampled edges)
+    replaces ``1 / s_v`` by ``w_uv``: ``d_v sum_u w_uv h_u / sqrt(...)``, the weighted mean
+    of the normalised messages times ``d_v``, which estimates the full sum as ``d_v / s_v``
+    does (uniform weights ``1 / s_v`` give today's factor exactly).
     """
 
     def __init__(self, in_dim: int, out_dim: int):
@@ -57,10 +61,17 @@ class GCNConv(Conv):
         return self.lin(agg + self_term) + self.bias
 
     def _weights(self, block: Block) -> torch.Tensor:
-        cnt = block.sampled_deg()
+        """Each edge's weight: ``d_v / s_v / sqrt((d_v + 1) (d_u + 1))``, with the block's
+        ``edge_weight`` in place of ``1 / s_v`` when it has one (see the class docstring)."""
         dst_deg = block.dst_deg
-        scale = dst_deg / cnt.clamp(min=1).to(dst_deg.dtype) / torch.sqrt(dst_deg + 1.0)
+        if block.edge_weight is None:
+            cnt = block.sampled_deg()
+            scale = dst_deg / cnt.clamp(min=1).to(dst_deg.dtype) / torch.sqrt(dst_deg + 1.0)
+        else:
+            scale = dst_deg / torch.sqrt(dst_deg + 1.0)
         w = torch.repeat_interleave(scale, block.edge_counts(), output_size=block.num_edges)
+        if block.edge_weight is not None:
+            w = w * block.edge_weight.to(w.dtype)
         return w / torch.sqrt(block.src_deg[block.indices] + 1.0)
 
     def project(self, h: torch.Tensor) -> tuple[torch.Tensor, ...]:

@@ -61,7 +61,11 @@ def spmm_block(block: Block, values: torch.Tensor, h_src: torch.Tensor) -> torch
 
 
 def mean_weights(block: Block) -> torch.Tensor:
-    """Each edge's weight in the mean of its dst: 1 / the dst's neighbour count."""
+    """Each edge's weight in the mean of its dst: the block's ``edge_weight`` when the
+    sampler gave one (LABOR: normalised inverse inclusion probabilities, the weighted mean
+    that estimates the full-neighbour mean), else 1 / the dst's neighbour count."""
+    if block.edge_weight is not None:
+        return block.edge_weight.to(torch.float32)
     w = 1.0 / block.sampled_deg().clamp(min=1).to(torch.float32)
     return torch.repeat_interleave(w, block.edge_counts(), output_size=block.num_edges)
 

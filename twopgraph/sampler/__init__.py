@@ -11,6 +11,15 @@ from .schedule import LocalityScheduler, RandomScheduler, make_scheduler
 from .stream import sampled_batches
 
 
+def sampler_options(name: str, section) -> dict:
+    """The keywords sampler ``name`` takes from a sampling config ``section``
+    (:class:`~twopgraph.config.SamplingConfig`): each field its factory declares in its
+    ``options`` attribute, named ``<sampler>_<keyword>`` (``labor_iterations`` ->
+    ``iterations``); ``{}`` for a sampler that declares none."""
+    fields = getattr(SAMPLERS.get(name), "options", ())
+    return {f.split("_", 1)[1]: getattr(section, f) for f in fields}
+
+
 def make_sampler(name: str, graph, fanouts, seed: int = 0, degrees=None, **options):
     """Build the sampler registered as ``name`` (``"neighbor"``: numba, host memory;
     ``"device"``: torch ops on ``device=``) over ``graph``; ``degrees`` overrides the degrees

@@ -1,8 +1,9 @@
 """An epoch of mini-batches: the scheduler's seeds expanded by a sampler, in schedule order,
 on ``workers`` threads that each sample whole batches.
 
-Batch ``b`` of epoch ``e`` is sampled with key ``mix_key(e, b)``, so the batches are the same
-whatever the number of workers and whether a batch is sampled early (lookahead) or late.
+Batch ``b`` of epoch ``e`` is sampled with key ``mix_key(e, b)`` (a
+:class:`~twopgraph.rng.BatchKey`, which also carries ``e`` and ``b``), so the batches are the
+same whatever the number of workers and whether a batch is sampled early (lookahead) or late.
 Relabelling a batch is inherently serial, so sampling whole batches on several threads (serial,
 GIL-free kernels) is what scales sampling with threads.
 """
@@ -15,7 +16,7 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Iterator
 
-from ..rng import mix_key
+from ..rng import batch_key
 from ..minibatch import MiniBatch
 
 
@@ -28,7 +29,7 @@ def sampled_batches(scheduler, sampler, epoch: int,
     thread count set to 1 inside each: their kernels are serial), ``2 x workers`` batches in
     flight, stopped when the iterator is closed.
     """
-    jobs = ((b, seeds, mix_key(epoch, b))
+    jobs = ((b, seeds, batch_key(epoch, b))
             for b, seeds in enumerate(scheduler.batches(epoch)))
 
     def timed(b, seeds, key):

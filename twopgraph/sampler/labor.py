@@ -1,0 +1,211 @@
+"""``labor``: layer-neighbour sampling (LABOR; Balin & Catalyurek, NeurIPS 2023).
+
+Each layer of a batch draws one variate ``r_t`` per candidate vertex ``t``, shared by every
+dst of the layer, and dst ``s`` keeps its neighbour ``t`` when ``r_t <= c_s pi_t``: dsts with
+overlapping neighbourhoods keep the same vertices, so a batch needs fewer input vertices than
+uniform neighbour sampling at the same fanouts. ``c_s`` makes ``s`` keep ``min(fanout, d_s)``
+neighbours in expectation; ``pi`` is uniform (LABOR-0, ``iterations=0``) or the result of a
+few fixed-point rounds (LABOR-*, ``iterations >= 1``) that raise the importance of vertices
+many dsts share. Every kept edge carries its inverse inclusion probability, normalised per dst,
+in :attr:`~twopgraph.minibatch.Block.edge_weight` (SAGE's mean and GCN's normalisation read
+it: an estimator of the full-neighbour mean). The kernels are in :mod:`.labor_kernels`.
+
+Variates are counter-based (:mod:`twopgraph.rng`), keyed by (seed, batch, layer, vertex) --
+never by dst: ``layer_dependency`` drops the layer (the same variates in every layer: a vertex
+kept in one layer tends to be kept in the others), ``batch_dependency = K`` makes them drift
+smoothly over ``K`` consecutive batches (batch ``b`` mixes the variates of batch groups
+``b // K`` and ``b // K + 1`` with weight ``(b mod K) / K``; each ``r_t`` stays uniform), so
+consecutive batches share input vertices (a feature cache hits more). The batch index is the
+one the loader's :class:`~twopgraph.rng.BatchKey` carries; a plain int ``key`` is taken as the
+index itself, and key-less calls count 0, 1, 2, ...
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from ..errors import ConfigError
+from ..graph import CSRGraph
+from ..minibatch import Block, MiniBatch
+from ..protocols import SAMPLERS
+from ..rng import mix_key
+from . import kernels, labor_kernels
+from .neighbor import NeighborSampler, RelabelTable, check_seeds
+
+# Stream tags of the variate keys: the loader's (epoch, batch) keys, plain int keys, key-less
+# calls (a counter of their own).
+_LABOR = 0x4C41424F52
+_PLAIN_STREAM = 0x504C41494E
+_FRESH_STREAM = 0x4652455348
+
+
+def _check_options(iterations, layer_dependency, batch_dependency) -> tuple[int, bool, int]:
+    """The options as ``(int, bool, int)``; a one-line ConfigError for a bad one."""
+    def is_int(v):
+        return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+    if not is_int(iterations) or iterations < 0:
+        raise ConfigError(f"--labor-iterations must be an integer >= 0 (0 = LABOR-0), "
+                          f"got {iterations!r}")
+    if not isinstance(layer_dependency, (bool, np.bool_)):
+        raise ConfigError(f"--labor-layer-dependency must be true or false, "
+                          f"got {layer_dependency!r}")
+    if not is_int(batch_dependency) or batch_dependency < 1:
+        raise ConfigError(f"--labor-batch-dependency must be a positive integer (1 = "
+                          f"independent batches), got {batch_dependency!r}")
+    return int(iterations), bool(layer_dependency), int(batch_dependency)
+
+
+@SAMPLERS.register("labor")
+class LaborSampler(NeighborSampler):
+    """Layer-neighbour sampling (LABOR-0 / LABOR-*): shared variates, fewer vertices per batch.
+
+    ``sample(seeds, key) -> MiniBatch`` with the blocks of :class:`NeighborSampler` (seeds
+    first, dsts the first ``num_dst`` srcs, int64 CSR, full-graph degrees) plus
+    ``Block.edge_weight`` (float32, per edge, summing to 1 over each dst's kept edges). A dst
+    of degree ``d`` keeps ``min(fanout, d)`` neighbours *in expectation* (not exactly);
+    ``fanout = -1`` keeps all. Options (``twopgraph train --labor-...``):
+
+    - ``iterations`` [0]: fixed-point rounds of ``pi`` (0 = LABOR-0, uniform ``pi``);
+    - ``layer_dependency`` [False]: the same variates in every layer;
+    - ``batch_dependency`` [1]: variates drift over this many consecutive batches (1 =
+      independent batches).
+
+    The result depends only on ``(seed, key, options)``, not on the thread count; one instance
+    may be used from several threads. ``full_block`` (exact inference) is the neighbour
+    sampler's: every edge, no weights.
+
+    Example::
+
+        >>> g = CSRGraph.from_edges([0, 0, 0, 1], [1, 2, 3, 2], num_nodes=4)
+        >>> mb = LaborSampler(g, [2], seed=0).sample(np.array([0]), key=1)
+        >>> b = mb.blocks[0]
+        >>> float(b.edge_weight.sum()), b.edge_weight.dtype
+        (1.0, torch.float32)
+    """
+
+    device_twin = None  # no torch version yet: samples on the host
+    #: The sampling-config fields this sampler reads, ``labor_<keyword>`` -> its keyword
+    #: (:func:`twopgraph.sampler.sampler_options`).
+    options = ("labor_iterations", "labor_layer_dependency", "labor_batch_dependency")
+
+    def __init__(self, graph: CSRGraph, fanouts: Sequence[int], seed: int = 0,
+                 degrees: np.ndarray | None = None, iterations: int = 0,
+                 layer_dependency: bool = False, batch_dependency: int = 1):
+        super().__init__(graph, fanouts, seed=seed, degrees=degrees)
+        self.iterations, self.layer_dependency, self.batch_dependency = _check_options(
+            iterations, layer_dependency, batch_dependency)
+        self._cand_tls = threading.local()
+
+    def _cand_table(self) -> RelabelTable:
+        """This thread's table numbering a layer's candidates (LABOR-*), apart from the
+        batch's own relabelling."""
+        t = getattr(self._cand_tls, "table", None)
+        if t is None:
+            t = self._cand_tls.table = RelabelTable()
+        return t
+
+    def sample(self, seeds, key: int | None = None, parallel: bool = True) -> MiniBatch:
+        """The blocks of ``seeds`` (unique global ids); ``key`` as
+        :meth:`NeighborSampler.sample` (the loader's keys also carry the batch index that
+        ``batch_dependency`` follows; a plain int is its own index; key-less calls count
+        0, 1, 2, ... in a stream of their own)."""
+        seeds = check_seeds(seeds, self.graph.num_nodes)
+        if key is None:
+            stream, index = _FRESH_STREAM, next(self._fresh)  # itertools.count: thread-safe
+        else:
+            stream, index = self._stream_index(key)
+        return self._sample_labor(seeds, stream, int(index), parallel)
+
+    @staticmethod
+    def _stream_index(key: int) -> tuple[int, int]:
+        """``(stream, batch index)`` of a key: the loader's :class:`~twopgraph.rng.BatchKey`
+        gives its epoch's stream and its batch; a plain int is its own index."""
+        if getattr(key, "batch", None) is not None:
+            return mix_key(_LABOR, key.epoch), int(key.batch)
+        return _PLAIN_STREAM, int(key)
+
+    def variates(self, vertices, key: int, hop: int = 0) -> np.ndarray:
+        """The variates ``r_t`` (float64 in [0, 1)) of ``vertices`` in hop ``hop`` (0 = the
+        seeds' own neighbours) of the batch sampled with ``key``: what every dst of that
+        layer compares with ``c_s pi_t``."""
+        key0, key1, ca, cb = self.variate_keys(*self._stream_index(key), hop)
+        smooth = self.batch_dependency > 1
+        return np.array([labor_kernels.variate(np.uint64(key0), np.uint64(key1), ca, cb,
+                                               smooth, int(t)) for t in np.asarray(vertices)],
+                        dtype=np.float64)
+
+    def variate_keys(self, stream: int, index: int, hop: int) -> tuple[int, int, float, float]:
+        """``(key0, key1, ca, cb)`` of the variates of hop ``hop`` (0 = the seeds' own
+        neighbours) of batch ``index`` in ``stream``: see :mod:`.labor_kernels`;
+        ``key1 = key0`` and ``(ca, cb) = (1, 0)`` for independent batches."""
+        k = self.batch_dependency
+        layer = () if self.layer_dependency else (hop,)
+        group, phase = divmod(index, k)
+        key0 = mix_key(self.seed, _LABOR, stream, group, *layer)
+        if k == 1:
+            return key0, key0, 1.0, 0.0
+        key1 = mix_key(self.seed, _LABOR, stream, group + 1, *layer)
+        angle = 0.5 * math.pi * phase / k
+        return key0, key1, math.cos(angle), math.sin(angle)
+
+    def layer_scales(self, nodes: np.ndarray, fanout: int, parallel: bool = True):
+        """``(c, pi, cand)`` of one layer whose dsts are ``nodes``: the per-dst scales, the
+        candidates' importances (empty for LABOR-0: all 1) and the candidate of every edge of
+        the dsts' concatenated CSR rows (empty for LABOR-0)."""
+        g = self.graph
+        none_f, none_i = np.empty(0, dtype=np.float64), np.empty(0, dtype=np.int64)
+        if self.iterations == 0 or fanout < 0:
+            deg = (g.indptr[nodes + 1] - g.indptr[nodes]).astype(np.float64)
+            c = np.full(nodes.shape[0], np.inf) if fanout < 0 else \
+                np.where(deg > fanout, fanout / np.maximum(deg, 1.0), np.inf)
+            return c, none_f, none_i
+        gather = kernels.sample_neighbors if parallel else kernels.sample_neighbors_serial
+        _, every = gather(g.indptr, g.indices, nodes, -1, np.uint64(0))
+        table = self._cand_table()
+        count = 0
+        try:
+            cand, count, _ = table.relabel(every, 0, 0)
+            solve = labor_kernels.labor_pi if parallel else labor_kernels.labor_pi_serial
+            c, pi = solve(g.indptr, nodes, cand, count, fanout, self.iterations)
+        finally:
+            table.clear(count)
+        return c, pi, cand
+
+    def _sample_labor(self, seeds: np.ndarray, stream: int, index: int,
+                      parallel: bool) -> MiniBatch:
+        g = self.graph
+        sample = labor_kernels.labor_sample if parallel else labor_kernels.labor_sample_serial
+        table = self._table()
+        nodes = seeds
+        raw_blocks = []
+        count = 0
+        done = False
+        try:
+            _, count, _ = table.relabel(seeds, 0, 0)  # unique seeds: local ids 0..k-1
+            for hop, fanout in enumerate(reversed(self.fanouts)):
+                c, pi, cand = self.layer_scales(nodes, fanout, parallel)
+                key0, key1, ca, cb = self.variate_keys(stream, index, hop)
+                offsets, nbrs, weights = sample(g.indptr, g.indices, nodes, c, pi, cand,
+                                                np.uint64(key0), np.uint64(key1), ca, cb,
+                                                self.batch_dependency > 1)
+                num_dst = nodes.shape[0]
+                local, count, frontier = table.relabel(nbrs, num_dst, count)
+                if count > num_dst:
+                    nodes = np.concatenate([nodes, frontier[:count - num_dst]])
+                raw_blocks.append((nodes.shape[0], num_dst, offsets, local,
+                                   weights.astype(np.float32)))
+            done = True
+        finally:
+            table.clear(count, nodes if done else None)
+        self._settle(table)
+        deg = torch.from_numpy(self._deg[nodes])
+        blocks = [Block(num_src, num_dst, torch.from_numpy(offsets), torch.from_numpy(local),
+                        deg[:num_src], deg[:num_dst], edge_weight=torch.from_numpy(w))
+                  for num_src, num_dst, offsets, local, w in reversed(raw_blocks)]
+        return MiniBatch(seeds=torch.from_numpy(seeds), input_nodes=torch.from_numpy(nodes),
+                         blocks=blocks)

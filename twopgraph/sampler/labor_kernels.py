@@ -1,0 +1,328 @@
+"""LABOR's kernels (layer-neighbour sampling; Balin & Catalyurek, NeurIPS 2023), with twins.
+
+One layer of a batch: every dst ``s`` (of degree ``d_s``, fanout ``k``) keeps its neighbour
+``t`` when ``r_t <= c_s * pi_t``. The variate ``r_t`` (:func:`variate`) depends on the vertex
+``t`` and a stream key only, never on ``s``, so dsts with overlapping neighbourhoods keep the
+same vertices; ``pi_t > 0`` are the vertices' importances (1 for LABOR-0) and ``c_s`` the
+per-dst scale that makes ``s`` keep ``min(k, d_s)`` neighbours in expectation
+(:func:`labor_pi` solves ``sum_t min(1, c_s pi_t) = k``; ``c_s = inf`` keeps every neighbour).
+Each kept edge is weighted by its inverse inclusion probability ``1 / min(1, c_s pi_t)``,
+normalised over the dst's kept edges (:func:`labor_sample`).
+
+Variates: ``smooth = False``: the uniform of ``draw(key0, t, 0)``; ``smooth = True``
+(batch dependency): two standard normals ``z0, z1`` of ``t`` in streams ``key0`` and ``key1``
+(Box-Muller of two draws each) mixed as ``z = ca z0 + cb z1`` with ``ca^2 + cb^2 = 1``, and
+``r = Phi(z)``: uniform on [0, 1) whatever the mix, and moving continuously from stream
+``key0``'s value (``cb = 0``) to ``key1``'s (``ca = 0``).
+
+Each kernel has a plain-Python twin (``*_ref``, the same arithmetic in the same order, so the
+same floats) registered in :mod:`twopgraph.jit`; the parallel kernels (``prange`` over dsts)
+have ``*_serial`` variants with the same output. Candidate ids (``cand``) number the distinct
+neighbours of a layer's dsts; ``cand[e]`` is the candidate of the ``e``-th edge of the dsts'
+concatenated CSR rows.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit, prange
+
+from ..jit import register
+from ..rng import draw, draw_ref
+
+#: 2**-53: a 53-bit integer times this is a float64 in [0, 1).
+_UNIT = 1.0 / 9007199254740992.0
+#: The largest float64 below 1 (variates are clipped to it: r in [0, 1)).
+_BELOW_ONE = 1.0 - _UNIT
+_TWO_PI = 2.0 * math.pi
+_SQRT_HALF = math.sqrt(0.5)
+
+
+# -- variates ---------------------------------------------------------------------------------------
+@njit(inline="always", cache=True)
+def _normal(key, t):
+    """A standard normal of vertex ``t`` in stream ``key`` (Box-Muller of draws 0 and 1)."""
+    u1 = (np.float64(draw(key, t, 0) >> np.uint64(11)) + 1.0) * _UNIT  # (0, 1]
+    u2 = np.float64(draw(key, t, 1) >> np.uint64(11)) * _UNIT  # [0, 1)
+    return math.sqrt(-2.0 * math.log(u1)) * math.cos(_TWO_PI * u2)
+
+
+@njit(inline="always", cache=True)
+def variate(key0, key1, ca, cb, smooth, t):
+    """The variate ``r_t`` in [0, 1) of vertex ``t`` (float64; see the module docstring)."""
+    if not smooth:
+        return np.float64(draw(key0, t, 0) >> np.uint64(11)) * _UNIT
+    z = ca * _normal(key0, t) + cb * _normal(key1, t)
+    r = 0.5 * math.erfc(-z * _SQRT_HALF)
+    return r if r < _BELOW_ONE else _BELOW_ONE
+
+
+def variate_ref(key0, key1, ca, cb, smooth, t):
+    """Python twin of :func:`variate`."""
+    key0, key1, t = int(key0), int(key1), int(t)
+    if not smooth:
+        return float(draw_ref(key0, t, 0) >> 11) * _UNIT
+
+    def normal(key):
+        u1 = (float(draw_ref(key, t, 0) >> 11) + 1.0) * _UNIT
+        u2 = float(draw_ref(key, t, 1) >> 11) * _UNIT
+        return math.sqrt(-2.0 * math.log(u1)) * math.cos(_TWO_PI * u2)
+
+    z = ca * normal(key0) + cb * normal(key1)
+    r = 0.5 * math.erfc(-z * _SQRT_HALF)
+    return r if r < _BELOW_ONE else _BELOW_ONE
+
+
+# -- c_s and pi_t -----------------------------------------------------------------------------------
+@njit(inline="always", cache=True)
+def _solve_row(pi, cand, e0, d, k):
+    """``c`` with ``sum_e min(1, c pi[cand[e]]) = k`` over the row's edges ``e0 .. e0+d-1``
+    (``pi`` empty: all 1); ``inf`` when ``k < 0`` or ``d <= k`` (every neighbour kept).
+
+    The saturated set grows monotonically: ``c = (k - |sat|) / (sum of pi outside sat)``,
+    repeated until ``sat`` (the edges with ``c pi >= 1``) stops growing."""
+    if k < 0 or d <= k:
+        return np.inf
+    uniform = pi.shape[0] == 0
+    c = 0.0
+    prev = -1
+    for _ in range(d + 2):
+        sat = 0
+        rest = 0.0
+        for e in range(e0, e0 + d):
+            p = 1.0 if uniform else pi[cand[e]]
+            if c * p >= 1.0:
+                sat += 1
+            else:
+                rest += p
+        if sat == prev or sat >= k or rest <= 0.0:
+            break
+        c = (k - sat) / rest
+        prev = sat
+    return c
+
+
+def _solve_row_ref(pi, cand, e0, d, k):
+    """Python twin of :func:`_solve_row`."""
+    if k < 0 or d <= k:
+        return math.inf
+    c, prev = 0.0, -1
+    for _ in range(d + 2):
+        sat, rest = 0, 0.0
+        for e in range(e0, e0 + d):
+            p = 1.0 if len(pi) == 0 else float(pi[cand[e]])
+            if c * p >= 1.0:
+                sat += 1
+            else:
+                rest += p
+        if sat == prev or sat >= k or rest <= 0.0:
+            break
+        c = (k - sat) / rest
+        prev = sat
+    return c
+
+
+@njit(inline="always", cache=True)
+def _row_starts(indptr, nodes):
+    n = nodes.shape[0]
+    starts = np.empty(n + 1, dtype=np.int64)
+    starts[0] = 0
+    for i in range(n):
+        v = nodes[i]
+        starts[i + 1] = starts[i] + indptr[v + 1] - indptr[v]
+    return starts
+
+
+@njit(inline="always", cache=True)
+def _raised(starts, cand, c, pi):
+    """One fixed-point round: ``pi_t`` -> ``max_s min(1, c_s pi_t)`` over the rows having
+    ``t`` (a new array)."""
+    new = np.zeros(pi.shape[0], dtype=np.float64)
+    for i in range(starts.shape[0] - 1):
+        for e in range(starts[i], starts[i + 1]):
+            t = cand[e]
+            p = min(1.0, c[i] * pi[t])
+            if p > new[t]:
+                new[t] = p
+    return new
+
+
+@njit(parallel=True, nogil=True, cache=True)
+def labor_pi(indptr, nodes, cand, num_cand, fanout, iterations):
+    """``(c, pi)``: the per-dst scales ``c`` (float64, len(nodes)) and candidate importances
+    ``pi`` (float64, num_cand) after ``iterations`` fixed-point rounds (LABOR-*): from
+    ``pi = 1``, each round solves every ``c_s`` (:func:`_solve_row`, parallel over dsts) and
+    sets ``pi_t`` to ``t``'s inclusion probability in the layer, ``max_s min(1, c_s pi_t)``
+    over the dsts ``s`` that have ``t`` as a neighbour; ``c`` is solved once more for the last
+    ``pi``. ``iterations = 0`` gives LABOR-0 (``pi = 1``, ``c_s = k / d_s``)."""
+    n = nodes.shape[0]
+    starts = _row_starts(indptr, nodes)
+    pi = np.ones(num_cand, dtype=np.float64)
+    c = np.empty(n, dtype=np.float64)
+    for it in range(iterations + 1):
+        for i in prange(n):
+            c[i] = _solve_row(pi, cand, starts[i], starts[i + 1] - starts[i], fanout)
+        if it == iterations:
+            break
+        pi = _raised(starts, cand, c, pi)  # scatter-max: serial (rows share candidates)
+    return c, pi
+
+
+@njit(nogil=True, cache=True)
+def labor_pi_serial(indptr, nodes, cand, num_cand, fanout, iterations):
+    """:func:`labor_pi` on the calling thread only (same output)."""
+    n = nodes.shape[0]
+    starts = _row_starts(indptr, nodes)
+    pi = np.ones(num_cand, dtype=np.float64)
+    c = np.empty(n, dtype=np.float64)
+    for it in range(iterations + 1):
+        for i in range(n):
+            c[i] = _solve_row(pi, cand, starts[i], starts[i + 1] - starts[i], fanout)
+        if it == iterations:
+            break
+        pi = _raised(starts, cand, c, pi)
+    return c, pi
+
+
+def labor_pi_ref(indptr, nodes, cand, num_cand, fanout, iterations):
+    """Python twin of :func:`labor_pi`."""
+    nodes = [int(v) for v in nodes]
+    starts = [0]
+    for v in nodes:
+        starts.append(starts[-1] + int(indptr[v + 1] - indptr[v]))
+    pi = np.ones(int(num_cand), dtype=np.float64)
+    c = np.empty(len(nodes), dtype=np.float64)
+    for it in range(iterations + 1):
+        for i in range(len(nodes)):
+            c[i] = _solve_row_ref(pi, cand, starts[i], starts[i + 1] - starts[i], fanout)
+        if it == iterations:
+            break
+        new = np.zeros(int(num_cand), dtype=np.float64)
+        for i in range(len(nodes)):
+            for e in range(starts[i], starts[i + 1]):
+                t = int(cand[e])
+                new[t] = max(new[t], min(1.0, c[i] * pi[t]))
+        pi = new
+    return c, pi
+
+
+# -- sampling ---------------------------------------------------------------------------------------
+@njit(inline="always", cache=True)
+def _keep(indices, e, ci, pi, cand, ce, key0, key1, ca, cb, smooth):
+    """The inclusion probability of CSR edge ``e`` (candidate edge ``ce``) of a dst with
+    scale ``ci``, or 0 when its neighbour's variate exceeds it (not kept)."""
+    p = ci if pi.shape[0] == 0 else ci * pi[cand[ce]]
+    if p > 1.0:
+        p = 1.0
+    r = variate(key0, key1, ca, cb, smooth, indices[e])
+    return p if r <= p else 0.0
+
+
+@njit(inline="always", cache=True)
+def _count_row(indptr, indices, v, ci, pi, cand, ce0, key0, key1, ca, cb, smooth):
+    if ci == np.inf:
+        return indptr[v + 1] - indptr[v]
+    m = 0
+    start = indptr[v]
+    for j in range(indptr[v + 1] - start):
+        if _keep(indices, start + j, ci, pi, cand, ce0 + j, key0, key1, ca, cb, smooth) > 0.0:
+            m += 1
+    return m
+
+
+@njit(inline="always", cache=True)
+def _fill_row(indptr, indices, v, ci, pi, cand, ce0, key0, key1, ca, cb, smooth, nbrs,
+              weights, o):
+    start = indptr[v]
+    m = 0
+    total = 0.0
+    for j in range(indptr[v + 1] - start):
+        p = 1.0 if ci == np.inf else _keep(indices, start + j, ci, pi, cand, ce0 + j, key0,
+                                            key1, ca, cb, smooth)
+        if p > 0.0:
+            nbrs[o + m] = indices[start + j]
+            w = 1.0 / p
+            weights[o + m] = w
+            total += w
+            m += 1
+    for q in range(m):
+        weights[o + q] = weights[o + q] / total
+
+
+@njit(parallel=True, nogil=True, cache=True)
+def labor_sample(indptr, indices, nodes, c, pi, cand, key0, key1, ca, cb, smooth):
+    """One LABOR layer: ``(offsets, nbrs, weights)`` with the kept neighbours of ``nodes[i]``
+    in ``nbrs[offsets[i]:offsets[i+1]]`` (global ids, dtype of ``indices``, CSR order) and
+    their weights (float64: ``1 / min(1, c_i pi_t)`` over the row's sum, summing to 1 per
+    dst). Dst ``i`` keeps neighbour ``t`` iff ``variate(t) <= min(1, c[i] pi_t)``; ``pi``
+    empty means ``pi = 1`` (LABOR-0; ``cand`` unused then). Parallel over dsts;
+    :func:`labor_sample_serial` is the same on one thread."""
+    n = nodes.shape[0]
+    starts = _row_starts(indptr, nodes) if pi.shape[0] else np.zeros(n + 1, dtype=np.int64)
+    counts = np.empty(n + 1, dtype=np.int64)
+    counts[0] = 0
+    for i in prange(n):
+        counts[i + 1] = _count_row(indptr, indices, nodes[i], c[i], pi, cand, starts[i], key0,
+                                   key1, ca, cb, smooth)
+    offsets = np.cumsum(counts)
+    nbrs = np.empty(offsets[n], dtype=indices.dtype)
+    weights = np.empty(offsets[n], dtype=np.float64)
+    for i in prange(n):
+        _fill_row(indptr, indices, nodes[i], c[i], pi, cand, starts[i], key0, key1, ca, cb,
+                  smooth, nbrs, weights, offsets[i])
+    return offsets, nbrs, weights
+
+
+@njit(nogil=True, cache=True)
+def labor_sample_serial(indptr, indices, nodes, c, pi, cand, key0, key1, ca, cb, smooth):
+    """:func:`labor_sample` on the calling thread only (same output)."""
+    n = nodes.shape[0]
+    starts = _row_starts(indptr, nodes) if pi.shape[0] else np.zeros(n + 1, dtype=np.int64)
+    offsets = np.empty(n + 1, dtype=np.int64)
+    offsets[0] = 0
+    for i in range(n):
+        offsets[i + 1] = offsets[i] + _count_row(indptr, indices, nodes[i], c[i], pi, cand,
+                                                 starts[i], key0, key1, ca, cb, smooth)
+    nbrs = np.empty(offsets[n], dtype=indices.dtype)
+    weights = np.empty(offsets[n], dtype=np.float64)
+    for i in range(n):
+        _fill_row(indptr, indices, nodes[i], c[i], pi, cand, starts[i], key0, key1, ca, cb,
+                  smooth, nbrs, weights, offsets[i])
+    return offsets, nbrs, weights
+
+
+def labor_sample_ref(indptr, indices, nodes, c, pi, cand, key0, key1, ca, cb, smooth):
+    """Python twin of :func:`labor_sample`."""
+    offsets, out, wts = [0], [], []
+    ce = 0
+    for i, v in enumerate(int(x) for x in nodes):
+        start, end = int(indptr[v]), int(indptr[v + 1])
+        row, rw = [], []
+        for j in range(end - start):
+            t = int(indices[start + j])
+            if c[i] == math.inf:
+                p = 1.0
+            else:
+                p = min(1.0, c[i] if len(pi) == 0 else c[i] * pi[cand[ce + j]])
+                if variate_ref(key0, key1, ca, cb, smooth, t) > p:
+                    continue
+            row.append(t)
+            rw.append(1.0 / p)
+        ce += end - start
+        total = 0.0
+        for w in rw:
+            total += w
+        out.extend(row)
+        wts.extend(w / total for w in rw)
+        offsets.append(len(out))
+    return (np.asarray(offsets, dtype=np.int64), np.asarray(out, dtype=indices.dtype),
+            np.asarray(wts, dtype=np.float64))
+
+
+register(variate, variate_ref)
+register(labor_pi, labor_pi_ref)
+register(labor_pi_serial, labor_pi_ref)
+register(labor_sample, labor_sample_ref)
+register(labor_sample_serial, labor_sample_ref)
