@@ -14,7 +14,9 @@ Implementations (docs/architecture.md lists them):
   modules of ``twopgraph/sampler/``;
 - samplers: ``neighbor`` (:class:`~twopgraph.sampler.neighbor.NeighborSampler`, numba on the
   host) and ``device`` (:class:`~twopgraph.sampler.device.TorchNeighborSampler`, vectorised
-  torch ops on any device, the same batches) -- registry :data:`SAMPLERS`, modules of
+  torch ops on any device, the same batches), ``labor``
+  (:class:`~twopgraph.sampler.labor.LaborSampler`, layer-neighbour sampling with
+  ``Block.edge_weight``) -- registry :data:`SAMPLERS`, modules of
   ``twopgraph/sampler/``;
 - feature sources: :class:`~twopgraph.cache.host.HostFeatures` (a plain host table) and
   :class:`~twopgraph.cache.feature_cache.FeatureCache` (a device buffer driven by a cache
@@ -46,7 +48,9 @@ cluster of every vertex), ``labels=`` and ``balance=``."""
 
 SAMPLERS = Registry("sampler", "twopgraph.sampler", "SAMPLERS")
 """name -> ``factory(graph, fanouts, seed=0, degrees=None, **options)`` returning a
-:class:`Sampler` (``device``: ``device=`` the torch device it samples on)."""
+:class:`Sampler` (``device``: ``device=`` the torch device it samples on); a factory's
+``options`` attribute names the sampling-config fields (``<name>_<keyword>``) passed to it as
+keywords (:func:`twopgraph.sampler.sampler_options`)."""
 
 CACHE_POLICIES = Registry("cache policy", "twopgraph.cache", "CACHE_POLICIES")
 """name -> ``factory(ctx: PolicyContext, **options)`` returning a
