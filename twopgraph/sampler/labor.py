@@ -27,11 +27,10 @@ import threading
 from typing import Sequence
 
 import numpy as np
-import torch
 
 from ..errors import ConfigError
 from ..graph import CSRGraph
-from ..minibatch import Block, MiniBatch
+from ..minibatch import MiniBatch
 from ..protocols import SAMPLERS
 from ..rng import mix_key
 from . import kernels, labor_kernels
@@ -180,32 +179,12 @@ class LaborSampler(NeighborSampler):
                       parallel: bool) -> MiniBatch:
         g = self.graph
         sample = labor_kernels.labor_sample if parallel else labor_kernels.labor_sample_serial
-        table = self._table()
-        nodes = seeds
-        raw_blocks = []
-        count = 0
-        done = False
-        try:
-            _, count, _ = table.relabel(seeds, 0, 0)  # unique seeds: local ids 0..k-1
-            for hop, fanout in enumerate(reversed(self.fanouts)):
-                c, pi, cand = self.layer_scales(nodes, fanout, parallel)
-                key0, key1, ca, cb = self.variate_keys(stream, index, hop)
-                offsets, nbrs, weights = sample(g.indptr, g.indices, nodes, c, pi, cand,
-                                                np.uint64(key0), np.uint64(key1), ca, cb,
-                                                self.batch_dependency > 1)
-                num_dst = nodes.shape[0]
-                local, count, frontier = table.relabel(nbrs, num_dst, count)
-                if count > num_dst:
-                    nodes = np.concatenate([nodes, frontier[:count - num_dst]])
-                raw_blocks.append((nodes.shape[0], num_dst, offsets, local,
-                                   weights.astype(np.float32)))
-            done = True
-        finally:
-            table.clear(count, nodes if done else None)
-        self._settle(table)
-        deg = torch.from_numpy(self._deg[nodes])
-        blocks = [Block(num_src, num_dst, torch.from_numpy(offsets), torch.from_numpy(local),
-                        deg[:num_src], deg[:num_dst], edge_weight=torch.from_numpy(w))
-                  for num_src, num_dst, offsets, local, w in reversed(raw_blocks)]
-        return MiniBatch(seeds=torch.from_numpy(seeds), input_nodes=torch.from_numpy(nodes),
-                         blocks=blocks)
+
+        def draw(hop: int, fanout: int, nodes: np.ndarray):
+            c, pi, cand = self.layer_scales(nodes, fanout, parallel)
+            key0, key1, ca, cb = self.variate_keys(stream, index, hop)
+            offsets, nbrs, weights = sample(g.indptr, g.indices, nodes, c, pi, cand,
+                                            np.uint64(key0), np.uint64(key1), ca, cb,
+                                            self.batch_dependency > 1)
+            return offsets, nbrs, weights.astype(np.float32)
+        return self._expand(seeds, draw)

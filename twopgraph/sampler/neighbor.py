@@ -187,6 +187,17 @@ class NeighborSampler:
         g = self.graph
         sample_neighbors = kernels.sample_neighbors if parallel else \
             kernels.sample_neighbors_serial
+
+        def draw(hop: int, fanout: int, nodes: np.ndarray):
+            hop_key = np.uint64(mix_key(self.seed, key, hop))
+            return (*sample_neighbors(g.indptr, g.indices, nodes, fanout, hop_key), None)
+        return self._expand(seeds, draw)
+
+    def _expand(self, seeds: np.ndarray, draw) -> MiniBatch:
+        """The blocks of ``seeds``, hop by hop: ``draw(hop, fanout, nodes)`` gives the hop's
+        ``(offsets, nbrs, edge_weight or None)`` for the dsts ``nodes`` (hop 0 = the seeds'
+        own neighbours, the last fanout); the neighbours are relabelled into local ids and
+        the new ones appended to the src vertices."""
         table = self._table()
         nodes = seeds
         raw_blocks = []
@@ -195,21 +206,21 @@ class NeighborSampler:
         try:
             _, count, _ = table.relabel(seeds, 0, 0)  # unique seeds: local ids 0..k-1
             for hop, fanout in enumerate(reversed(self.fanouts)):
-                hop_key = np.uint64(mix_key(self.seed, key, hop))
-                offsets, nbrs = sample_neighbors(g.indptr, g.indices, nodes, fanout, hop_key)
+                offsets, nbrs, weights = draw(hop, fanout, nodes)
                 num_dst = nodes.shape[0]
                 local, count, frontier = table.relabel(nbrs, num_dst, count)
                 if count > num_dst:
                     nodes = np.concatenate([nodes, frontier[:count - num_dst]])
-                raw_blocks.append((nodes.shape[0], num_dst, offsets, local))
+                raw_blocks.append((nodes.shape[0], num_dst, offsets, local, weights))
             done = True
         finally:
             table.clear(count, nodes if done else None)
         self._settle(table)
         deg = torch.from_numpy(self._deg[nodes])
         blocks = [Block(num_src, num_dst, torch.from_numpy(offsets), torch.from_numpy(local),
-                        deg[:num_src], deg[:num_dst])
-                  for num_src, num_dst, offsets, local in reversed(raw_blocks)]
+                        deg[:num_src], deg[:num_dst],
+                        edge_weight=None if w is None else torch.from_numpy(w))
+                  for num_src, num_dst, offsets, local, w in reversed(raw_blocks)]
         return MiniBatch(seeds=torch.from_numpy(seeds), input_nodes=torch.from_numpy(nodes),
                          blocks=blocks)
 
