@@ -16,10 +16,10 @@ Example::
 """
 
 from ..protocols import MODELS
-from .base import BlockGNN, Conv, build_model, conv_options, model_from_config
+from .base import BlockGNN, Conv, build_model, model_from_config
 # registration order = the order models are listed in: the default first
 from .sage import SAGEConv  # isort: skip
 from .gcn import GCNConv  # isort: skip
 
 __all__ = ["MODELS", "BlockGNN", "Conv", "GCNConv", "SAGEConv", "build_model",
-           "conv_options", "model_from_config"]
+           "model_from_config"]

@@ -115,15 +115,9 @@ def build_model(name: str, in_dim: int, hidden: int, num_classes: int, num_layer
                     **options)
 
 
-def conv_options(name: str, section) -> dict:
-    """The options of the conv ``name`` read from a model config section (an object with
-    those attributes)."""
-    return {k: getattr(section, k) for k in getattr(MODELS.get(name), "options", ())}
-
-
 def model_from_config(section, num_features: int, num_classes: int,
                       num_layers: int) -> BlockGNN:
-    """The GNN a model config section describes (``model``, ``hidden``, ``dropout`` and the
-    conv's :attr:`Conv.options`)."""
+    """The GNN a model config section (``ModelConfig``) describes: ``model``, ``hidden``,
+    ``dropout`` and the conv's :attr:`Conv.options` (``section.conv_options()``)."""
     return build_model(section.model, num_features, section.hidden, num_classes, num_layers,
-                       section.dropout, **conv_options(section.model, section))
+                       section.dropout, **section.conv_options())
