@@ -36,6 +36,7 @@ from twopgraph.errors import ConfigError, TrainingDiverged
 from twopgraph.pipeline import device_sampler_bytes, make_loader, resolve_sampler_device
 from twopgraph.sampler import make_sampler
 from twopgraph.sampler.device import TorchNeighborSampler
+from twopgraph.sampler.labor_device import TorchLaborSampler
 from twopgraph.epoch import READ_EVERY, train_epoch
 from twopgraph.train import train
 from conftest import community_data, run_cli
@@ -169,14 +170,14 @@ def test_auto_samples_where_training_runs(cdata, tmp_path):
     assert rec["activation_reserve_bytes"] > 0 and rec["cache_budget_rows"] == 0
 
 
-def _device_sampler_on_cpu(monkeypatch):
-    """make_loader's samplers replaced by the ``device`` one on CPU torch (the config path
-    picks ``neighbor`` on the host; ``device`` on CPU is what CI can run)."""
+def _device_sampler_on_cpu(monkeypatch, twin="device"):
+    """make_loader's samplers replaced by the device twin ``twin`` on CPU torch (the config
+    path picks the host sampler; its twin on CPU is what CI can run)."""
     made = []
     real = pl.make_sampler
 
     def device_instead(name, graph, fanouts, **kw):
-        s = real("device", graph, fanouts, device="cpu", **kw)
+        s = real(twin, graph, fanouts, device="cpu", **kw)
         made.append(s)
         return s
     monkeypatch.setattr(pl, "make_sampler", device_instead)
@@ -198,6 +199,19 @@ def test_device_sampler_trains_exactly_like_neighbor(cdata, tmp_path, monkeypatc
     m = json.loads((tmp_path / "b" / "metrics.json").read_text())
     assert m["threads"]["sample_workers"] == 1  # a torch sampler samples in one worker
     assert all(e["sampler_device"] == "cpu" for e in m["epochs"])
+
+
+def test_labor_device_trains_exactly_like_labor(cdata, tmp_path, monkeypatch):
+    opts = dict(epochs=2, sampler="labor", labor_iterations=1, labor_batch_dependency=3)
+    a = train(cfg(tmp_path / "a", **opts), data=cdata)
+    made = _device_sampler_on_cpu(monkeypatch, "labor-device")
+    b = train(cfg(tmp_path / "b", **opts), data=cdata)
+    assert len(made) == 1 and isinstance(made[0], TorchLaborSampler)
+    assert made[0].iterations == 1 and made[0].batch_dependency == 3
+    for ea, eb in zip(a.epochs, b.epochs):
+        for k in ("loss", "train_acc", "feature_rows", "num_batches", "val_acc"):
+            assert ea[k] == eb[k], k
+    assert a.test_acc == b.test_acc
 
 
 @pytest.mark.parametrize("policy", ["none", "presample"])

@@ -87,7 +87,8 @@ class LaborSampler(NeighborSampler):
         (1.0, torch.float32)
     """
 
-    device_twin = None  # no torch version yet: samples on the host
+    #: The torch twin that draws the same batches on a GPU (``--sampler-device``).
+    device_twin = "labor-device"
     #: The sampling-config fields this sampler reads, ``labor_<keyword>`` -> its keyword
     #: (:func:`twopgraph.sampler.sampler_options`).
     options = ("labor_iterations", "labor_layer_dependency", "labor_batch_dependency")

@@ -1,0 +1,202 @@
+"""``labor-device``: the torch twin of ``labor`` (layer-neighbour sampling) on a torch device.
+
+:class:`TorchLaborSampler` draws *the same mini-batches* as the numba
+:class:`~twopgraph.sampler.labor.LaborSampler` with the same ``seed``, ``key`` and options
+(identical ``input_nodes``, block CSRs and ``edge_weight``) with vectorised torch ops, on the
+CPU (how CI tests it) or on a GPU. It evaluates the same arithmetic as
+:mod:`.labor_kernels`, edge by edge, over all in-edges of a layer's dsts:
+
+1. **Scales** (:func:`_scales`). LABOR-0: ``c_s = fanout / d_s`` for ``d_s > fanout``, else
+   ``inf`` (keep all). LABOR-* (``iterations >= 1``): the candidates (distinct neighbours of
+   the layer) are numbered by ``torch.unique``; from ``pi = 1`` each round solves every row's
+   ``c_s`` with ``sum_e min(1, c_s pi_t) = fanout`` by the kernel's saturation loop, run for all
+   rows at once until none changes (one host sync per loop round), then raises
+   ``pi_t = max_s min(1, c_s pi_t)`` (a ``scatter_reduce`` ``amax``: exact, in any order). The
+   row sums go through ``index_add_``, which on the CPU adds in edge order, as the kernel does:
+   the same floats.
+2. **Keep** edge ``(s, t)`` iff ``r_t <= min(1, c_s pi_t)`` with the counter-based variate
+   ``r_t`` of :func:`variates_torch` (the uniform of one draw, or for batch dependency two
+   Box-Muller normals mixed and mapped through ``Phi``), weight ``1 / min(1, c_s pi_t)``
+   normalised over the row's kept edges (float64, then float32 as the numba sampler).
+3. **Relabel** the kept neighbours as the neighbour twin does (first appearance, no sort).
+
+The uniform variates are bit-identical to the kernel's; the batch-dependent ones go through
+torch's ``log``/``cos``/``erfc``, which may differ from libm's in the last bit, so a kept edge
+could differ only where ``r_t`` lies within an ulp of ``c_s pi_t`` (never seen in the tests).
+
+Host synchronisations per hop: the number of in-edges of the dsts (sizes the edge tensors),
+the number of kept edges, the number of vertices after the hop, plus one per round of the
+saturation loop (LABOR-*). Memory on ``device`` as :class:`~.device.TorchNeighborSampler`
+(CSR, degrees, an ``8 N``-byte relabelling map per thread) plus ``O(in-edges of the dsts)``
+float64/int64 temporaries per hop -- LABOR reads every in-edge of a dst, not ``fanout`` draws.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from ..graph import CSRGraph
+from ..minibatch import Block, MiniBatch
+from ..protocols import SAMPLERS
+from .device import TorchNeighborSampler, _relabel, _rows, _shr, draw_torch
+from .labor import _FRESH_STREAM, LaborSampler, _check_options
+from .labor_kernels import _BELOW_ONE, _SQRT_HALF, _TWO_PI, _UNIT
+
+
+def variates_torch(key0: int, key1: int, ca: float, cb: float, smooth: bool,
+                   t: torch.Tensor) -> torch.Tensor:
+    """:func:`~twopgraph.sampler.labor_kernels.variate` of every vertex of ``t`` (int64):
+    float64 in [0, 1), on ``t``'s device."""
+    if not smooth:
+        return _shr(draw_torch(key0, t, 0), 11).to(torch.float64) * _UNIT
+
+    def normal(key: int) -> torch.Tensor:
+        u1 = (_shr(draw_torch(key, t, 0), 11).to(torch.float64) + 1.0) * _UNIT
+        u2 = _shr(draw_torch(key, t, 1), 11).to(torch.float64) * _UNIT
+        return torch.sqrt(-2.0 * torch.log(u1)) * torch.cos(_TWO_PI * u2)
+
+    z = ca * normal(key0) + cb * normal(key1)
+    r = 0.5 * torch.special.erfc(-z * _SQRT_HALF)
+    return r.clamp_(max=_BELOW_ONE)
+
+
+def _row_sum(values: torch.Tensor, row: torch.Tensor, n: int) -> torch.Tensor:
+    """Per-row sums of per-edge ``values`` (``row[e]`` = the row of edge ``e``, in order)."""
+    return torch.zeros(n, dtype=values.dtype, device=values.device).index_add_(0, row, values)
+
+
+def _solve(pi_e: torch.Tensor, row: torch.Tensor, deg: torch.Tensor, k: int) -> torch.Tensor:
+    """Every row's ``c`` with ``sum_e min(1, c pi_e) = k`` (``inf`` when ``d <= k``): the
+    saturation loop of :func:`~twopgraph.sampler.labor_kernels._solve_row`, all rows in step;
+    a row stops where the kernel's does and keeps its ``c``."""
+    n = deg.shape[0]
+    active = deg > k
+    c = torch.where(active, 0.0, math.inf).to(torch.float64)
+    prev = torch.full((n,), -1, dtype=torch.int64, device=deg.device)
+    for _ in range(k + 2):  # a stepping row's count of saturated edges grows: <= k + 1 rounds
+        sat_e = c.index_select(0, row) * pi_e >= 1.0
+        sat = _row_sum(sat_e.to(torch.int64), row, n)
+        rest = _row_sum(torch.where(sat_e, 0.0, pi_e), row, n)
+        step = active & ~((sat == prev) | (sat >= k) | (rest <= 0.0))
+        if not bool(step.any()):  # host sync: one per round
+            return c
+        c = torch.where(step, (k - sat) / rest, c)
+        prev = torch.where(step, sat, prev)
+        active = step
+    raise RuntimeError(f"labor-device: the saturation loop did not settle in {k + 2} rounds")
+
+
+def _scales(nbr: torch.Tensor, row: torch.Tensor, deg: torch.Tensor, k: int,
+            iterations: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``(c, pi_e)``: the dsts' scales and each edge's neighbour importance (None: all 1) --
+    :meth:`LaborSampler.layer_scales` over the layer's in-edges ``nbr`` (``row`` = their dst)."""
+    if iterations == 0 or k < 0:
+        d = deg.to(torch.float64)
+        c = torch.full_like(d, math.inf) if k < 0 else \
+            torch.where(deg > k, k / d.clamp(min=1.0), math.inf)
+        return c, None
+    _, cand = torch.unique(nbr, return_inverse=True)
+    num_cand = int(cand.max()) + 1 if cand.numel() else 0
+    pi = torch.ones(num_cand, dtype=torch.float64, device=nbr.device)
+    for it in range(iterations + 1):
+        c = _solve(pi.index_select(0, cand), row, deg, k)
+        if it == iterations:
+            return c, pi.index_select(0, cand)
+        p = (c.index_select(0, row) * pi.index_select(0, cand)).clamp_(max=1.0)
+        pi = torch.zeros_like(pi).scatter_reduce_(0, cand, p, "amax")
+
+
+@SAMPLERS.register("labor-device")
+class TorchLaborSampler(TorchNeighborSampler):
+    """The torch twin of ``labor`` on the training device (the same batches).
+
+    ``sample(seeds, key) -> MiniBatch`` with every tensor on ``device``: the blocks of
+    :class:`~twopgraph.sampler.labor.LaborSampler` for the same ``(seed, key, options)``,
+    ``edge_weight`` included. Options as ``labor`` (``--labor-iterations``,
+    ``--labor-layer-dependency``, ``--labor-batch-dependency``); ``device`` as ``device``.
+    ``--sampler labor`` switches to it where ``--sampler-device`` puts sampling on a GPU.
+
+    Example::
+
+        >>> from twopgraph.graph import CSRGraph
+        >>> g = CSRGraph.from_edges([0, 0, 0, 1], [1, 2, 3, 2], num_nodes=4)
+        >>> a = TorchLaborSampler(g, [2], seed=0).sample(np.array([0]), key=1)
+        >>> b = LaborSampler(g, [2], seed=0).sample(np.array([0]), key=1)
+        >>> torch.equal(a.blocks[0].edge_weight, b.blocks[0].edge_weight)
+        True
+    """
+
+    options = LaborSampler.options
+    variate_keys = LaborSampler.variate_keys
+    _stream_index = staticmethod(LaborSampler._stream_index)
+
+    def __init__(self, graph: CSRGraph, fanouts: Sequence[int], seed: int = 0,
+                 degrees: np.ndarray | None = None, device="cpu", iterations: int = 0,
+                 layer_dependency: bool = False, batch_dependency: int = 1):
+        super().__init__(graph, fanouts, seed=seed, degrees=degrees, device=device)
+        self.iterations, self.layer_dependency, self.batch_dependency = _check_options(
+            iterations, layer_dependency, batch_dependency)
+        self._fresh = itertools.count()
+
+    def sample(self, seeds, key: int | None = None, parallel: bool = True) -> MiniBatch:
+        """The blocks of ``seeds`` (unique global ids: a host array/tensor or an int64 tensor
+        on ``device``); ``key`` as :meth:`LaborSampler.sample`. ``parallel`` is accepted for
+        the protocol (torch picks the threads; the result never depends on it)."""
+        seeds = self._check_seeds(seeds)
+        if key is None:
+            stream, index = _FRESH_STREAM, next(self._fresh)
+        else:
+            stream, index = self._stream_index(key)
+        return self._sample_labor(seeds, stream, int(index))
+
+    def _layer(self, nodes: torch.Tensor, hop: int, fanout: int, stream: int, index: int):
+        """One hop: ``(offsets, nbrs, weights)`` as :func:`labor_kernels.labor_sample`."""
+        dev = nodes.device
+        n = nodes.shape[0]
+        start = self.indptr.index_select(0, nodes)
+        deg = self.indptr.index_select(0, nodes + 1) - start
+        offsets = torch.zeros(n + 1, dtype=torch.int64, device=dev)
+        torch.cumsum(deg, 0, out=offsets[1:])
+        total = int(offsets[-1])  # host sync: the in-edge count sizes the edge tensors
+        row = _rows(offsets, total)
+        pos = torch.arange(total, device=dev) - offsets.index_select(0, row)
+        nbr = self.indices.index_select(0, start.index_select(0, row) + pos).to(torch.int64)
+        c, pi_e = _scales(nbr, row, deg, fanout, self.iterations)
+        c_e = c.index_select(0, row)
+        every = torch.isinf(c_e)
+        p = (c_e if pi_e is None else c_e * pi_e).clamp_(max=1.0)
+        key0, key1, ca, cb = self.variate_keys(stream, index, hop)
+        r = variates_torch(key0, key1, ca, cb, self.batch_dependency > 1, nbr)
+        keep = every | (r <= p)
+        kept = keep.nonzero().squeeze(1)  # host sync: the kept-edge count
+        krow = row.index_select(0, kept)
+        w = 1.0 / p.index_select(0, kept)
+        w = w / _row_sum(w, krow, n).index_select(0, krow)
+        counts = _row_sum(torch.ones_like(krow), krow, n)
+        out = torch.zeros(n + 1, dtype=torch.int64, device=dev)
+        torch.cumsum(counts, 0, out=out[1:])
+        return out, nbr.index_select(0, kept), w.to(torch.float32)
+
+    def _sample_labor(self, seeds: torch.Tensor, stream: int, index: int) -> MiniBatch:
+        nodes = seeds
+        raw = []
+        node_map = self._node_map()
+        try:
+            for hop, fanout in enumerate(reversed(self.fanouts)):
+                offsets, nbrs, weights = self._layer(nodes, hop, fanout, stream, index)
+                num_dst = nodes.shape[0]
+                nodes, local = _relabel(nodes, nbrs, node_map)
+                raw.append((nodes.shape[0], num_dst, offsets, local, weights))
+        except BaseException:
+            self._tls.node_map = None  # maybe left dirty: the next call makes a fresh one
+            raise
+        deg = self.deg.index_select(0, nodes)
+        blocks = [Block(num_src, num_dst, offsets, local, deg[:num_src], deg[:num_dst],
+                        edge_weight=w)
+                  for num_src, num_dst, offsets, local, w in reversed(raw)]
+        return MiniBatch(seeds=seeds, input_nodes=nodes, blocks=blocks)
