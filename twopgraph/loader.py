@@ -80,12 +80,14 @@ class EpochStats:
     source's ``advise``, :class:`~twopgraph.cache.readahead.Readahead`; 0 when the table is
     not a memory map). ``host_cache_hits`` / ``host_cache_lookups``: rows the gathers found in
     the host row cache (:class:`~twopgraph.cache.hostrows.HostRowCache`) and rows they looked
-    up there (0 without one).
+    up there (0 without one). ``sampled_edges``: the edges of every block of every batch
+    (all layers; ``sampled_edges_per_batch`` = that / ``num_batches``).
     """
 
     num_batches: int = 0
     num_seeds: int = 0
     feature_rows: int = 0
+    sampled_edges: int = 0
     cache_hits: int = 0
     h2d_bytes: int = 0
     cache_fill_bytes: int = 0
@@ -102,6 +104,10 @@ class EpochStats:
     @property
     def input_nodes_per_batch(self) -> float:
         return self.feature_rows / self.num_batches if self.num_batches else 0.0
+
+    @property
+    def sampled_edges_per_batch(self) -> float:
+        return self.sampled_edges / self.num_batches if self.num_batches else 0.0
 
     def as_dict(self) -> dict:
         d = asdict(self)
@@ -389,6 +395,7 @@ def _count_sampled(stats: EpochStats, mb: MiniBatch, secs: float) -> None:
     stats.sample_s += secs
     stats.num_batches += 1
     stats.num_seeds += mb.num_seeds
+    stats.sampled_edges += sum(b.num_edges for b in mb.blocks)
 
 
 _DONE = object()

@@ -261,3 +261,19 @@ def test_bench_sampler_cli_prints_the_formatted_record(root, capsys):
     out = capsys.readouterr().out
     _assert_readable(out)
     assert "locality.num_clusters" in out
+
+
+@pytest.mark.parametrize("sampler", ["neighbor", "labor"])
+def test_bench_sampler_counts_sampled_edges(root, capsys, sampler):
+    """With every neighbour kept (fanout -1, one layer) a batch's edges are its seeds'
+    in-degrees, so the epoch's mean is Σ in-degree(train seeds) / batches, exactly."""
+    from twopgraph.datasets import load_dataset
+    assert main(["bench", "sampler", "--dataset", "synthetic-tiny", "--data-root", str(root),
+                 "--fanouts", "-1", "--batch-size", "256", "--epochs", "1", "--warmup", "0",
+                 "--schedule", "random", "--sampler", sampler, "--json"]) == 0
+    rec = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    d = load_dataset("synthetic-tiny", data_root=str(root), progress=False)
+    deg = d.graph.indptr[1:] - d.graph.indptr[:-1]
+    want = float(deg[d.train_idx].sum()) / rec["num_batches"]
+    assert rec["sampled_edges_per_batch"] == pytest.approx(want, rel=1e-12)
+    assert rec["sampler"] == sampler and rec["input_nodes_per_batch"] > 256

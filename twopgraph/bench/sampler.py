@@ -63,6 +63,8 @@ def run(cfg: BenchSamplerConfig) -> dict:
         "num_batches": stats.num_batches, "num_seeds": stats.num_seeds,
         "seeds_per_s": stats.num_seeds / epoch_s, "sample_epoch_s": epoch_s,
         "sample_epoch_s_all": times, "input_nodes_per_batch": stats.input_nodes_per_batch,
+        "sampled_edges_per_batch": stats.sampled_edges_per_batch,
+        "sampler": s.sampler, "sampler_options": sampler_options(s.sampler, s),
         "feature_rows": stats.feature_rows, "locality": prep.summary(),
     }
 
