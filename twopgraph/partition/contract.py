@@ -90,48 +90,51 @@ def _block_tables(indptr, start, members, lo, hi, num):
 
 
 @njit(parallel=True, nogil=True, cache=True)
+def _rows_pass(indptr, indices, ew, cid, start, members, counts, out_idx, out_w, fill):
+    """One parallel pass over blocks of groups: ``fill`` False writes each group's number of
+    neighbouring groups to ``counts[c + 1]``; True writes its row, sorted by neighbour, at
+    ``counts[c]`` (the prefix sums) of ``out_idx``/``out_w``."""
+    num = start.shape[0] - 1
+    weighted = ew.shape[0] > 0
+    for blk in prange((num + BLOCK - 1) // BLOCK):
+        lo = blk * BLOCK
+        hi = min(num, lo + BLOCK)
+        tkeys, tvals, touched = _block_tables(indptr, start, members, lo, hi, num)
+        for c in range(lo, hi):
+            nt = _row(indptr, indices, ew, cid, start, members, c, tkeys, tvals, touched,
+                      num, weighted)
+            if fill:
+                o = counts[c]
+                keys = np.empty(nt, dtype=np.int64)
+                for t in range(nt):
+                    keys[t] = tkeys[touched[t]]
+                order = np.argsort(keys)
+                for t in range(nt):
+                    s = touched[order[t]]
+                    out_idx[o + t] = tkeys[s]
+                    out_w[o + t] = tvals[s]
+            else:
+                counts[c + 1] = nt
+            for t in range(nt):
+                tkeys[touched[t]] = -1
+
+
+@njit(nogil=True, cache=True)
 def contract(indptr, indices, ew, cid, start, members):
     """The coarse graph of the grouping ``cid`` (``start``/``members`` from :func:`group_by`):
     ``(indptr, indices, weights)`` (int64), one row per group, its neighbouring groups in
     ascending order with the summed weights (``ew``; empty = 1 per edge) of the fine edges
-    between them; edges inside a group are dropped. Two parallel passes over blocks of groups
-    (count, then fill)."""
+    between them; edges inside a group are dropped. Two parallel passes of
+    :func:`_rows_pass` (count, then fill)."""
     num = start.shape[0] - 1
-    weighted = ew.shape[0] > 0
-    nblocks = (num + BLOCK - 1) // BLOCK
     counts = np.zeros(num + 1, dtype=np.int64)
-    for blk in prange(nblocks):
-        lo = blk * BLOCK
-        hi = min(num, lo + BLOCK)
-        tkeys, tvals, touched = _block_tables(indptr, start, members, lo, hi, num)
-        for c in range(lo, hi):
-            nt = _row(indptr, indices, ew, cid, start, members, c, tkeys, tvals, touched,
-                      num, weighted)
-            counts[c + 1] = nt
-            for t in range(nt):
-                tkeys[touched[t]] = -1
+    none = np.empty(0, dtype=np.int64)
+    _rows_pass(indptr, indices, ew, cid, start, members, counts, none, none, False)
     for c in range(num):
         counts[c + 1] += counts[c]
     out_idx = np.empty(counts[num], dtype=np.int64)
     out_w = np.empty(counts[num], dtype=np.int64)
-    for blk in prange(nblocks):
-        lo = blk * BLOCK
-        hi = min(num, lo + BLOCK)
-        tkeys, tvals, touched = _block_tables(indptr, start, members, lo, hi, num)
-        for c in range(lo, hi):
-            nt = _row(indptr, indices, ew, cid, start, members, c, tkeys, tvals, touched,
-                      num, weighted)
-            o = counts[c]
-            keys = np.empty(nt, dtype=np.int64)
-            for t in range(nt):
-                keys[t] = tkeys[touched[t]]
-            order = np.argsort(keys)
-            for t in range(nt):
-                s = touched[order[t]]
-                out_idx[o + t] = tkeys[s]
-                out_w[o + t] = tvals[s]
-            for t in range(nt):
-                tkeys[touched[t]] = -1
+    _rows_pass(indptr, indices, ew, cid, start, members, counts, out_idx, out_w, True)
     return counts, out_idx, out_w
 
 

@@ -105,23 +105,24 @@ def _solve_row(pi, cand, e0, d, k):
 
 
 def _solve_row_ref(pi, cand, e0, d, k):
-    """Python twin of :func:`_solve_row`."""
+    """NumPy twin of :func:`_solve_row` (whole-row array ops per round; the sums in edge
+    order, as the kernel adds them)."""
     if k < 0 or d <= k:
         return math.inf
+    p = np.ones(d) if len(pi) == 0 else np.asarray(pi, dtype=np.float64)[cand[e0:e0 + d]]
     c, prev = 0.0, -1
     for _ in range(d + 2):
-        sat, rest = 0, 0.0
-        for e in range(e0, e0 + d):
-            p = 1.0 if len(pi) == 0 else float(pi[cand[e]])
-            if c * p >= 1.0:
-                sat += 1
-            else:
-                rest += p
+        sat_e = c * p >= 1.0
+        sat, rest = int(sat_e.sum()), _ordered_sum(p[~sat_e])
         if sat == prev or sat >= k or rest <= 0.0:
             break
-        c = (k - sat) / rest
-        prev = sat
+        c, prev = (k - sat) / rest, sat
     return c
+
+
+def _ordered_sum(x: np.ndarray) -> float:
+    """Left-to-right float64 sum (``np.sum`` adds pairwise: other last bits)."""
+    return float(np.cumsum(x)[-1]) if x.shape[0] else 0.0
 
 
 @njit(inline="always", cache=True)
