@@ -73,12 +73,17 @@ def kernel_name(fn: Callable) -> str:
     return f"{py.__module__}.{py.__qualname__}"
 
 
-def register(kernel: Callable, twin: Callable) -> Callable:
+def register(kernel: Callable, twin: Callable, name: str | None = None) -> Callable:
     """Record ``twin`` as the NumPy/Python reference of ``kernel``; returns ``kernel``.
 
-    A serial variant of a parallel kernel registers under its own name with the same twin.
+    A serial variant of a parallel kernel registers under its own name with the same twin
+    (``name``: the module-level name it is bound to, when it is compiled from the parallel
+    kernel's Python function and so shares its qualified name).
     """
-    KERNELS[kernel_name(kernel)] = (kernel, twin)
+    key = kernel_name(kernel)
+    if name is not None:
+        key = f"{key.rsplit('.', 1)[0]}.{name}"
+    KERNELS[key] = (kernel, twin)
     return kernel
 
 

@@ -171,20 +171,9 @@ def labor_pi(indptr, nodes, cand, num_cand, fanout, iterations):
     return c, pi
 
 
-@njit(nogil=True, cache=True)
-def labor_pi_serial(indptr, nodes, cand, num_cand, fanout, iterations):
-    """:func:`labor_pi` on the calling thread only (same output)."""
-    n = nodes.shape[0]
-    starts = _row_starts(indptr, nodes)
-    pi = np.ones(num_cand, dtype=np.float64)
-    c = np.empty(n, dtype=np.float64)
-    for it in range(iterations + 1):
-        for i in range(n):
-            c[i] = _solve_row(pi, cand, starts[i], starts[i + 1] - starts[i], fanout)
-        if it == iterations:
-            break
-        pi = _raised(starts, cand, c, pi)
-    return c, pi
+#: :func:`labor_pi` on the calling thread only (same output): the same code compiled without
+#: ``parallel``, where ``prange`` is ``range``.
+labor_pi_serial = njit(nogil=True, cache=True)(getattr(labor_pi, "py_func", labor_pi))
 
 
 def labor_pi_ref(indptr, nodes, cand, num_cand, fanout, iterations):
@@ -324,6 +313,6 @@ def labor_sample_ref(indptr, indices, nodes, c, pi, cand, key0, key1, ca, cb, sm
 
 register(variate, variate_ref)
 register(labor_pi, labor_pi_ref)
-register(labor_pi_serial, labor_pi_ref)
+register(labor_pi_serial, labor_pi_ref, name="labor_pi_serial")
 register(labor_sample, labor_sample_ref)
 register(labor_sample_serial, labor_sample_ref)
