@@ -200,40 +200,41 @@ def labor_pi_ref(indptr, nodes, cand, num_cand, fanout, iterations):
 
 # -- sampling ---------------------------------------------------------------------------------------
 @njit(inline="always", cache=True)
-def _keep(indices, e, ci, pi, cand, ce, key0, key1, ca, cb, smooth):
-    """The inclusion probability of CSR edge ``e`` (candidate edge ``ce``) of a dst with
-    scale ``ci``, or 0 when its neighbour's variate exceeds it (not kept)."""
+def _prob(ci, pi, cand, ce):
+    """The inclusion probability ``min(1, c_s pi_t)`` of candidate edge ``ce``."""
     p = ci if pi.shape[0] == 0 else ci * pi[cand[ce]]
-    if p > 1.0:
-        p = 1.0
-    r = variate(key0, key1, ca, cb, smooth, indices[e])
-    return p if r <= p else 0.0
+    return p if p < 1.0 else 1.0
 
 
 @njit(inline="always", cache=True)
-def _count_row(indptr, indices, v, ci, pi, cand, ce0, key0, key1, ca, cb, smooth):
-    if ci == np.inf:
-        return indptr[v + 1] - indptr[v]
-    m = 0
+def _mark_row(indptr, indices, v, ci, pi, cand, ce0, key0, key1, ca, cb, smooth, kept):
+    """Flag (``kept[ce0 + j] = 1``) the neighbours dst ``v`` keeps, each neighbour's variate
+    computed once; their number."""
     start = indptr[v]
-    for j in range(indptr[v + 1] - start):
-        if _keep(indices, start + j, ci, pi, cand, ce0 + j, key0, key1, ca, cb, smooth) > 0.0:
-            m += 1
+    d = indptr[v + 1] - start
+    if ci == np.inf:
+        kept[ce0:ce0 + d] = 1
+        return d
+    m = 0
+    for j in range(d):
+        keep = variate(key0, key1, ca, cb, smooth, indices[start + j]) <= \
+            _prob(ci, pi, cand, ce0 + j)
+        kept[ce0 + j] = keep
+        m += keep
     return m
 
 
 @njit(inline="always", cache=True)
-def _fill_row(indptr, indices, v, ci, pi, cand, ce0, key0, key1, ca, cb, smooth, nbrs,
-              weights, o):
+def _fill_row(indptr, indices, v, ci, pi, cand, ce0, kept, nbrs, weights, o):
+    """Write dst ``v``'s kept neighbours from ``o`` on, each weighted by its inverse inclusion
+    probability over the row's sum."""
     start = indptr[v]
     m = 0
     total = 0.0
     for j in range(indptr[v + 1] - start):
-        p = 1.0 if ci == np.inf else _keep(indices, start + j, ci, pi, cand, ce0 + j, key0,
-                                            key1, ca, cb, smooth)
-        if p > 0.0:
+        if kept[ce0 + j]:
             nbrs[o + m] = indices[start + j]
-            w = 1.0 / p
+            w = 1.0 / (1.0 if ci == np.inf else _prob(ci, pi, cand, ce0 + j))
             weights[o + m] = w
             total += w
             m += 1
@@ -247,40 +248,30 @@ def labor_sample(indptr, indices, nodes, c, pi, cand, key0, key1, ca, cb, smooth
     in ``nbrs[offsets[i]:offsets[i+1]]`` (global ids, dtype of ``indices``, CSR order) and
     their weights (float64: ``1 / min(1, c_i pi_t)`` over the row's sum, summing to 1 per
     dst). Dst ``i`` keeps neighbour ``t`` iff ``variate(t) <= min(1, c[i] pi_t)``; ``pi``
-    empty means ``pi = 1`` (LABOR-0; ``cand`` unused then). Parallel over dsts;
-    :func:`labor_sample_serial` is the same on one thread."""
+    empty means ``pi = 1`` (LABOR-0; ``cand`` unused then). Parallel over dsts: a first pass
+    draws every in-edge's variate once and flags the kept ones (one byte per in-edge of the
+    dsts), a second writes them; :func:`labor_sample_serial` is the same on one thread."""
     n = nodes.shape[0]
-    starts = _row_starts(indptr, nodes) if pi.shape[0] else np.zeros(n + 1, dtype=np.int64)
+    starts = _row_starts(indptr, nodes)
+    kept = np.empty(starts[n], dtype=np.uint8)
     counts = np.empty(n + 1, dtype=np.int64)
     counts[0] = 0
     for i in prange(n):
-        counts[i + 1] = _count_row(indptr, indices, nodes[i], c[i], pi, cand, starts[i], key0,
-                                   key1, ca, cb, smooth)
+        counts[i + 1] = _mark_row(indptr, indices, nodes[i], c[i], pi, cand, starts[i], key0,
+                                  key1, ca, cb, smooth, kept)
     offsets = np.cumsum(counts)
     nbrs = np.empty(offsets[n], dtype=indices.dtype)
     weights = np.empty(offsets[n], dtype=np.float64)
     for i in prange(n):
-        _fill_row(indptr, indices, nodes[i], c[i], pi, cand, starts[i], key0, key1, ca, cb,
-                  smooth, nbrs, weights, offsets[i])
+        _fill_row(indptr, indices, nodes[i], c[i], pi, cand, starts[i], kept, nbrs, weights,
+                  offsets[i])
     return offsets, nbrs, weights
 
 
-@njit(nogil=True, cache=True)
-def labor_sample_serial(indptr, indices, nodes, c, pi, cand, key0, key1, ca, cb, smooth):
-    """:func:`labor_sample` on the calling thread only (same output)."""
-    n = nodes.shape[0]
-    starts = _row_starts(indptr, nodes) if pi.shape[0] else np.zeros(n + 1, dtype=np.int64)
-    offsets = np.empty(n + 1, dtype=np.int64)
-    offsets[0] = 0
-    for i in range(n):
-        offsets[i + 1] = offsets[i] + _count_row(indptr, indices, nodes[i], c[i], pi, cand,
-                                                 starts[i], key0, key1, ca, cb, smooth)
-    nbrs = np.empty(offsets[n], dtype=indices.dtype)
-    weights = np.empty(offsets[n], dtype=np.float64)
-    for i in range(n):
-        _fill_row(indptr, indices, nodes[i], c[i], pi, cand, starts[i], key0, key1, ca, cb,
-                  smooth, nbrs, weights, offsets[i])
-    return offsets, nbrs, weights
+#: :func:`labor_sample` on the calling thread only (same output): its code compiled without
+#: ``parallel``.
+labor_sample_serial = njit(nogil=True, cache=True)(getattr(labor_sample, "py_func",
+                                                          labor_sample))
 
 
 def labor_sample_ref(indptr, indices, nodes, c, pi, cand, key0, key1, ca, cb, smooth):
@@ -315,4 +306,4 @@ register(variate, variate_ref)
 register(labor_pi, labor_pi_ref)
 register(labor_pi_serial, labor_pi_ref, name="labor_pi_serial")
 register(labor_sample, labor_sample_ref)
-register(labor_sample_serial, labor_sample_ref)
+register(labor_sample_serial, labor_sample_ref, name="labor_sample_serial")
