@@ -213,22 +213,31 @@ class TorchNeighborSampler:
         return m
 
     def _sample(self, seeds: torch.Tensor, key: int) -> MiniBatch:
+        def draw(hop: int, fanout: int, nodes: torch.Tensor):
+            return (*self._sample_neighbors(nodes, fanout, mix_key(self.seed, key, hop)), None)
+        return self._expand(seeds, draw)
+
+    def _expand(self, seeds: torch.Tensor, draw) -> MiniBatch:
+        """The blocks of ``seeds``, hop by hop: ``draw(hop, fanout, nodes)`` gives the hop's
+        ``(offsets, nbrs, edge_weight or None)`` for the dsts ``nodes`` (hop 0 = the seeds'
+        own neighbours); the neighbours are relabelled and the new ones appended to the src
+        vertices (:meth:`NeighborSampler._expand` in torch ops)."""
         nodes = seeds
         raw = []
         node_map = self._node_map()
         try:
             for hop, fanout in enumerate(reversed(self.fanouts)):
-                hop_key = mix_key(self.seed, key, hop)
-                offsets, nbrs = self._sample_neighbors(nodes, fanout, hop_key)
+                offsets, nbrs, weights = draw(hop, fanout, nodes)
                 num_dst = nodes.shape[0]
                 nodes, local = _relabel(nodes, nbrs, node_map)
-                raw.append((nodes.shape[0], num_dst, offsets, local))
+                raw.append((nodes.shape[0], num_dst, offsets, local, weights))
         except BaseException:
             self._tls.node_map = None  # maybe left dirty: the next call makes a fresh one
             raise
         deg = self.deg.index_select(0, nodes)
-        blocks = [Block(num_src, num_dst, offsets, local, deg[:num_src], deg[:num_dst])
-                  for num_src, num_dst, offsets, local in reversed(raw)]
+        blocks = [Block(num_src, num_dst, offsets, local, deg[:num_src], deg[:num_dst],
+                        edge_weight=w)
+                  for num_src, num_dst, offsets, local, w in reversed(raw)]
         return MiniBatch(seeds=seeds, input_nodes=nodes, blocks=blocks)
 
     def _sample_neighbors(self, nodes: torch.Tensor, fanout: int, key: int):

@@ -41,7 +41,7 @@ import numpy as np
 import torch
 
 from ..graph import CSRGraph
-from ..minibatch import Block, MiniBatch
+from ..minibatch import MiniBatch
 from ..protocols import SAMPLERS
 from .device import TorchNeighborSampler, _relabel, _rows, _shr, draw_torch
 from .labor import _FRESH_STREAM, LaborSampler, _check_options
@@ -78,17 +78,19 @@ def _solve(pi_e: torch.Tensor, row: torch.Tensor, deg: torch.Tensor, k: int) -> 
     active = deg > k
     c = torch.where(active, 0.0, math.inf).to(torch.float64)
     prev = torch.full((n,), -1, dtype=torch.int64, device=deg.device)
-    for _ in range(k + 2):  # a stepping row's count of saturated edges grows: <= k + 1 rounds
+    rnd = 0
+    while True:
         sat_e = c.index_select(0, row) * pi_e >= 1.0
         sat = _row_sum(sat_e.to(torch.int64), row, n)
         rest = _row_sum(torch.where(sat_e, 0.0, pi_e), row, n)
-        step = active & ~((sat == prev) | (sat >= k) | (rest <= 0.0))
+        # the kernel's row loop runs at most d + 2 rounds
+        step = active & ~((sat == prev) | (sat >= k) | (rest <= 0.0)) & (rnd < deg + 2)
         if not bool(step.any()):  # host sync: one per round
             return c
         c = torch.where(step, (k - sat) / rest, c)
         prev = torch.where(step, sat, prev)
         active = step
-    raise RuntimeError(f"labor-device: the saturation loop did not settle in {k + 2} rounds")
+        rnd += 1
 
 
 def _scales(nbr: torch.Tensor, row: torch.Tensor, deg: torch.Tensor, k: int,
@@ -183,20 +185,5 @@ class TorchLaborSampler(TorchNeighborSampler):
         return out, nbr.index_select(0, kept), w.to(torch.float32)
 
     def _sample_labor(self, seeds: torch.Tensor, stream: int, index: int) -> MiniBatch:
-        nodes = seeds
-        raw = []
-        node_map = self._node_map()
-        try:
-            for hop, fanout in enumerate(reversed(self.fanouts)):
-                offsets, nbrs, weights = self._layer(nodes, hop, fanout, stream, index)
-                num_dst = nodes.shape[0]
-                nodes, local = _relabel(nodes, nbrs, node_map)
-                raw.append((nodes.shape[0], num_dst, offsets, local, weights))
-        except BaseException:
-            self._tls.node_map = None  # maybe left dirty: the next call makes a fresh one
-            raise
-        deg = self.deg.index_select(0, nodes)
-        blocks = [Block(num_src, num_dst, offsets, local, deg[:num_src], deg[:num_dst],
-                        edge_weight=w)
-                  for num_src, num_dst, offsets, local, w in reversed(raw)]
-        return MiniBatch(seeds=seeds, input_nodes=nodes, blocks=blocks)
+        return self._expand(seeds, lambda hop, fanout, nodes:
+                            self._layer(nodes, hop, fanout, stream, index))
