@@ -60,8 +60,7 @@ def run(cmd: list[str], out: Path, resume: bool) -> list[dict]:
         sys.exit(f"bench_sampling: {' '.join(cmd[2:])} failed ({p.returncode}):\n"
                  f"{p.stderr[-2000:]}")
     rec = [json.loads(ln) for ln in p.stdout.splitlines() if ln.startswith("{")]
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(rec))
+    _write(out, rec)
     return rec
 
 
@@ -84,13 +83,24 @@ def train_run(base: list[str], flags: list[str], seed: int, out: Path, a) -> dic
            "input_nodes_per_batch": statistics.mean(e["input_nodes_per_batch"]
                                                     for e in m["epochs"]),
            "schedule": m.get("schedule")}
-    out.write_text(json.dumps(rec))
+    _write(out, rec)
     return rec
+
+
+def _write(out: Path, rec) -> None:
+    """``rec`` as JSON at ``out``, atomically (a killed run leaves no half record that
+    ``--resume`` would read)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(json.dumps(rec))
+    tmp.replace(out)
 
 
 def measure(ds: str, a) -> list[dict]:
     """Every schedule x variant of dataset ``ds``: one row each."""
     name = Path(ds).stem if ds.endswith(".npz") else ds
+    if ds.endswith(".npz"):  # the runs start in the repository root
+        ds = str(Path(ds).resolve())
     base = ["--dataset", ds, "--threads", str(a.threads)]
     if a.data_root:
         base += ["--data-root", a.data_root]
