@@ -127,7 +127,8 @@ def test_cycle_finder_finds_a_planted_cycle():
 # Layers, bottom first; a module may import its own layer and the ones below, never above.
 LAYERS = [
     {"twopgraph", "twopgraph.__main__", "twopgraph.errors", "twopgraph.registry",
-     "twopgraph.choices", "twopgraph.fanouts", "twopgraph.jit", "twopgraph.heap", "twopgraph.files",
+     "twopgraph.choices", "twopgraph.fanouts", "twopgraph.jit", "twopgraph.memhint",
+     "twopgraph.heap", "twopgraph.files",
      "twopgraph.minibatch", "twopgraph.rng", "twopgraph.fingerprint", "twopgraph.graph",
      "twopgraph.metrics", "twopgraph.protocols", "twopgraph.synthetic", "twopgraph.datasets",
      "twopgraph.graphio", "twopgraph.graphkernels",

@@ -49,7 +49,41 @@ def check_draw(kernel, twin):
         assert int(kernel(np.uint64(key), v, j)) == twin(key, v, j)
 
 
+def check_draw_at(kernel, twin):
+    from twopgraph.rng import draw_ref, vertex_base_ref
+    rng = np.random.default_rng(2)
+    for _ in range(100):
+        key, v, j = (int(rng.integers(0, hi)) for hi in (2**63, 10**9, 10**4))
+        base = vertex_base_ref(v)
+        assert int(kernel(np.uint64(key), np.uint64(base), j)) == twin(key, base, j)
+        assert twin(key, base, j) == draw_ref(key, v, j)
+
+
+def check_take(kernel, twin):
+    rng = np.random.default_rng(3)
+    for dtype in (np.float32, np.int64):
+        values = rng.integers(0, 1000, 500).astype(dtype)
+        for m in (0, 1, 5, 40, 3000):
+            idx = rng.integers(0, 500, m)
+            got, want = kernel(values, idx), twin(values, idx)
+            np.testing.assert_array_equal(got, want)
+            assert got.dtype == want.dtype
+
+
+def check_vertex_base(kernel, twin):
+    for v in [0, 1, 7, 10**9, 2**40 + 3]:
+        assert int(kernel(v)) == twin(v)
+
+
 def check_sample_neighbors(kernel, twin):
+    # several chunks of the parallel kernel's passes, hubs of many bitmap words, repeated dsts
+    big = random_graph(5000, 60000, seed=9, hub=True)
+    nodes = np.random.default_rng(9).integers(0, 5000, 3000).astype(np.int64)
+    for fanout in (2, 15, 200, -1):
+        o1, n1 = kernel(big.indptr, big.indices, nodes, fanout, np.uint64(77))
+        o2, n2 = twin(big.indptr, big.indices, nodes, fanout, 77)
+        np.testing.assert_array_equal(o1, o2)
+        np.testing.assert_array_equal(n1, n2)
     for dtype in (None, np.int64):
         for seed, g in graphs(dtype):
             n = g.num_nodes
@@ -71,8 +105,9 @@ def check_relabel(kernel, twin):
         known = rng.choice(n, num_known, replace=False)
         nbrs = rng.integers(0, n, int(rng.integers(0, 300))).astype((np.int32, np.int64)[trial % 2])
         got = []
+        map_dtype = (np.int64, np.int64, np.int32)[trial % 3]
         for fn in (kernel, twin):
-            node_map = np.full(n, -1, dtype=np.int64)
+            node_map = np.full(n, -1, dtype=map_dtype)
             node_map[known] = np.arange(num_known)
             frontier = np.full(nbrs.shape[0], -5, dtype=np.int64)
             local, num_new = fn(nbrs, node_map, num_known, frontier)
@@ -623,6 +658,8 @@ def check_labor_sample(kernel, twin):
 CHECKS = {
     "twopgraph.rng.splitmix64": check_splitmix64,
     "twopgraph.rng.draw": check_draw,
+    "twopgraph.rng.draw_at": check_draw_at,
+    "twopgraph.rng.vertex_base": check_vertex_base,
     "twopgraph.graphkernels.permute_csr": check_permute_csr,
     "twopgraph.graphkernels.csr_violations": check_csr_violations,
     "twopgraph.csrbuild.count_degrees": check_count_degrees,
@@ -637,6 +674,7 @@ CHECKS = {
     "twopgraph.sampler.kernels.clear_table": check_clear_table,
     "twopgraph.sampler.kernels.reset_map": check_reset_map,
     "twopgraph.sampler.kernels.reset_map_serial": check_reset_map,
+    "twopgraph.sampler.kernels.take": check_take,
     "twopgraph.sampler.labor_kernels.variate": check_variate,
     "twopgraph.sampler.labor_kernels.labor_pi": check_labor_pi,
     "twopgraph.sampler.labor_kernels.labor_pi_serial": check_labor_pi,

@@ -57,6 +57,7 @@ import torch
 
 from . import livemap
 from .cache.directory import announced
+from .heap import BatchHeap
 from .jit import configure_threading, thread_count
 from .metrics import transfer_metrics
 from .protocols import FeatureSource
@@ -227,18 +228,20 @@ class Loader:
         """Sampling only (no features, no prefetch thread: every thread samples); the figures
         of ``twopgraph bench sampler``."""
         stats = EpochStats()
-        with thread_count(1):
+        # as in a training epoch (twopgraph.epoch), batches reuse the pages the last ones freed
+        with thread_count(1), BatchHeap() as heap:
             for mb, secs in sampled_batches(self.scheduler, self._sampling(), epoch,
                                             self._all_workers()):
                 _count_sampled(stats, mb, secs)
                 stats.feature_rows += int(mb.input_nodes.shape[0])
+                heap.step()
         self.stats = stats
         return stats
 
     def input_stream(self, epoch: int = 0) -> list[np.ndarray]:
         """The input vertices of every batch of ``epoch`` (the access stream a feature source
         sees), sampled on every thread."""
-        with thread_count(1):
+        with thread_count(1), BatchHeap():
             return [mb.input_nodes.numpy() for mb, _ in
                     sampled_batches(self.scheduler, self._sampling(), epoch,
                                     self._all_workers())]

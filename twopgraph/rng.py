@@ -86,7 +86,30 @@ def batch_key(epoch: int, batch: int) -> BatchKey:
 def draw(key, v, j):
     """Draw ``j`` of vertex ``v`` in stream ``key`` (uint64)."""
     # Two rounds so that nearby (v, j) pairs decorrelate.
-    return splitmix64(key ^ splitmix64(np.uint64(v) * np.uint64(0x100000001B3) + np.uint64(j)))
+    return draw_at(key, vertex_base(v), j)
+
+
+@njit(inline="always", cache=True)
+def vertex_base(v):
+    """The per-vertex part of :func:`draw`'s counter (uint64), for a kernel that draws many
+    times for one vertex: ``draw(key, v, j) == draw_at(key, vertex_base(v), j)``."""
+    return np.uint64(v) * np.uint64(0x100000001B3)
+
+
+@njit(inline="always", cache=True)
+def draw_at(key, base, j):
+    """:func:`draw` from ``base = vertex_base(v)`` (uint64)."""
+    return splitmix64(key ^ splitmix64(base + np.uint64(j)))
+
+
+def draw_at_ref(key: int, base: int, j: int) -> int:
+    """Reference twin of :func:`draw_at` on Python ints."""
+    return splitmix64_ref(key ^ splitmix64_ref((base + j) & MASK64))
+
+
+def vertex_base_ref(v: int) -> int:
+    """Reference twin of :func:`vertex_base` on Python ints."""
+    return (v * 0x100000001B3) & MASK64
 
 
 def draw_ref(key: int, v: int, j: int) -> int:
@@ -96,3 +119,5 @@ def draw_ref(key: int, v: int, j: int) -> int:
 
 register(splitmix64, splitmix64_ref)
 register(draw, draw_ref)
+register(draw_at, draw_at_ref)
+register(vertex_base, vertex_base_ref)

@@ -13,40 +13,78 @@ import numpy as np
 from numba import njit, prange
 
 from ..jit import register
-from ..rng import draw, draw_ref
+from ..memhint import PREFETCH_DIST, prefetch
+from ..rng import draw_at, draw_ref, vertex_base
 
 # -- neighbour sampling (uniform, without replacement; Floyd's algorithm) -------------------------
 
 
 @njit(inline="always", cache=True)
-def _num_sampled(indptr, v, fanout):
-    d = indptr[v + 1] - indptr[v]
-    return d if (fanout < 0 or d <= fanout) else fanout
+def _row_pass(indptr, nodes, lo, hi, fanout, starts, degs, counts, dist):
+    """Rows of ``nodes[lo:hi]``: ``starts[i] = indptr[v]``, ``degs[i]`` = d and
+    ``counts[i + 1]`` = how many neighbours of ``v`` are taken (min(fanout, d), d when
+    ``fanout < 0``); returns the largest degree of a row that is sampled (not taken whole), 0
+    if none. ``indptr`` of the vertex ``dist`` positions ahead is prefetched."""
+    maxd = 0
+    for i in range(lo, hi):
+        if i + dist < hi:
+            prefetch(indptr, nodes[i + dist])
+        v = nodes[i]
+        s = indptr[v]
+        d = indptr[v + 1] - s
+        starts[i] = s
+        degs[i] = d
+        if fanout < 0 or d <= fanout:
+            counts[i + 1] = d
+        else:
+            counts[i + 1] = fanout
+            if d > maxd:
+                maxd = d
+    return maxd
 
 
 @njit(inline="always", cache=True)
-def _sample_one(indptr, indices, v, fanout, key, nbrs, o):
-    """Neighbours of ``v`` into ``nbrs[o:o + _num_sampled(v)]`` (see :func:`sample_neighbors`)."""
-    start = indptr[v]
-    d = indptr[v + 1] - start
-    if fanout < 0 or d <= fanout:
+def _positions(key, v, start, d, k, pos, o, bits):
+    """CSR positions of the ``k`` of ``d`` neighbours of ``v`` (row at ``start``) that are
+    taken, into ``pos[o:o + k]``: the whole row when ``k == d``, else Floyd's algorithm (for
+    j in d-k..d-1 pick t in [0, j]; take t unless taken, else j) in CSR positions. ``bits``
+    (uint64 words, at least d bits, all zero) marks the positions taken and is left all zero.
+    """
+    if k == d:
         for j in range(d):
-            nbrs[o + j] = indices[start + j]
+            pos[o + j] = start + j
         return
-    # Floyd: for j in d-f..d-1 pick t in [0, j]; take t unless taken, else take j.
-    # Positions are kept in nbrs (as positions) and translated at the end.
+    base = vertex_base(v)
     c = 0
-    for j in range(d - fanout, d):
-        t = np.int64(draw(key, v, j) % np.uint64(j + 1))
-        seen = False
-        for q in range(c):
-            if nbrs[o + q] == t:
-                seen = True
-                break
-        nbrs[o + c] = j if seen else t
+    for j in range(d - k, d):
+        t = np.int64(draw_at(key, base, j) % np.uint64(j + 1))
+        w = t >> 6
+        b = np.uint64(1) << np.uint64(t & 63)
+        if bits[w] & b:
+            t = j
+            w = t >> 6
+            b = np.uint64(1) << np.uint64(t & 63)
+        bits[w] |= b
+        pos[o + c] = t
         c += 1
-    for q in range(fanout):
-        nbrs[o + q] = indices[start + nbrs[o + q]]
+    for q in range(k):
+        t = pos[o + q]
+        bits[t >> 6] = 0
+        pos[o + q] = start + t
+
+
+@njit(inline="always", cache=True)
+def _gather(indices, pos, lo, hi, nbrs, dist):
+    """``nbrs[e] = indices[pos[e]]`` for e in [lo, hi), the entry ``dist`` edges ahead
+    prefetched (the rows of a hop lie anywhere in the CSR: every read is a miss)."""
+    for e in range(lo, hi):
+        if e + dist < hi:
+            prefetch(indices, pos[e + dist])
+        nbrs[e] = indices[pos[e]]
+
+
+#: dsts per task of the parallel kernel's row and position passes.
+_CHUNK = 1024
 
 
 @njit(parallel=True, nogil=True, cache=True)
@@ -58,17 +96,40 @@ def sample_neighbors(indptr, indices, nodes, fanout, key):
     gives all d neighbours when ``fanout < 0`` or ``d <= fanout``; otherwise ``fanout``
     distinct ones, each neighbour being taken with probability ``fanout / d`` (Floyd's
     algorithm, positions in CSR order).
-    Parallel over vertices; :func:`sample_neighbors_serial` is the same on one thread.
+
+    Three passes, each prefetching ``PREFETCH_DIST`` iterations ahead (sampling is bound by
+    memory latency): the dsts' rows (start, count), the positions taken (draws only, no
+    memory), the neighbours at those positions. Scratch: 8 bytes per sampled edge (the
+    positions) and a bitmap of the largest sampled degree per task.
+    Parallel over chunks of vertices; :func:`sample_neighbors_serial` is the same on one
+    thread.
     """
     n = nodes.shape[0]
+    dist = PREFETCH_DIST
+    starts = np.empty(n, dtype=np.int64)
+    degs = np.empty(n, dtype=np.int64)
     counts = np.empty(n + 1, dtype=np.int64)
     counts[0] = 0
-    for i in prange(n):
-        counts[i + 1] = _num_sampled(indptr, nodes[i], fanout)
+    nchunks = (n + _CHUNK - 1) // _CHUNK
+    maxds = np.zeros(max(nchunks, 1), dtype=np.int64)
+    for c in prange(nchunks):
+        lo = c * _CHUNK
+        maxds[c] = _row_pass(indptr, nodes, lo, min(n, lo + _CHUNK), fanout, starts, degs,
+                             counts, dist)
     offsets = np.cumsum(counts)
-    nbrs = np.empty(offsets[n], dtype=indices.dtype)
-    for i in prange(n):
-        _sample_one(indptr, indices, nodes[i], fanout, key, nbrs, offsets[i])
+    m = offsets[n]
+    pos = np.empty(m, dtype=np.int64)
+    words = (maxds.max() >> 6) + 1
+    for c in prange(nchunks):
+        bits = np.zeros(words, dtype=np.uint64)
+        for i in range(c * _CHUNK, min(n, (c + 1) * _CHUNK)):
+            _positions(key, nodes[i], starts[i], degs[i], offsets[i + 1] - offsets[i], pos,
+                       offsets[i], bits)
+    nbrs = np.empty(m, dtype=indices.dtype)
+    echunks = (m + 16 * _CHUNK - 1) // (16 * _CHUNK)
+    for c in prange(echunks):
+        lo = c * 16 * _CHUNK
+        _gather(indices, pos, lo, min(m, lo + 16 * _CHUNK), nbrs, dist)
     return offsets, nbrs
 
 
@@ -77,13 +138,21 @@ def sample_neighbors_serial(indptr, indices, nodes, fanout, key):
     """:func:`sample_neighbors` on the calling thread only (same output), for samplers that
     run several batches at once, one per thread."""
     n = nodes.shape[0]
-    offsets = np.empty(n + 1, dtype=np.int64)
-    offsets[0] = 0
+    dist = PREFETCH_DIST
+    starts = np.empty(n, dtype=np.int64)
+    degs = np.empty(n, dtype=np.int64)
+    counts = np.empty(n + 1, dtype=np.int64)
+    counts[0] = 0
+    maxd = _row_pass(indptr, nodes, 0, n, fanout, starts, degs, counts, dist)
+    offsets = np.cumsum(counts)
+    m = offsets[n]
+    pos = np.empty(m, dtype=np.int64)
+    bits = np.zeros((maxd >> 6) + 1, dtype=np.uint64)
     for i in range(n):
-        offsets[i + 1] = offsets[i] + _num_sampled(indptr, nodes[i], fanout)
-    nbrs = np.empty(offsets[n], dtype=indices.dtype)
-    for i in range(n):
-        _sample_one(indptr, indices, nodes[i], fanout, key, nbrs, offsets[i])
+        _positions(key, nodes[i], starts[i], degs[i], offsets[i + 1] - offsets[i], pos,
+                   offsets[i], bits)
+    nbrs = np.empty(m, dtype=indices.dtype)
+    _gather(indices, pos, 0, m, nbrs, dist)
     return offsets, nbrs
 
 
@@ -114,7 +183,8 @@ def sample_neighbors_ref(indptr, indices, nodes, fanout, key):
 def relabel(nbrs, node_map, num_known, frontier_out):
     """Assign local ids to the vertices of ``nbrs`` not seen yet in this batch.
 
-    ``node_map`` (length N, -1 = unseen) maps global -> local id and is updated in place;
+    ``node_map`` (length N, int32 or int64, -1 = unseen) maps global -> local id and is
+    updated in place (the entry ``PREFETCH_DIST`` neighbours ahead prefetched);
     ``num_known`` local ids are already used. New vertices are appended to ``frontier_out`` in
     order of first appearance and get ids ``num_known, num_known+1, ...``. Returns
     ``(local_nbrs, num_new)`` where ``local_nbrs[e] = node_map[nbrs[e]]`` (int64).
@@ -122,7 +192,10 @@ def relabel(nbrs, node_map, num_known, frontier_out):
     m = nbrs.shape[0]
     local = np.empty(m, dtype=np.int64)
     nxt = num_known
+    dist = PREFETCH_DIST
     for e in range(m):
+        if e + dist < m:
+            prefetch(node_map, nbrs[e + dist])
         g = nbrs[e]
         x = node_map[g]
         if x < 0:
@@ -233,13 +306,37 @@ def reset_map(node_map, nodes):
 @njit(nogil=True, cache=True)
 def reset_map_serial(node_map, nodes):
     """:func:`reset_map` on the calling thread only."""
-    for i in range(nodes.shape[0]):
+    n = nodes.shape[0]
+    for i in range(n):
+        if i + PREFETCH_DIST < n:
+            prefetch(node_map, nodes[i + PREFETCH_DIST])
         node_map[nodes[i]] = -1
 
 
 def reset_map_ref(node_map, nodes):
     """NumPy twin of :func:`reset_map`."""
     node_map[np.asarray(nodes)] = -1
+
+
+# -- gathering per-vertex values of a batch -------------------------------------------------------
+
+
+@njit(nogil=True, cache=True)
+def take(values, idx):
+    """``values[idx]`` (1-D) with the entry ``PREFETCH_DIST`` ahead prefetched: a batch's
+    vertices lie anywhere in the graph, and NumPy's fancy indexing waits for each miss."""
+    m = idx.shape[0]
+    out = np.empty(m, dtype=values.dtype)
+    for e in range(m):
+        if e + PREFETCH_DIST < m:
+            prefetch(values, idx[e + PREFETCH_DIST])
+        out[e] = values[idx[e]]
+    return out
+
+
+def take_ref(values, idx):
+    """NumPy twin of :func:`take`."""
+    return np.asarray(values)[np.asarray(idx)]
 
 
 register(sample_neighbors, sample_neighbors_ref)
@@ -249,3 +346,4 @@ register(relabel_hashed, relabel_hashed_ref)
 register(clear_table, clear_table_ref)
 register(reset_map, reset_map_ref)
 register(reset_map_serial, reset_map_ref)
+register(take, take_ref)

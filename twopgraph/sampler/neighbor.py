@@ -39,8 +39,8 @@ class RelabelTable:
     """One thread's map from global ids to batch-local ids: an open-addressing hash table
     (:func:`~twopgraph.sampler.kernels.relabel_hashed`) that doubles when half full and is
     emptied in O(batch) after each batch, so its memory follows the largest batch (about 40
-    bytes per batch vertex: key, value, slot), not the graph (an N-sized map would take 8 N
-    bytes per sampling thread: 0.9 GB for ogbn-papers100M)."""
+    bytes per batch vertex: key, value, slot), not the graph (an N-sized map would take 4 N
+    bytes per sampling thread: 0.44 GB for ogbn-papers100M)."""
 
     MIN_BITS = 12
 
@@ -89,11 +89,22 @@ class RelabelTable:
 
 
 class NodeMap:
-    """:class:`RelabelTable`'s interface over an N-sized int64 map (global id -> local id, -1
-    unseen): what a sampling thread uses once its table would be larger than the map."""
+    """:class:`RelabelTable`'s interface over an N-sized map (global id -> local id, -1
+    unseen; int32 while N < 2**31, as local ids are below N): what a sampling thread uses once
+    its table would be larger than the map."""
 
     def __init__(self, num_nodes: int):
-        self.map = np.full(num_nodes, -1, dtype=np.int64)
+        self.map = np.full(num_nodes, -1, dtype=self.dtype_for(num_nodes))
+
+    @staticmethod
+    def dtype_for(num_nodes: int):
+        """The map's entry type for a graph of ``num_nodes`` vertices."""
+        return np.int32 if num_nodes < 2**31 else np.int64
+
+    @classmethod
+    def nbytes_for(cls, num_nodes: int) -> int:
+        """Bytes of the map of a graph of ``num_nodes`` vertices."""
+        return num_nodes * np.dtype(cls.dtype_for(num_nodes)).itemsize
 
     @property
     def nbytes(self) -> int:
@@ -124,7 +135,7 @@ class NeighborSampler:
     neighbours (all of them for ``-1``), sampled in parallel by numba. The result depends only
     on ``(seed, key, layer, vertex)``, not on the number of threads. One instance may be used
     from several threads (each thread has its own relabelling state: a :class:`RelabelTable`,
-    about 40 bytes per vertex of the largest batch, or, once that would exceed 8 N bytes, an
+    about 40 bytes per vertex of the largest batch, or, once that would exceed 4 N bytes, an
     N-sized :class:`NodeMap`; the same batches either way).
 
     Example::
@@ -166,9 +177,11 @@ class NeighborSampler:
 
     def _settle(self, table) -> None:
         """After a batch: a thread whose hash table outgrew an N-sized map switches to the map
-        (direct indexing is faster, and 8 N bytes is then no more than the table's), so the
-        state is min(8 N, about 40 bytes per batch vertex) -- never O(N) beyond O(batch)."""
-        if isinstance(table, RelabelTable) and 8 * self.graph.num_nodes <= table.nbytes:
+        (direct indexing is faster, and the map's 4 N bytes (8 N from 2**31 vertices) are then
+        no more than the table's), so the state is min(4 N, about 40 bytes per batch vertex)
+        -- never O(N) beyond O(batch)."""
+        if (isinstance(table, RelabelTable)
+                and NodeMap.nbytes_for(self.graph.num_nodes) <= table.nbytes):
             self._tls.table = NodeMap(self.graph.num_nodes)
 
     def sample(self, seeds, key: int | None = None, parallel: bool = True) -> MiniBatch:
@@ -216,7 +229,7 @@ class NeighborSampler:
         finally:
             table.clear(count, nodes if done else None)
         self._settle(table)
-        deg = torch.from_numpy(self._deg[nodes])
+        deg = torch.from_numpy(kernels.take(self._deg, nodes))
         blocks = [Block(num_src, num_dst, torch.from_numpy(offsets), torch.from_numpy(local),
                         deg[:num_src], deg[:num_dst],
                         edge_weight=None if w is None else torch.from_numpy(w))
