@@ -30,6 +30,7 @@ import numpy as np
 from numba import njit, prange
 
 from ..jit import register
+from ..memhint import PREFETCH_DIST, prefetch
 from ..rng import draw, draw_ref
 
 #: 2**-53: a 53-bit integer times this is a float64 in [0, 1).
@@ -127,13 +128,29 @@ def _ordered_sum(x: np.ndarray) -> float:
 
 @njit(inline="always", cache=True)
 def _row_starts(indptr, nodes):
+    """Offsets of the dsts' rows in their concatenation (``indptr`` of the vertex
+    ``PREFETCH_DIST`` ahead prefetched)."""
     n = nodes.shape[0]
     starts = np.empty(n + 1, dtype=np.int64)
     starts[0] = 0
     for i in range(n):
+        if i + PREFETCH_DIST < n:
+            prefetch(indptr, nodes[i + PREFETCH_DIST])
         v = nodes[i]
         starts[i + 1] = starts[i] + indptr[v + 1] - indptr[v]
     return starts
+
+
+#: Rows ahead whose first entries the sampling passes prefetch (a row is read whole, so a few
+#: rows ahead cover a miss; the hardware prefetcher follows each row once it is read).
+_ROWS_AHEAD = 4
+
+
+@njit(inline="always", cache=True)
+def _prefetch_row(indptr, indices, nodes, i):
+    """Prefetch the first entries of dst ``nodes[i]``'s row (nothing past the last dst)."""
+    if i < nodes.shape[0]:
+        prefetch(indices, indptr[nodes[i]])
 
 
 @njit(inline="always", cache=True)
@@ -257,12 +274,14 @@ def labor_sample(indptr, indices, nodes, c, pi, cand, key0, key1, ca, cb, smooth
     counts = np.empty(n + 1, dtype=np.int64)
     counts[0] = 0
     for i in prange(n):
+        _prefetch_row(indptr, indices, nodes, i + _ROWS_AHEAD)
         counts[i + 1] = _mark_row(indptr, indices, nodes[i], c[i], pi, cand, starts[i], key0,
                                   key1, ca, cb, smooth, kept)
     offsets = np.cumsum(counts)
     nbrs = np.empty(offsets[n], dtype=indices.dtype)
     weights = np.empty(offsets[n], dtype=np.float64)
     for i in prange(n):
+        _prefetch_row(indptr, indices, nodes, i + _ROWS_AHEAD)
         _fill_row(indptr, indices, nodes[i], c[i], pi, cand, starts[i], kept, nbrs, weights,
                   offsets[i])
     return offsets, nbrs, weights
