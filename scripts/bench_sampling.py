@@ -112,6 +112,8 @@ def measure(ds: str, a) -> list[dict]:
     rows = []
     for schedule in SCHEDULES:
         for var, flags in variants(a).items():
+            if var not in a.sampler_list:
+                continue
             tag = f"{schedule}-{var}"
             sflags = [*flags, "--schedule", schedule]
             s = run([*CLI, "bench", "sampler", *base, *sflags, "--epochs",
@@ -182,6 +184,9 @@ def main(argv=None) -> int:
     p.add_argument("--labor-iterations", type=int, default=0)
     p.add_argument("--batch-dependency", type=int, default=16,
                    help="K of the labor+batch rows (--labor-batch-dependency)")
+    p.add_argument("--samplers", default="neighbor,labor,labor+layer,labor+batch",
+                   help="rows to run, of: neighbor, labor, labor+layer, labor+batch "
+                        "(neighbor is required: the ratios' base)")
     p.add_argument("--cache-ratio", type=float, default=0.1)
     p.add_argument("--sample-epochs", type=int, default=3)
     p.add_argument("--seeds", default="0,1,2", help="training seeds; '' = no training")
@@ -192,6 +197,11 @@ def main(argv=None) -> int:
     p.add_argument("--resume", action="store_true")
     a = p.parse_args(argv)
     a.seed_list = [int(x) for x in a.seeds.split(",") if x.strip()]
+    a.sampler_list = [x.strip() for x in a.samplers.split(",") if x.strip()]
+    unknown = sorted(set(a.sampler_list) - set(variants(a)))
+    if unknown or "neighbor" not in a.sampler_list:
+        p.error(f"--samplers: {'unknown ' + str(unknown) if unknown else 'needs neighbor'}; "
+                f"choose from {', '.join(variants(a))} (neighbor included: the ratios' base)")
     rows = []
     for ds in [d for d in a.datasets.split(",") if d]:
         print(f"== {ds}", file=sys.stderr, flush=True)
