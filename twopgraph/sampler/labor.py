@@ -34,7 +34,7 @@ from ..minibatch import MiniBatch
 from ..protocols import SAMPLERS
 from ..rng import mix_key
 from . import kernels, labor_kernels
-from .neighbor import NeighborSampler, RelabelTable, check_seeds
+from .neighbor import NeighborSampler, NodeMap, RelabelTable, check_seeds, settled
 
 # Stream tags of the variate keys: the loader's (epoch, batch) keys, plain int keys, key-less
 # calls (a counter of their own).
@@ -101,7 +101,7 @@ class LaborSampler(NeighborSampler):
             iterations, layer_dependency, batch_dependency)
         self._cand_tls = threading.local()
 
-    def _cand_table(self) -> RelabelTable:
+    def _cand_table(self) -> "RelabelTable | NodeMap":
         """This thread's table numbering a layer's candidates (LABOR-*), apart from the
         batch's own relabelling."""
         t = getattr(self._cand_tls, "table", None)
@@ -167,13 +167,14 @@ class LaborSampler(NeighborSampler):
         gather = kernels.sample_neighbors if parallel else kernels.sample_neighbors_serial
         _, every = gather(g.indptr, g.indices, nodes, -1, np.uint64(0))
         table = self._cand_table()
-        count = 0
+        count, distinct = 0, None
         try:
-            cand, count, _ = table.relabel(every, 0, 0)
+            cand, count, distinct = table.relabel(every, 0, 0)
             solve = labor_kernels.labor_pi if parallel else labor_kernels.labor_pi_serial
             c, pi = solve(g.indptr, nodes, cand, count, fanout, self.iterations)
         finally:
-            table.clear(count)
+            table.clear(count, None if distinct is None else distinct[:count])
+        self._cand_tls.table = settled(table, g.num_nodes)  # as the batch's own table
         return c, pi, cand
 
     def _sample_labor(self, seeds: np.ndarray, stream: int, index: int,

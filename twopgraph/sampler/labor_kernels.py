@@ -78,22 +78,28 @@ def variate_ref(key0, key1, ca, cb, smooth, t):
 
 # -- c_s and pi_t -----------------------------------------------------------------------------------
 @njit(inline="always", cache=True)
-def _solve_row(pi, cand, e0, d, k):
+def _solve_row(pi, cand, e0, d, k, buf):
     """``c`` with ``sum_e min(1, c pi[cand[e]]) = k`` over the row's edges ``e0 .. e0+d-1``
     (``pi`` empty: all 1); ``inf`` when ``k < 0`` or ``d <= k`` (every neighbour kept).
 
     The saturated set grows monotonically: ``c = (k - |sat|) / (sum of pi outside sat)``,
-    repeated until ``sat`` (the edges with ``c pi >= 1``) stops growing."""
+    repeated until ``sat`` (the edges with ``c pi >= 1``) stops growing. The row's ``pi`` are
+    read once into ``buf`` (scratch of at least ``d`` floats; the candidates lie anywhere in
+    ``pi``, the rounds then run on the copy)."""
     if k < 0 or d <= k:
         return np.inf
     uniform = pi.shape[0] == 0
+    for j in range(d):
+        if not uniform and j + PREFETCH_DIST < d:
+            prefetch(pi, cand[e0 + j + PREFETCH_DIST])
+        buf[j] = 1.0 if uniform else pi[cand[e0 + j]]
     c = 0.0
     prev = -1
     for _ in range(d + 2):
         sat = 0
         rest = 0.0
-        for e in range(e0, e0 + d):
-            p = 1.0 if uniform else pi[cand[e]]
+        for j in range(d):
+            p = buf[j]
             if c * p >= 1.0:
                 sat += 1
             else:
@@ -158,13 +164,21 @@ def _raised(starts, cand, c, pi):
     """One fixed-point round: ``pi_t`` -> ``max_s min(1, c_s pi_t)`` over the rows having
     ``t`` (a new array)."""
     new = np.zeros(pi.shape[0], dtype=np.float64)
+    m = starts[starts.shape[0] - 1]
     for i in range(starts.shape[0] - 1):
         for e in range(starts[i], starts[i + 1]):
+            if e + PREFETCH_DIST < m:
+                prefetch(new, cand[e + PREFETCH_DIST])
+                prefetch(pi, cand[e + PREFETCH_DIST])
             t = cand[e]
             p = min(1.0, c[i] * pi[t])
             if p > new[t]:
                 new[t] = p
     return new
+
+
+#: dsts per task of :func:`labor_pi`'s solve (one scratch row buffer each).
+_SOLVE_CHUNK = 256
 
 
 @njit(parallel=True, nogil=True, cache=True)
@@ -177,11 +191,17 @@ def labor_pi(indptr, nodes, cand, num_cand, fanout, iterations):
     ``pi``. ``iterations = 0`` gives LABOR-0 (``pi = 1``, ``c_s = k / d_s``)."""
     n = nodes.shape[0]
     starts = _row_starts(indptr, nodes)
+    maxd = 0
+    for i in range(n):
+        maxd = max(maxd, starts[i + 1] - starts[i])
     pi = np.ones(num_cand, dtype=np.float64)
     c = np.empty(n, dtype=np.float64)
+    nchunks = (n + _SOLVE_CHUNK - 1) // _SOLVE_CHUNK
     for it in range(iterations + 1):
-        for i in prange(n):
-            c[i] = _solve_row(pi, cand, starts[i], starts[i + 1] - starts[i], fanout)
+        for ch in prange(nchunks):
+            buf = np.empty(maxd, dtype=np.float64)
+            for i in range(ch * _SOLVE_CHUNK, min(n, (ch + 1) * _SOLVE_CHUNK)):
+                c[i] = _solve_row(pi, cand, starts[i], starts[i + 1] - starts[i], fanout, buf)
         if it == iterations:
             break
         pi = _raised(starts, cand, c, pi)  # scatter-max: serial (rows share candidates)

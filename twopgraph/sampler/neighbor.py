@@ -124,6 +124,16 @@ class NodeMap:
             kernels.reset_map_serial(self.map, nodes)
 
 
+def settled(table: "RelabelTable | NodeMap", num_nodes: int) -> "RelabelTable | NodeMap":
+    """The table a thread keeps after a batch: a hash table that outgrew an N-sized map
+    becomes the map (direct indexing is faster, and the map's 4 N bytes (8 N from 2**31
+    vertices) are then no more than the table's), so the state is min(4 N, about 40 bytes
+    per batch vertex) -- never O(N) beyond O(batch)."""
+    if isinstance(table, RelabelTable) and NodeMap.nbytes_for(num_nodes) <= table.nbytes:
+        return NodeMap(num_nodes)
+    return table
+
+
 @SAMPLERS.register("neighbor")
 class NeighborSampler:
     """Uniform neighbour sampling by numba kernels on the host (in GPU training its torch
@@ -176,13 +186,8 @@ class NeighborSampler:
         return t
 
     def _settle(self, table) -> None:
-        """After a batch: a thread whose hash table outgrew an N-sized map switches to the map
-        (direct indexing is faster, and the map's 4 N bytes (8 N from 2**31 vertices) are then
-        no more than the table's), so the state is min(4 N, about 40 bytes per batch vertex)
-        -- never O(N) beyond O(batch)."""
-        if (isinstance(table, RelabelTable)
-                and NodeMap.nbytes_for(self.graph.num_nodes) <= table.nbytes):
-            self._tls.table = NodeMap(self.graph.num_nodes)
+        """After a batch: this thread's table, settled (:func:`settled`)."""
+        self._tls.table = settled(table, self.graph.num_nodes)
 
     def sample(self, seeds, key: int | None = None, parallel: bool = True) -> MiniBatch:
         """Sample the blocks of ``seeds`` (unique global ids); ``key`` picks the random stream
