@@ -633,8 +633,24 @@ def check_labor_pi(kernel, twin):
                 np.testing.assert_array_equal(p1, p2)
 
 
+def _every_nbr(g, nodes):
+    """The dsts' concatenated CSR rows (every in-edge's neighbour, in candidate-edge order)."""
+    return np.concatenate([g.indices[g.indptr[v]:g.indptr[v + 1]] for v in nodes]
+                          ).astype(np.int64)
+
+
+def check_labor_variates(kernel, twin):
+    rng = np.random.default_rng(4)
+    vertices = rng.integers(0, 10**6, 500)
+    for smooth in (False, True):
+        k0, k1 = mix_key(4, smooth, 0), mix_key(4, smooth, 1)
+        got = kernel(np.uint64(k0), np.uint64(k1), 0.6, 0.8, smooth, vertices)
+        np.testing.assert_array_equal(got, twin(k0, k1, 0.6, 0.8, smooth, vertices))
+        assert got.dtype == np.float64
+
+
 def check_labor_sample(kernel, twin):
-    from twopgraph.sampler.labor_kernels import labor_pi_ref
+    from twopgraph.sampler.labor_kernels import labor_pi_ref, labor_variates_ref
     none_f, none_i = np.empty(0, dtype=np.float64), np.empty(0, dtype=np.int64)
     for dtype in (None, np.int64):
         for g, nodes, cand, num_cand, seed in _labor_layers(dtype):
@@ -647,12 +663,19 @@ def check_labor_sample(kernel, twin):
                 for smooth in (False, True):
                     k0, k1 = mix_key(seed, fanout, 0), mix_key(seed, fanout, 1)
                     args = (g.indptr, g.indices, nodes, c, pi, cnd)
-                    o1, n1, w1 = kernel(*args, np.uint64(k0), np.uint64(k1), 0.6, 0.8, smooth)
-                    o2, n2, w2 = twin(*args, k0, k1, 0.6, 0.8, smooth)
-                    np.testing.assert_array_equal(o1, o2)
-                    np.testing.assert_array_equal(n1, n2)
-                    np.testing.assert_array_equal(w1, w2)
-                    assert n1.dtype == n2.dtype == g.indices.dtype and w1.dtype == np.float64
+                    o2, n2, w2 = twin(*args, none_f, k0, k1, 0.6, 0.8, smooth)
+                    # variates per edge, and per candidate (the candidates' own variates)
+                    distinct = np.empty(num_cand, dtype=np.int64)
+                    distinct[cand] = _every_nbr(g, nodes)
+                    rv = labor_variates_ref(k0, k1, 0.6, 0.8, smooth, distinct)
+                    for cnd_k, rv_k in ((cnd, none_f), (cand, rv)):
+                        o1, n1, w1 = kernel(g.indptr, g.indices, nodes, c, pi, cnd_k, rv_k,
+                                            np.uint64(k0), np.uint64(k1), 0.6, 0.8, smooth)
+                        np.testing.assert_array_equal(o1, o2)
+                        np.testing.assert_array_equal(n1, n2)
+                        np.testing.assert_array_equal(w1, w2)
+                        assert n1.dtype == n2.dtype == g.indices.dtype
+                        assert w1.dtype == np.float64
 
 
 CHECKS = {
@@ -678,6 +701,8 @@ CHECKS = {
     "twopgraph.sampler.labor_kernels.variate": check_variate,
     "twopgraph.sampler.labor_kernels.labor_pi": check_labor_pi,
     "twopgraph.sampler.labor_kernels.labor_pi_serial": check_labor_pi,
+    "twopgraph.sampler.labor_kernels.labor_variates": check_labor_variates,
+    "twopgraph.sampler.labor_kernels.labor_variates_serial": check_labor_variates,
     "twopgraph.sampler.labor_kernels.labor_sample": check_labor_sample,
     "twopgraph.sampler.labor_kernels.labor_sample_serial": check_labor_sample,
     "twopgraph.cache.kernels.window_announce": check_window_announce,

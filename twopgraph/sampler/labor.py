@@ -157,36 +157,56 @@ class LaborSampler(NeighborSampler):
         """``(c, pi, cand)`` of one layer whose dsts are ``nodes``: the per-dst scales, the
         candidates' importances (empty for LABOR-0: all 1) and the candidate of every edge of
         the dsts' concatenated CSR rows (empty for LABOR-0)."""
+        c, pi, cand, _ = self._layer(nodes, fanout, parallel, per_candidate=False)
+        return c, pi, cand
+
+    def _layer(self, nodes: np.ndarray, fanout: int, parallel: bool, per_candidate: bool):
+        """``(c, pi, cand, distinct)`` of one layer: :meth:`layer_scales`' figures plus the
+        candidates' global ids (``distinct[x]`` = candidate ``x``). The candidates are
+        numbered for LABOR-* and, with ``per_candidate``, for LABOR-0 too (empty when
+        neither, or when ``fanout < 0`` keeps every neighbour)."""
         g = self.graph
         none_f, none_i = np.empty(0, dtype=np.float64), np.empty(0, dtype=np.int64)
-        if self.iterations == 0 or fanout < 0:
+        solve_pi = self.iterations > 0 and fanout >= 0
+        if not solve_pi:
             deg = (g.indptr[nodes + 1] - g.indptr[nodes]).astype(np.float64)
             c = np.full(nodes.shape[0], np.inf) if fanout < 0 else \
                 np.where(deg > fanout, fanout / np.maximum(deg, 1.0), np.inf)
-            return c, none_f, none_i
+            if not per_candidate or fanout < 0:
+                return c, none_f, none_i, none_i
         gather = kernels.sample_neighbors if parallel else kernels.sample_neighbors_serial
         _, every = gather(g.indptr, g.indices, nodes, -1, np.uint64(0))
         table = self._cand_table()
         count, distinct = 0, None
         try:
             cand, count, distinct = table.relabel(every, 0, 0)
-            solve = labor_kernels.labor_pi if parallel else labor_kernels.labor_pi_serial
-            c, pi = solve(g.indptr, nodes, cand, count, fanout, self.iterations)
+            if solve_pi:
+                solve = labor_kernels.labor_pi if parallel else labor_kernels.labor_pi_serial
+                c, pi = solve(g.indptr, nodes, cand, count, fanout, self.iterations)
+            else:
+                pi = none_f
         finally:
             table.clear(count, None if distinct is None else distinct[:count])
         self._cand_tls.table = settled(table, g.num_nodes)  # as the batch's own table
-        return c, pi, cand
+        return c, pi, cand, distinct[:count]
 
     def _sample_labor(self, seeds: np.ndarray, stream: int, index: int,
                       parallel: bool) -> MiniBatch:
         g = self.graph
-        sample = labor_kernels.labor_sample if parallel else labor_kernels.labor_sample_serial
+        lk = labor_kernels
+        sample = lk.labor_sample if parallel else lk.labor_sample_serial
+        variates = lk.labor_variates if parallel else lk.labor_variates_serial
+        smooth = self.batch_dependency > 1
 
         def draw(hop: int, fanout: int, nodes: np.ndarray):
-            c, pi, cand = self.layer_scales(nodes, fanout, parallel)
-            key0, key1, ca, cb = self.variate_keys(stream, index, hop)
-            offsets, nbrs, weights = sample(g.indptr, g.indices, nodes, c, pi, cand,
-                                            np.uint64(key0), np.uint64(key1), ca, cb,
-                                            self.batch_dependency > 1)
+            # batch dependency's variates are dear (two normals and an erfc): one per distinct
+            # neighbour of the layer instead of one per in-edge (the same values)
+            c, pi, cand, distinct = self._layer(nodes, fanout, parallel, per_candidate=smooth)
+            key0, key1, ca, cb = (np.uint64(k) if i < 2 else k for i, k in
+                                  enumerate(self.variate_keys(stream, index, hop)))
+            rv = (variates(key0, key1, ca, cb, smooth, distinct) if distinct.shape[0]
+                  and smooth else np.empty(0, dtype=np.float64))
+            offsets, nbrs, weights = sample(g.indptr, g.indices, nodes, c, pi, cand, rv,
+                                            key0, key1, ca, cb, smooth)
             return offsets, nbrs, weights.astype(np.float32)
         return self._expand(seeds, draw)

@@ -76,6 +76,28 @@ def variate_ref(key0, key1, ca, cb, smooth, t):
     return r if r < _BELOW_ONE else _BELOW_ONE
 
 
+@njit(parallel=True, nogil=True, cache=True)
+def labor_variates(key0, key1, ca, cb, smooth, vertices):
+    """:func:`variate` of every vertex of ``vertices`` (float64), parallel over them;
+    :func:`labor_variates_serial` is the same on one thread."""
+    n = vertices.shape[0]
+    out = np.empty(n, dtype=np.float64)
+    for i in prange(n):
+        out[i] = variate(key0, key1, ca, cb, smooth, vertices[i])
+    return out
+
+
+#: :func:`labor_variates` compiled without ``parallel`` (same output).
+labor_variates_serial = njit(nogil=True, cache=True)(getattr(labor_variates, "py_func",
+                                                            labor_variates))
+
+
+def labor_variates_ref(key0, key1, ca, cb, smooth, vertices):
+    """Python twin of :func:`labor_variates`."""
+    return np.array([variate_ref(key0, key1, ca, cb, smooth, int(t)) for t in vertices],
+                    dtype=np.float64)
+
+
 # -- c_s and pi_t -----------------------------------------------------------------------------------
 @njit(inline="always", cache=True)
 def _solve_row(pi, cand, e0, d, k, buf):
@@ -244,7 +266,16 @@ def _prob(ci, pi, cand, ce):
 
 
 @njit(inline="always", cache=True)
-def _mark_row(indptr, indices, v, ci, pi, cand, ce0, key0, key1, ca, cb, smooth, kept):
+def _edge_variate(rv, cand, ce, key0, key1, ca, cb, smooth, t):
+    """The variate of candidate edge ``ce`` (neighbour ``t``): ``rv[cand[ce]]`` when the
+    layer's variates were computed per candidate (``rv`` not empty), else computed here."""
+    if rv.shape[0] > 0:
+        return rv[cand[ce]]
+    return variate(key0, key1, ca, cb, smooth, t)
+
+
+@njit(inline="always", cache=True)
+def _mark_row(indptr, indices, v, ci, pi, cand, rv, ce0, key0, key1, ca, cb, smooth, kept):
     """Flag (``kept[ce0 + j] = 1``) the neighbours dst ``v`` keeps, each neighbour's variate
     computed once; their number."""
     start = indptr[v]
@@ -254,8 +285,8 @@ def _mark_row(indptr, indices, v, ci, pi, cand, ce0, key0, key1, ca, cb, smooth,
         return d
     m = 0
     for j in range(d):
-        keep = variate(key0, key1, ca, cb, smooth, indices[start + j]) <= \
-            _prob(ci, pi, cand, ce0 + j)
+        keep = _edge_variate(rv, cand, ce0 + j, key0, key1, ca, cb, smooth,
+                             indices[start + j]) <= _prob(ci, pi, cand, ce0 + j)
         kept[ce0 + j] = keep
         m += keep
     return m
@@ -280,12 +311,15 @@ def _fill_row(indptr, indices, v, ci, pi, cand, ce0, kept, nbrs, weights, o):
 
 
 @njit(parallel=True, nogil=True, cache=True)
-def labor_sample(indptr, indices, nodes, c, pi, cand, key0, key1, ca, cb, smooth):
+def labor_sample(indptr, indices, nodes, c, pi, cand, rv, key0, key1, ca, cb, smooth):
     """One LABOR layer: ``(offsets, nbrs, weights)`` with the kept neighbours of ``nodes[i]``
     in ``nbrs[offsets[i]:offsets[i+1]]`` (global ids, dtype of ``indices``, CSR order) and
     their weights (float64: ``1 / min(1, c_i pi_t)`` over the row's sum, summing to 1 per
     dst). Dst ``i`` keeps neighbour ``t`` iff ``variate(t) <= min(1, c[i] pi_t)``; ``pi``
-    empty means ``pi = 1`` (LABOR-0; ``cand`` unused then). Parallel over dsts: a first pass
+    empty means ``pi = 1`` (LABOR-0; ``cand`` unused then unless ``rv`` is given). ``rv``
+    (float64, one per candidate, or empty): the layer's variates computed per candidate
+    (:func:`labor_variates`), which pays where a variate is dear (batch dependency: two
+    normals and an ``erfc``) and the dsts share neighbours. Parallel over dsts: a first pass
     draws every in-edge's variate once and flags the kept ones (one byte per in-edge of the
     dsts), a second writes them; :func:`labor_sample_serial` is the same on one thread."""
     n = nodes.shape[0]
@@ -295,8 +329,8 @@ def labor_sample(indptr, indices, nodes, c, pi, cand, key0, key1, ca, cb, smooth
     counts[0] = 0
     for i in prange(n):
         _prefetch_row(indptr, indices, nodes, i + _ROWS_AHEAD)
-        counts[i + 1] = _mark_row(indptr, indices, nodes[i], c[i], pi, cand, starts[i], key0,
-                                  key1, ca, cb, smooth, kept)
+        counts[i + 1] = _mark_row(indptr, indices, nodes[i], c[i], pi, cand, rv, starts[i],
+                                  key0, key1, ca, cb, smooth, kept)
     offsets = np.cumsum(counts)
     nbrs = np.empty(offsets[n], dtype=indices.dtype)
     weights = np.empty(offsets[n], dtype=np.float64)
@@ -308,7 +342,8 @@ def labor_sample(indptr, indices, nodes, c, pi, cand, key0, key1, ca, cb, smooth
 
 
 @njit(nogil=True, cache=True)
-def labor_sample_serial(indptr, indices, nodes, c, pi, cand, key0, key1, ca, cb, smooth):
+def labor_sample_serial(indptr, indices, nodes, c, pi, cand, rv, key0, key1, ca, cb,
+                        smooth):
     """:func:`labor_sample` on the calling thread only (same output), in one pass over the
     rows: the kept neighbours go straight into output arrays that double when a row might
     not fit (no flag per in-edge, no second read of the rows; on synthetic-products' input
@@ -344,7 +379,7 @@ def labor_sample_serial(indptr, indices, nodes, c, pi, cand, key0, key1, ca, cb,
                 p = 1.0
             else:
                 p = _prob(ci, pi, cand, ce0 + j)
-                if variate(key0, key1, ca, cb, smooth, t) > p:
+                if _edge_variate(rv, cand, ce0 + j, key0, key1, ca, cb, smooth, t) > p:
                     continue
             nbrs[o + m] = t
             w = 1.0 / p
@@ -359,8 +394,9 @@ def labor_sample_serial(indptr, indices, nodes, c, pi, cand, key0, key1, ca, cb,
     return offsets, nbrs[:o], weights[:o]
 
 
-def labor_sample_ref(indptr, indices, nodes, c, pi, cand, key0, key1, ca, cb, smooth):
-    """Python twin of :func:`labor_sample`."""
+def labor_sample_ref(indptr, indices, nodes, c, pi, cand, rv, key0, key1, ca, cb, smooth):
+    """Python twin of :func:`labor_sample` (``rv`` unused: a per-candidate variate is the
+    vertex's own)."""
     offsets, out, wts = [0], [], []
     ce = 0
     for i, v in enumerate(int(x) for x in nodes):
@@ -390,5 +426,7 @@ def labor_sample_ref(indptr, indices, nodes, c, pi, cand, key0, key1, ca, cb, sm
 register(variate, variate_ref)
 register(labor_pi, labor_pi_ref)
 register(labor_pi_serial, labor_pi_ref, name="labor_pi_serial")
+register(labor_variates, labor_variates_ref)
+register(labor_variates_serial, labor_variates_ref, name="labor_variates_serial")
 register(labor_sample, labor_sample_ref)
 register(labor_sample_serial, labor_sample_ref, name="labor_sample_serial")
