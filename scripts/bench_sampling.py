@@ -110,7 +110,7 @@ def measure(ds: str, a) -> list[dict]:
         base += ["--batch-size", str(a.batch_size)]
     runs = Path(a.out) / "runs" / name
     rows = []
-    for schedule in SCHEDULES:
+    for schedule in a.schedule_list:
         for var, flags in variants(a).items():
             if var not in a.sampler_list:
                 continue
@@ -141,7 +141,7 @@ def measure(ds: str, a) -> list[dict]:
             rows.append(row)
     by = {(r["schedule"], r["sampler"]): r for r in rows}
     for r in rows:
-        same, base_row = by[(r["schedule"], "neighbor")], by[("random", "neighbor")]
+        same, base_row = by[(r["schedule"], "neighbor")], by.get(("random", "neighbor"), {})
         for k in ("input_nodes_per_batch", "sampled_edges_per_batch", "h2d_bytes",
                   "sample_epoch_s", "epoch_s"):
             if k in r and r.get(k) is not None and same.get(k):
@@ -187,6 +187,9 @@ def main(argv=None) -> int:
     p.add_argument("--samplers", default="neighbor,labor,labor+layer,labor+batch",
                    help="rows to run, of: neighbor, labor, labor+layer, labor+batch "
                         "(neighbor is required: the ratios' base)")
+    p.add_argument("--schedules", default=",".join(SCHEDULES),
+                   help="schedules to run, of: random, locality (the vs rnd+nbr column needs "
+                        "random)")
     p.add_argument("--cache-ratio", type=float, default=0.1)
     p.add_argument("--sample-epochs", type=int, default=3)
     p.add_argument("--seeds", default="0,1,2", help="training seeds; '' = no training")
@@ -198,6 +201,9 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     a.seed_list = [int(x) for x in a.seeds.split(",") if x.strip()]
     a.sampler_list = [x.strip() for x in a.samplers.split(",") if x.strip()]
+    a.schedule_list = [x.strip() for x in a.schedules.split(",") if x.strip()]
+    if not a.schedule_list or set(a.schedule_list) - set(SCHEDULES):
+        p.error(f"--schedules: choose from {', '.join(SCHEDULES)}")
     unknown = sorted(set(a.sampler_list) - set(variants(a)))
     if unknown or "neighbor" not in a.sampler_list:
         p.error(f"--samplers: {'unknown ' + str(unknown) if unknown else 'needs neighbor'}; "
