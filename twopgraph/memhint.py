@@ -1,7 +1,8 @@
 """Memory hints for numba kernels: a software prefetch of one array element.
 
 Sampling is bound by memory latency, not bandwidth: on this project's 2-core machine a chain
-of dependent loads into a 0.5 GB CSR costs ~260 ns per load, independent loads ~12 ns each.
+of dependent loads into a 0.5 GB CSR costs ~330 ns per load, independent loads ~13 ns each
+(``scripts/bench_latency.py``).
 A kernel that knows the addresses of the next iterations (the rows of the dsts ``dist``
 positions ahead, the map entries of the neighbours ``dist`` edges ahead) asks for them with
 :func:`prefetch` so that their misses overlap (``scripts/bench_sampler_families.py`` measures
@@ -36,7 +37,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 #: Prefetch distance of the sampling kernels, in loop iterations (dsts or edges): long enough
-#: to cover a ~260 ns miss at ~10 ns per iteration, short enough to stay in L1.
+#: to cover a ~330 ns miss at ~10 ns per iteration, short enough to stay in L1.
 PREFETCH_DIST = 16
 
 

@@ -202,10 +202,10 @@ class LaborSampler(NeighborSampler):
             # batch dependency's variates are dear (two normals and an erfc): one per distinct
             # neighbour of the layer instead of one per in-edge (the same values)
             c, pi, cand, distinct = self._layer(nodes, fanout, parallel, per_candidate=smooth)
-            key0, key1, ca, cb = (np.uint64(k) if i < 2 else k for i, k in
-                                  enumerate(self.variate_keys(stream, index, hop)))
-            rv = (variates(key0, key1, ca, cb, smooth, distinct) if distinct.shape[0]
-                  and smooth else np.empty(0, dtype=np.float64))
+            k0, k1, ca, cb = self.variate_keys(stream, index, hop)
+            key0, key1 = np.uint64(k0), np.uint64(k1)
+            rv = (variates(key0, key1, ca, cb, smooth, distinct) if smooth and distinct.shape[0]
+                  else np.empty(0, dtype=np.float64))
             offsets, nbrs, weights = sample(g.indptr, g.indices, nodes, c, pi, cand, rv,
                                             key0, key1, ca, cb, smooth)
             return offsets, nbrs, weights.astype(np.float32)
