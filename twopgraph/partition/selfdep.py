@@ -158,16 +158,20 @@ def _partition_locked(data: GraphData, num_parts: int, hops: int, out: Path, *, 
         log.info("%s already holds this partition (id %s); reusing it", out, pid)
         return _refresh_source(out, data, source_path)
     g = data.graph
-    t_metis = time.perf_counter()
+    steps = _Steps()
     fine = cluster_graph(g, k, train_idx=data.train_idx, cache_dir=cache_dir)
+    steps.done("clusters", k)
     fine_to_part = _split_clusters(g, fine.parts, k, data.train_idx, num_parts, seed)
     owner = fine_to_part[fine.parts]
     cut = edge_cut(g, owner)
+    steps.done("split", num_parts)
     rank = np.empty(n, dtype=np.int64)  # position of each vertex in cluster-BFS order
     rank[cluster_permutation(g, fine)] = np.arange(n, dtype=np.int64)
-    metis_s = time.perf_counter() - t_metis
+    steps.done("cluster order", n)
+    metis_s = steps.total()
     _check_train_in_every_part(owner, data.train_idx, num_parts, n)
     reached = _halos(g, owner, data.train_idx, num_parts, hops)
+    steps.done("halos", hops)
     tmp = None
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -177,8 +181,11 @@ def _partition_locked(data: GraphData, num_parts: int, hops: int, out: Path, *, 
             log.info("%s has no store: writing one into %s", data.name or "the dataset",
                      out / STORE_DIR)
             write_store(data, tmp / STORE_DIR, validate=False)
-        part_meta = [_write_part(tmp / f"part{p}", p, pid, data, owner == p, reached[:, p],
-                                 rank, fine.parts, representation) for p in range(num_parts)]
+        part_meta = []
+        for p in range(num_parts):
+            part_meta.append(_write_part(tmp / f"part{p}", p, pid, data, owner == p,
+                                         reached[:, p], rank, fine.parts, representation))
+            steps.done(f"part {p}", part_meta[-1]["num_nodes"])
         total = sum(m["num_owned"] + m["num_halo"] for m in part_meta)
         root = {"cluster": None}
         if any(m["representation"] == "global" for m in part_meta):
@@ -214,6 +221,22 @@ def _partition_locked(data: GraphData, num_parts: int, hops: int, out: Path, *, 
              meta["replication_factor"], cut, 100 * meta["edge_cut_fraction"], meta["seconds"],
              out)
     return meta
+
+
+class _Steps:
+    """Logs each step of a partition with its wall seconds (progress, and the breakdown
+    ``scripts/bench_scale.py``'s stage logs carry)."""
+
+    def __init__(self):
+        self.t0 = self.t = time.perf_counter()
+
+    def done(self, what: str, size) -> None:
+        now = time.perf_counter()
+        log.info("partition: %s (%s) in %.1f s", what, f"{size:,}", now - self.t)
+        self.t = now
+
+    def total(self) -> float:
+        return time.perf_counter() - self.t0
 
 
 def partition_fingerprint(data: GraphData, num_parts: int, hops: int, *, seed: int = 0,
