@@ -268,6 +268,43 @@ def check_cut_edges(kernel, twin):
             assert int(kernel(g.indptr, g.indices, parts)) == twin(g.indptr, g.indices, parts)
 
 
+def check_edge_chunks(kernel, twin):
+    for seed, g in graphs():
+        for num in (1, 2, 7, 64, 1000):
+            got = kernel(g.indptr, num)
+            np.testing.assert_array_equal(got, twin(g.indptr, num))
+            assert got[0] == 0 and got[-1] == g.num_nodes and np.all(np.diff(got) >= 0)
+
+
+def check_halo_masks(kernel, twin):
+    for seed, g in graphs():
+        rng = np.random.default_rng(seed)
+        mask = (rng.random(g.num_nodes) < 0.05).astype(np.uint8) << rng.integers(
+            0, 8, g.num_nodes).astype(np.uint8)
+        for hops in (0, 1, 2, 3):
+            got = kernel(g.indptr, g.indices, mask, hops)
+            np.testing.assert_array_equal(got, twin(g.indptr, g.indices, mask, hops))
+            # bit b set <=> a seed of bit b within `hops` hops (BFS from every seed)
+            a = g.to_scipy().astype(bool)
+            for b in (0, 5):
+                x = ((mask >> b) & 1).astype(bool)
+                for _ in range(hops):
+                    x = x | ((a @ x.astype(np.float32)) > 0)
+                np.testing.assert_array_equal(((got >> b) & 1).astype(bool), x)
+
+
+def check_shared_edges(kernel, twin):
+    for seed, g in graphs():
+        rng = np.random.default_rng(seed)
+        mask = rng.integers(0, 256, g.num_nodes).astype(np.uint8)
+        got = kernel(g.indptr, g.indices, mask)
+        np.testing.assert_array_equal(got, twin(g.indptr, g.indices, mask))
+        for b in (0, 3, 7):  # the induced subgraph's entries, from its vertex set
+            keep = ((mask >> b) & 1).astype(bool)
+            sub = g.to_scipy()[keep][:, keep]
+            assert int(got[b]) == sub.nnz
+
+
 def random_stream(num_rows, num_batches, max_batch, seed):
     rng = np.random.default_rng(seed)
     return [rng.choice(num_rows, size=rng.integers(1, max_batch + 1), replace=False)
@@ -718,6 +755,9 @@ CHECKS = {
     "twopgraph.partition.contract.heavy_edges": check_heavy_edges,
     "twopgraph.partition.coarsen.greedy_pack": check_greedy_pack,
     "twopgraph.partition.kernels.ball_seeds": check_ball_seeds,
+    "twopgraph.partition.kernels.edge_chunks": check_edge_chunks,
+    "twopgraph.partition.kernels.halo_masks": check_halo_masks,
+    "twopgraph.partition.kernels.shared_edges": check_shared_edges,
     "twopgraph.dropout.relu_dropout_fwd": check_relu_dropout_fwd,
     "twopgraph.dropout.relu_dropout_bwd": check_relu_dropout_bwd,
     "twopgraph.spmm.csr_spmm": check_csr_spmm,

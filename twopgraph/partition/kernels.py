@@ -1,5 +1,6 @@
 """Partitioning kernels: cluster BFS order (renumbering), METIS sparsification, edge cut,
-BFS balls of training vertices (the ``--schedule auto`` probe).
+BFS balls of training vertices (the ``--schedule auto`` probe), the halos of self-dependence
+partitions (``halo_masks``, ``shared_edges``: eight parts per byte of a vertex mask).
 
 Each kernel is parallel over clusters or vertices (``ball_seeds``: serial) and has a plain
 NumPy/Python twin registered in :mod:`twopgraph.jit`. Graphs are CSR (``indptr`` int64,
@@ -162,6 +163,92 @@ def cut_edges_ref(indptr, indices, parts):
     return int(np.count_nonzero(src != parts[np.asarray(indices)]))
 
 
+# -- self-dependence halos (partsplit.py, selfdep.py) ---------------------------------------------
+@njit(nogil=True, cache=True)
+def edge_chunks(indptr, num):
+    """``num + 1`` row bounds that cut the CSR into ``num`` runs of about equal entries (a
+    power-law graph's hubs would leave prange's equal row ranges unbalanced)."""
+    n = indptr.shape[0] - 1
+    bounds = np.empty(num + 1, dtype=np.int64)
+    bounds[0] = 0
+    total = indptr[n]
+    v = 0
+    for c in range(1, num):
+        target = total * c // num
+        while v < n and indptr[v] < target:
+            v += 1
+        bounds[c] = v
+    bounds[num] = n
+    return bounds
+
+
+@njit(parallel=True, nogil=True, cache=True)
+def halo_masks(indptr, indices, mask, hops):
+    """``mask`` (uint8, N: bit p = vertex in part p's seed set) grown ``hops`` times by one hop
+    over the symmetric CSR: afterwards bit p is set where a seed of part p is within ``hops``
+    hops. One pull pass over the edges per hop for eight parts at once; a new array."""
+    n = mask.shape[0]
+    bounds = edge_chunks(indptr, 64)
+    cur = mask.copy()
+    nxt = np.empty_like(mask)
+    for _ in range(hops):
+        for c in prange(bounds.shape[0] - 1):
+            for v in range(bounds[c], bounds[c + 1]):
+                acc = cur[v]
+                for j in range(indptr[v], indptr[v + 1]):
+                    acc |= cur[indices[j]]
+                nxt[v] = acc
+        cur, nxt = nxt, cur
+    return cur
+
+
+def halo_masks_ref(indptr, indices, mask, hops):
+    """NumPy twin of :func:`halo_masks`."""
+    cur = np.array(mask, dtype=np.uint8, copy=True)
+    src = np.repeat(np.arange(cur.shape[0]), np.diff(indptr))
+    for _ in range(hops):
+        nxt = cur.copy()
+        np.bitwise_or.at(nxt, src, cur[np.asarray(indices)])
+        cur = nxt
+    return cur
+
+
+@njit(parallel=True, nogil=True, cache=True)
+def shared_edges(indptr, indices, mask):
+    """Per bit p of ``mask`` (uint8, N), the CSR entries (u, w) with bit p set at both ends:
+    the entries of the subgraph each of eight parts induces (int64, 8). One pass."""
+    bounds = edge_chunks(indptr, 64)
+    nc = bounds.shape[0] - 1
+    counts = np.zeros((nc, 8), dtype=np.int64)
+    for c in prange(nc):
+        for u in range(bounds[c], bounds[c + 1]):
+            mu = mask[u]
+            if mu == 0:
+                continue
+            for j in range(indptr[u], indptr[u + 1]):
+                both = mu & mask[indices[j]]
+                if both:
+                    for b in range(8):
+                        counts[c, b] += (both >> b) & 1
+    return counts.sum(axis=0)
+
+
+def shared_edges_ref(indptr, indices, mask):
+    """NumPy twin of :func:`shared_edges`."""
+    mask = np.asarray(mask, dtype=np.uint8)
+    both = np.repeat(mask, np.diff(indptr)) & mask[np.asarray(indices)]
+    return np.array([np.count_nonzero((both >> b) & 1) for b in range(8)], dtype=np.int64)
+
+
+def edge_chunks_ref(indptr, num):
+    """NumPy twin of :func:`edge_chunks`."""
+    indptr = np.asarray(indptr, dtype=np.int64)
+    n = indptr.shape[0] - 1
+    targets = indptr[n] * np.arange(1, num, dtype=np.int64) // num
+    inner = np.searchsorted(indptr[:n], targets, side="left")
+    return np.concatenate([[0], inner, [n]]).astype(np.int64)
+
+
 # -- BFS balls of training vertices (the --schedule auto probe) ------------------------------------
 @njit(nogil=True, cache=True)
 def ball_seeds(indptr, indices, is_train, starts, count, limit, visited):
@@ -224,3 +311,6 @@ register(cluster_bfs_order, cluster_bfs_order_ref)
 register(sparsify_csr, sparsify_csr_ref)
 register(cut_edges, cut_edges_ref)
 register(ball_seeds, ball_seeds_ref)
+register(edge_chunks, edge_chunks_ref)
+register(halo_masks, halo_masks_ref)
+register(shared_edges, shared_edges_ref)

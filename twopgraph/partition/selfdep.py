@@ -93,7 +93,9 @@ from .orphans import clean_orphans
 from .partformat import (_ARRAYS, FORMAT_VERSION, META, PART_JSON, ROOT_CLUSTER, STORE_DIR,
                          PartitionError, _record)
 from .partload import read_meta, verify_partition
-from .partsplit import SPLIT_VERSION, _check_train_in_every_part, _halos, _split_clusters
+from . import kernels
+from .partsplit import (SPLIT_VERSION, _check_train_in_every_part, _halos, _split_clusters,
+                        part_masks)
 from .renumber import cluster_permutation
 
 log = logging.getLogger("twopgraph")
@@ -172,6 +174,8 @@ def _partition_locked(data: GraphData, num_parts: int, hops: int, out: Path, *, 
     _check_train_in_every_part(owner, data.train_idx, num_parts, n)
     reached = _halos(g, owner, data.train_idx, num_parts, hops)
     steps.done("halos", hops)
+    local_entries = _local_entries(g, owner, reached, num_parts)
+    steps.done("local edges", int(local_entries.sum()))
     tmp = None
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -184,7 +188,8 @@ def _partition_locked(data: GraphData, num_parts: int, hops: int, out: Path, *, 
         part_meta = []
         for p in range(num_parts):
             part_meta.append(_write_part(tmp / f"part{p}", p, pid, data, owner == p,
-                                         reached[:, p], rank, fine.parts, representation))
+                                         reached[:, p], rank, fine.parts,
+                                         int(local_entries[p]), representation))
             steps.done(f"part {p}", part_meta[-1]["num_nodes"])
         total = sum(m["num_owned"] + m["num_halo"] for m in part_meta)
         root = {"cluster": None}
@@ -388,16 +393,15 @@ def _gather_rows(indptr: np.ndarray, indices: np.ndarray, rows: np.ndarray, g2l=
     return out_ptr, ent
 
 
-def _local_edges(g: CSRGraph, member: np.ndarray) -> int:
-    """Edges of the subgraph induced by the vertices where ``member`` is True (entries of its
-    CSR), counted in chunks of rows."""
-    deg = g.degrees()
-    total, step = 0, max(1, _CHUNK // max(1, int(deg.mean()) if deg.size else 1))
-    for a in range(0, g.num_nodes, step):
-        b = min(a + step, g.num_nodes)
-        src = np.repeat(member[a:b], deg[a:b])
-        total += int(np.count_nonzero(src & member[g.indices[g.indptr[a]:g.indptr[b]]]))
-    return total
+def _local_entries(g: CSRGraph, owner: np.ndarray, reached: np.ndarray,
+                   num_parts: int) -> np.ndarray:
+    """CSR entries of the subgraph each part induces on its vertices (owned or reached; int64,
+    ``num_parts``): one parallel pass over the edges per eight parts."""
+    out = np.zeros(num_parts, dtype=np.int64)
+    for first, mask in part_masks(lambda p: reached[:, p] | (owner == p), num_parts):
+        k = min(8, num_parts - first)
+        out[first:first + k] = kernels.shared_edges(g.indptr, g.indices, mask)[:k]
+    return out
 
 
 def _csr_bytes(num_nodes: int, num_edges: int, index_itemsize: int) -> int:
@@ -406,12 +410,15 @@ def _csr_bytes(num_nodes: int, num_edges: int, index_itemsize: int) -> int:
 
 def _write_part(folder: Path, p: int, pid: str, data: GraphData, owned: np.ndarray,
                 reached: np.ndarray, rank: np.ndarray, fine_parts: np.ndarray,
-                representation: str = "auto") -> dict:
+                local_entries: int, representation: str = "auto") -> dict:
+    """Part ``p``'s folder: the vertices it owns and reaches, its splits, and its CSR (local
+    ids) or a reference to the global one, whichever :data:`GLOBAL_SHARE` picks from
+    ``local_entries`` (its induced subgraph's CSR entries)."""
     g = data.graph
     member = reached | owned
     nloc = int(np.count_nonzero(member))
     num_owned = int(np.count_nonzero(owned))
-    local_bytes = _csr_bytes(nloc, _local_edges(g, member), 4 if nloc < 2**31 else 8)
+    local_bytes = _csr_bytes(nloc, local_entries, 4 if nloc < 2**31 else 8)
     global_bytes = int(g.indptr.nbytes + g.indices.nbytes)
     if representation == "auto":
         representation = "global" if local_bytes > GLOBAL_SHARE * global_bytes else "local"
