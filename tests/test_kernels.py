@@ -305,6 +305,15 @@ def check_shared_edges(kernel, twin):
             assert int(got[b]) == sub.nnz
 
 
+def check_cluster_pairs(kernel, twin):
+    for seed, g in graphs():
+        for k, chunks in ((1, 1), (2, 3), (7, 16), (40, 2)):
+            cid = np.random.default_rng(seed).integers(0, k, g.num_nodes).astype(np.int32)
+            got = kernel(g.indptr, g.indices, cid, k, chunks)
+            np.testing.assert_array_equal(got, twin(g.indptr, g.indices, cid, k, chunks))
+            assert got.trace() == 0 and (got == got.T).all()  # symmetric graph, no self pairs
+
+
 def random_stream(num_rows, num_batches, max_batch, seed):
     rng = np.random.default_rng(seed)
     return [rng.choice(num_rows, size=rng.integers(1, max_batch + 1), replace=False)
@@ -758,6 +767,7 @@ CHECKS = {
     "twopgraph.partition.kernels.edge_chunks": check_edge_chunks,
     "twopgraph.partition.kernels.halo_masks": check_halo_masks,
     "twopgraph.partition.kernels.shared_edges": check_shared_edges,
+    "twopgraph.partition.kernels.cluster_pairs": check_cluster_pairs,
     "twopgraph.dropout.relu_dropout_fwd": check_relu_dropout_fwd,
     "twopgraph.dropout.relu_dropout_bwd": check_relu_dropout_bwd,
     "twopgraph.spmm.csr_spmm": check_csr_spmm,

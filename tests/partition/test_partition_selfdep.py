@@ -374,3 +374,29 @@ def test_rebalance_moves_whole_clusters_and_keeps_a_balanced_split():
     assert np.abs(load[0] - 200).max() <= 10 and np.abs(load[1] - 10).max() <= 1, load
     balanced = (np.arange(k) >= 20).astype(np.int64)
     assert np.array_equal(rebalance(balanced, w, adj, 2), balanced)  # already fine: kept
+
+
+def test_halos_of_more_than_eight_parts_are_the_hop_balls(data):
+    # 10 parts: two bytes of part masks; each part's halo is the BFS ball of its seeds
+    from twopgraph.partition.partsplit import _halos
+    from twopgraph.partition.selfdep import _local_entries
+    g = data.graph
+    owner = np.random.default_rng(0).integers(0, 10, g.num_nodes)
+    reached = _halos(g, owner, data.train_idx, 10, 2)
+    entries = _local_entries(g, owner, reached, 10)
+    adj = g.to_scipy()
+    for p in range(10):
+        seeds = data.train_idx[owner[data.train_idx] == p]
+        np.testing.assert_array_equal(np.flatnonzero(reached[:, p]), _ball(g, seeds, 2))
+        member = reached[:, p] | (owner == p)
+        assert int(entries[p]) == adj[member][:, member].nnz
+
+
+def test_dense_and_sparse_cluster_graphs_agree(data, monkeypatch):
+    from twopgraph.partition import partsplit
+    fine = np.random.default_rng(1).integers(0, 40, data.num_nodes)
+    dense = partsplit._cluster_graph(data.graph, fine, 40)
+    monkeypatch.setattr(partsplit, "DENSE_CLUSTER_GRAPH", 0)
+    sparse = partsplit._cluster_graph(data.graph, fine, 40)
+    assert (dense != sparse).nnz == 0 and dense.nnz == sparse.nnz > 0
+    assert dense.dtype == sparse.dtype == np.int64

@@ -240,6 +240,36 @@ def shared_edges_ref(indptr, indices, mask):
     return np.array([np.count_nonzero((both >> b) & 1) for b in range(8)], dtype=np.int64)
 
 
+@njit(parallel=True, nogil=True, cache=True)
+def cluster_pairs(indptr, indices, cid, k, num_chunks):
+    """Dense ``k x k`` counts (int64) of the CSR entries (u, w) between different clusters
+    ``cid[u] != cid[w]`` (``cid`` in ``0..k-1``): the cluster graph's edge weights. Parallel
+    over ``num_chunks`` runs of equal entries, each with a ``k x k`` table of its own."""
+    bounds = edge_chunks(indptr, num_chunks)
+    part = np.zeros((num_chunks, k, k), dtype=np.int64)
+    for c in prange(num_chunks):
+        t = part[c]
+        for u in range(bounds[c], bounds[c + 1]):
+            cu = cid[u]
+            for j in range(indptr[u], indptr[u + 1]):
+                cw = cid[indices[j]]
+                if cw != cu:
+                    t[cu, cw] += 1
+    out = np.zeros((k, k), dtype=np.int64)
+    for c in range(num_chunks):
+        out += part[c]
+    return out
+
+
+def cluster_pairs_ref(indptr, indices, cid, k, num_chunks):
+    """NumPy twin of :func:`cluster_pairs`."""
+    cid = np.asarray(cid, dtype=np.int64)
+    src = np.repeat(cid, np.diff(indptr))
+    dst = cid[np.asarray(indices)]
+    keep = src != dst
+    return np.bincount(src[keep] * k + dst[keep], minlength=k * k).reshape(k, k)
+
+
 def edge_chunks_ref(indptr, num):
     """NumPy twin of :func:`edge_chunks`."""
     indptr = np.asarray(indptr, dtype=np.int64)
@@ -314,3 +344,4 @@ register(ball_seeds, ball_seeds_ref)
 register(edge_chunks, edge_chunks_ref)
 register(halo_masks, halo_masks_ref)
 register(shared_edges, shared_edges_ref)
+register(cluster_pairs, cluster_pairs_ref)

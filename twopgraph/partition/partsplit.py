@@ -34,10 +34,37 @@ def _split_clusters(g: CSRGraph, fine: np.ndarray, k: int, train_idx: np.ndarray
     if num_parts == 1:
         return np.zeros(k, dtype=np.int64)
     import pymetis
-    import scipy.sparse as sp
     w = np.zeros((k, 2), dtype=np.int64)
     w[:, 0] = np.bincount(fine, minlength=k)
     w[:, 1] = np.bincount(fine[train_idx], minlength=k)
+    cg = _cluster_graph(g, fine, k)
+    idx = pymetis.zero_copy_dtype()
+    with metis_output_to_log():  # METIS prints to C stdout: keep --json output clean
+        _, parts = pymetis.part_graph(
+            num_parts, pymetis.CSRAdjacency(np.ascontiguousarray(cg.indptr, dtype=idx),
+                                            np.ascontiguousarray(cg.indices, dtype=idx)),
+            eweights=np.ascontiguousarray(np.minimum(cg.data, 2**30), dtype=idx),
+            vweights=np.ascontiguousarray(w.ravel(), dtype=idx),
+            options=pymetis.Options(seed=int(seed), ufactor=DEFAULT_UFACTOR), recursive=False)
+    parts = np.asarray(parts, dtype=np.int64)
+    return rebalance(parts, w, cg, num_parts)
+
+
+#: Largest cluster count whose cluster graph is counted in dense ``k x k`` tables
+#: (:func:`~twopgraph.partition.kernels.cluster_pairs`, 128 MiB per table at the limit);
+#: above it, in sparse chunks.
+DENSE_CLUSTER_GRAPH = 4096
+
+
+def _cluster_graph(g: CSRGraph, fine: np.ndarray, k: int):
+    """The cluster graph: symmetric sparse ``k x k`` counts of the edges between clusters
+    (int64). Dense tables in one parallel pass up to :data:`DENSE_CLUSTER_GRAPH` clusters
+    (the default clusterings have a few hundred to a few thousand), sparse chunks above."""
+    import scipy.sparse as sp
+    if k <= DENSE_CLUSTER_GRAPH:
+        chunks = int(max(1, min(16, (1 << 28) // (8 * k * k))))
+        cid = np.ascontiguousarray(fine, dtype=np.int32 if k < 2**31 else np.int64)
+        return sp.csr_matrix(kernels.cluster_pairs(g.indptr, g.indices, cid, k, chunks))
     deg = g.degrees()
     cg = sp.csr_matrix((k, k), dtype=np.int64)
     step = 1 << 19
@@ -49,16 +76,7 @@ def _split_clusters(g: CSRGraph, fine: np.ndarray, k: int, train_idx: np.ndarray
         cg = cg + sp.csr_matrix((np.ones(int(keep.sum()), dtype=np.int64),
                                  (src[keep], dst[keep])), shape=(k, k))
     cg.sum_duplicates()
-    idx = pymetis.zero_copy_dtype()
-    with metis_output_to_log():  # METIS prints to C stdout: keep --json output clean
-        _, parts = pymetis.part_graph(
-            num_parts, pymetis.CSRAdjacency(np.ascontiguousarray(cg.indptr, dtype=idx),
-                                            np.ascontiguousarray(cg.indices, dtype=idx)),
-            eweights=np.ascontiguousarray(np.minimum(cg.data, 2**30), dtype=idx),
-            vweights=np.ascontiguousarray(w.ravel(), dtype=idx),
-            options=pymetis.Options(seed=int(seed), ufactor=DEFAULT_UFACTOR), recursive=False)
-    parts = np.asarray(parts, dtype=np.int64)
-    return rebalance(parts, w, cg, num_parts)
+    return cg
 
 
 #: The imbalance :func:`rebalance` accepts: a part may exceed the mean of a weight (training
