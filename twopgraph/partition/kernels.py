@@ -216,21 +216,29 @@ def halo_masks_ref(indptr, indices, mask, hops):
 @njit(parallel=True, nogil=True, cache=True)
 def shared_edges(indptr, indices, mask):
     """Per bit p of ``mask`` (uint8, N), the CSR entries (u, w) with bit p set at both ends:
-    the entries of the subgraph each of eight parts induces (int64, 8). One pass."""
+    the entries of the subgraph each of eight parts induces (int64, 8). One pass; each entry
+    adds one to a histogram of ``mask[u] & mask[w]``, whose 256 bins are split into bits at
+    the end."""
     bounds = edge_chunks(indptr, 64)
     nc = bounds.shape[0] - 1
-    counts = np.zeros((nc, 8), dtype=np.int64)
+    hist = np.zeros((nc, 256), dtype=np.int64)
     for c in prange(nc):
+        h = hist[c]
         for u in range(bounds[c], bounds[c + 1]):
             mu = mask[u]
             if mu == 0:
                 continue
             for j in range(indptr[u], indptr[u + 1]):
-                both = mu & mask[indices[j]]
-                if both:
-                    for b in range(8):
-                        counts[c, b] += (both >> b) & 1
-    return counts.sum(axis=0)
+                h[mu & mask[indices[j]]] += 1
+    counts = np.zeros(8, dtype=np.int64)
+    for val in range(1, 256):
+        t = 0
+        for c in range(nc):
+            t += hist[c, val]
+        for b in range(8):
+            if (val >> b) & 1:
+                counts[b] += t
+    return counts
 
 
 def shared_edges_ref(indptr, indices, mask):
