@@ -166,8 +166,8 @@ def _halos(g: CSRGraph, owner: np.ndarray, train_idx: np.ndarray, num_parts: int
            hops: int) -> np.ndarray:
     """``reached[v, p]``: v is within ``hops`` hops of a training vertex of part ``p`` (N x P
     bool). One parallel pass over the edges per hop for eight parts at once
-    (:func:`~twopgraph.partition.kernels.halo_masks`; a sparse-times-dense product per hop
-    took 3.9x longer on a 1/16-scale papers graph)."""
+    (:func:`~twopgraph.partition.kernels.halo_masks`), not a single-threaded sparse-times-dense
+    product per hop (README, "papers100M-shaped graphs", has the two timed)."""
     n = g.num_nodes
     reached = np.zeros((n, num_parts), dtype=bool)
     is_train = np.zeros(n, dtype=bool)
