@@ -34,6 +34,7 @@ from ..graph import CSRGraph, GraphData
 from ..livemap import StoreChanged
 from . import kernels
 from .cluster import Clustering, cluster_graph, default_num_clusters
+from .contract import group_by
 
 log = logging.getLogger("twopgraph")
 
@@ -42,9 +43,7 @@ def cluster_permutation(graph: CSRGraph, clustering: Clustering) -> np.ndarray:
     """``perm`` (int64, N): new vertex ``i`` is old vertex ``perm[i]``; clusters contiguous
     in cluster-id order, BFS order within each cluster (see module docstring)."""
     parts = np.ascontiguousarray(clustering.parts, dtype=np.int64)
-    members = np.argsort(parts, kind="stable")
-    start = np.zeros(clustering.num_clusters + 1, dtype=np.int64)
-    np.cumsum(clustering.sizes(), out=start[1:])
+    start, members = group_by(parts, clustering.num_clusters)  # a counting sort: O(N)
     return kernels.cluster_bfs_order(graph.indptr, graph.indices, parts, members, start)
 
 
