@@ -307,12 +307,18 @@ def vertex_weights(n: int, train_idx) -> np.ndarray:
 
 
 def _coarsen(graph: CSRGraph, k: int, train_idx, seed: int, ufactor: int, method: str):
-    from .coarsen import multilevel_partition
-    return multilevel_partition(graph.indptr, graph.indices,
-                                vertex_weights(graph.num_nodes, train_idx), k, seed=seed,
-                                ufactor=ufactor,
-                                initial="metis" if method == "coarsen" else "greedy",
-                                metis_niter=DEFAULT_METIS_NITER, quiet=metis_output_to_log)
+    from .coarsen import MultilevelStats, multilevel_partition
+    stats = MultilevelStats()
+    parts = multilevel_partition(graph.indptr, graph.indices,
+                                 vertex_weights(graph.num_nodes, train_idx), k, seed=seed,
+                                 ufactor=ufactor,
+                                 initial="metis" if method == "coarsen" else "greedy",
+                                 metis_niter=DEFAULT_METIS_NITER, quiet=metis_output_to_log,
+                                 stats=stats)
+    log.info("clusters: %s levels (vertices, entries) %s; %s", method,
+             " -> ".join(f"({a:,}, {b:,})" for a, b in stats.sizes),
+             ", ".join(f"{name} {sec:.1f} s" for name, sec in stats.seconds.items()))
+    return parts
 
 
 def _metis(graph: CSRGraph, k: int, train_idx, seed: int, ufactor: int, niter: int):
