@@ -6,6 +6,11 @@ about 40 GB of disk) it writes a papers-shaped graph in OGB's binary raw layout
 (``twopgraph.papers.write_ogb_raw``: ``R/ogbn_papers100M/raw/data.npz`` ...) and runs, each
 stage in a process of its own, measured from outside:
 
+Every stage uses the store ``twopgraph train``'s default ``--store-dtype auto`` picks in its
+cgroup (float16 features when float32 would exceed half the memory the process can fill):
+with two stores, a stage that picked the other one ingested the dataset again (the 1/4
+partition stage of an earlier ladder did, inside its figure).
+
 * ``ingest``: ``load_dataset("ogbn-papers100M")`` -- raw files to store (its sub-stages
   ``symmetrise`` (CSR build) and ``validate`` (validation + fingerprint) come from the store's
   ``store.json`` ``ingest.seconds``);
@@ -146,10 +151,12 @@ def one_scale(scale: float, work: Path, a, env: dict) -> dict:
     r = str(root)
     prelude = ("import sys, logging; logging.basicConfig(level=logging.INFO, format="
                "'%%(asctime)s %%(message)s'); sys.path.insert(0, %r); "
-               "from twopgraph.datasets import load_dataset; "
+               "from twopgraph.datasets import load_dataset, resolve_store_dtype; "
                "from twopgraph.jit import configure_threading; configure_threading(); "
-               "d = load_dataset('ogbn-papers100M', data_root=%r, progress=False); "
-               % (str(ROOT), r))
+               "dt = resolve_store_dtype('auto', 'ogbn-papers100M', %r); "
+               "d = load_dataset('ogbn-papers100M', data_root=%r, progress=False, "
+               "store_dtype=dt); "
+               % (str(ROOT), r, r))
     cluster = ("from twopgraph.config import TrainConfig; from twopgraph.pipeline import "
                "locality_for; cfg = TrainConfig.of(dataset='ogbn-papers100M', data_root=%r, "
                "schedule='locality', renumber=%s); cfg, _ = cfg.resolved(d.num_nodes); "
