@@ -50,6 +50,7 @@ import numpy as np
 from numba import njit, prange
 
 from .errors import GraphFormatError, OutputError
+from .files import map_new_npy
 from .jit import register
 
 log = logging.getLogger("twopgraph")
@@ -241,8 +242,9 @@ def _ids(chunk) -> np.ndarray:
 
 
 def _open(path: Path, length: int, dtype) -> np.ndarray:
-    """A new ``.npy`` file of ``length`` entries, memory-mapped for writing."""
-    return np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=(max(0, length),))
+    """A new ``.npy`` file of ``length`` entries, memory-mapped for writing (its blocks
+    reserved: a full disk is an ``OSError`` here, not SIGBUS in a kernel)."""
+    return map_new_npy(path, dtype, (max(0, length),))
 
 
 def _save(path: Path, arr: np.ndarray) -> None:

@@ -58,6 +58,31 @@ _TEMP = re.compile(r"^\.(?P<target>.+)\.tmp-(?P<pid>\d+)(?:-(?P<host>[A-Za-z0-9.
                    r"(?:-[a-z0-9_]{8})?|@(?P<at>[A-Za-z0-9_.-]+))?$")
 
 
+def reserve(fd: int, nbytes: int) -> None:
+    """Allocate the first ``nbytes`` of the open file ``fd`` on disk now. A file written
+    through a memory map is sparse until its pages are written back, and a full disk then
+    kills the process with SIGBUS at some later store; reserved, a full disk is an
+    ``OSError`` (ENOSPC) here, which the callers turn into one line. File systems that cannot
+    allocate ahead (EOPNOTSUPP, ENOSYS) are left as they were."""
+    if nbytes <= 0:
+        return
+    try:
+        os.posix_fallocate(fd, 0, int(nbytes))
+    except OSError as e:
+        if e.errno not in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+            raise
+
+
+def map_new_npy(path, dtype, shape):
+    """A new ``.npy`` file ``path`` of ``dtype``/``shape`` memory-mapped for writing, its blocks
+    reserved (:func:`reserve`): a full disk raises ``OSError`` here, never SIGBUS later."""
+    import numpy as np
+    arr = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=shape)
+    with open(path, "r+b") as f:
+        reserve(f.fileno(), os.fstat(f.fileno()).st_size)
+    return arr
+
+
 def host_tag() -> str:
     """This host's name, reduced to ``[A-Za-z0-9.]`` (a data root on a shared file system may
     hold temporaries of writers on other hosts, whose pids mean nothing here)."""

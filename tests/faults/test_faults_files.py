@@ -308,6 +308,23 @@ def test_train_checkpoint_on_a_full_disk_is_one_line_exit_2(tmpfs, data_root, tm
     assert not [q for q in disk.rglob("*") if ".tmp" in q.name]
 
 
+def test_ingestion_on_a_full_disk_is_one_line_exit_2_not_sigbus(tmpfs, tmp_path):
+    """The CSR is scattered into a memory-mapped scratch file: unreserved, a full disk killed
+    the process with SIGBUS (exit -7, no message) in the middle of the scatter."""
+    from twopgraph.papers import PapersSpec, write_ogb_raw
+    raw = tmp_path / "src" / "ogbn_papers100M"
+    write_ogb_raw(PapersSpec(scale=2e-5), raw)  # 2,221 vertices: a 256 KiB CSR scratch file
+    disk = tmpfs(128 * 1024)
+    (disk / "ogbn_papers100M").symlink_to(raw)
+    p = _cli(["info", "--dataset", "ogbn-papers100M", "--data-root", disk], tmp_path)
+    assert p.returncode == 2, (p.returncode, p.stderr[-2000:])
+    assert "Traceback" not in p.stderr and p.stdout.strip() == ""
+    last = p.stderr.strip().splitlines()[-1]
+    assert last.startswith("twopgraph: error:") and "No space left" in last, last
+    stores = disk / "stores"
+    assert not stores.exists() or not [q for q in stores.iterdir()], list(stores.iterdir())
+
+
 # -- 3. damaged cluster cache ----------------------------------------------------------------------
 
 def _truncate(path: Path) -> None:

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from ..cache.host import HostFeatures
+from ..files import reserve
 from ..metrics import available_host_bytes
 
 
@@ -64,6 +65,7 @@ class EvalTable:
         self.where = where
         if where == "disk" and n * d > 0:
             with tempfile.TemporaryFile(dir=scratch_dir, prefix="twopgraph-eval-") as f:
+                reserve(f.fileno(), n * d * 4)  # a full disk: OSError now, not SIGBUS later
                 self.array = np.memmap(f, dtype=np.float32, mode="w+", shape=(n, d))
             self.table = torch.from_numpy(self.array)
         else:

@@ -18,6 +18,7 @@ from typing import Iterator
 import numpy as np
 
 from ..errors import GraphFormatError
+from ..files import map_new_npy
 from ..npzstore import _member_chunks, _read_header
 from ..store import CHUNK_BYTES
 
@@ -79,8 +80,7 @@ class NpzMember:
             return m.reshape(-1, order="F" if self.fortran else "C")
         if scratch is None:
             raise ValueError("a compressed member needs a scratch file")
-        out = np.lib.format.open_memmap(scratch, mode="w+", dtype=self.dtype.newbyteorder("="),
-                                        shape=(self.size,))
+        out = map_new_npy(scratch, self.dtype.newbyteorder("="), (self.size,))
         a = 0
         with _open_member(self) as f:
             for c in _member_chunks(f, (self.size,), self.dtype, self.where):

@@ -21,6 +21,7 @@ from typing import Iterator
 import numpy as np
 
 from ..errors import GraphFormatError
+from ..files import map_new_npy
 from .npz import READ_ERRORS, NpzMember, members
 from .raw import (RawDataset, _check_feat, _count, _edge_arrays, _edge_count, _fail,
                   _npz_labels, _rows_per_chunk, _split_ids, labels_from)
@@ -158,8 +159,7 @@ def _ogb_csv(name: str, folder: Path, split: str, num_classes: int, fix: str) ->
 
     def edges(scratch):
         path = raw / "edge.csv.gz"
-        out = np.lib.format.open_memmap(scratch("edge_index.npy"), mode="w+", dtype=np.int64,
-                                        shape=(2, e))
+        out = map_new_npy(scratch("edge_index.npy"), np.int64, (2, e))
         a = 0
         for c in _csv_chunks(path, np.int64, 1 << 22, ncols=2):
             if a + c.shape[0] > e:
