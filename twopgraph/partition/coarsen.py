@@ -282,17 +282,24 @@ def multilevel_partition(indptr, indices, vw, k: int, *, seed: int = 0, ufactor:
     levels = [Level(indptr, indices, np.empty(0, dtype=np.int64), vw)]
     stats.sizes.append((n, int(indices.shape[0])))
     t = time.perf_counter()
+    lp_s = contract_s = 0.0
     while levels[-1].n > target and len(levels) < MAX_LEVELS:
         cur = levels[-1]
+        t0 = time.perf_counter()
         cid, num = _cluster_level(cur, cluster_cap, mix_key(seed, 0x636C, len(levels)))
+        t1 = time.perf_counter()
+        lp_s += t1 - t0
         if num * MIN_SHRINK > cur.n:  # stalled: keep the graph we have
             break
         cur.cid = cid
         levels.append(_coarsen(cur, cid, num))
+        contract_s += time.perf_counter() - t1
         stats.sizes.append((levels[-1].n, int(levels[-1].indices.shape[0])))
         log.debug("coarsen: level %d: %d vertices, %d entries", len(levels) - 1,
                   levels[-1].n, levels[-1].indices.shape[0])
     stats.seconds["coarsen_s"] = time.perf_counter() - t
+    stats.seconds["coarsen_lp_s"] = lp_s
+    stats.seconds["coarsen_contract_s"] = contract_s
     t = time.perf_counter()
     top = levels[-1]
     if initial == "metis":
@@ -318,8 +325,11 @@ def multilevel_partition(indptr, indices, vw, k: int, *, seed: int = 0, ufactor:
         fine.cid = None
         rounds = fine_refine_rounds if depth == 0 else REFINE_ROUNDS
         if rounds:
+            t0 = time.perf_counter()
             refine(fine, parts, k, part_cap, mix_key(seed, 0x7266, depth), rounds,
                    max_visit=MAX_VISIT if depth == 0 else 0)
+            if depth == 0:
+                stats.seconds["refine_input_s"] = time.perf_counter() - t0
         del levels[depth + 1:]
     stats.seconds["refine_s"] = time.perf_counter() - t
     return parts.astype(np.int64, copy=False)
