@@ -13,6 +13,7 @@ import numpy as np
 from numba import njit, prange
 
 from ..jit import register
+from ..memhint import PREFETCH_DIST, prefetch
 from .labelprop import BLOCK, _mask_for, _table_add
 
 
@@ -44,10 +45,33 @@ def group_by_ref(cid, num):
 
 
 @njit(inline="always", cache=True)
-def _row(indptr, indices, ew, cid, start, members, c, tkeys, tvals, touched, num, weighted):
+def _cid_ahead(cur, indptr, indices, cid, members, kend):
+    """Advance the look-ahead cursor ``cur`` (position in ``members``, edge, end of its
+    row) by one edge of the member stream and prefetch that edge's ``cid`` entry."""
+    k = cur[0]
+    j = cur[1] + 1
+    end = cur[2]
+    while j >= end and k < kend:
+        k += 1
+        if k < kend:
+            v = members[k]
+            j = indptr[v]
+            end = indptr[v + 1]
+    cur[0] = k
+    cur[1] = j
+    cur[2] = end
+    if k < kend:
+        prefetch(cid, indices[j])
+
+
+@njit(inline="always", cache=True)
+def _row(indptr, indices, ew, cid, start, members, c, tkeys, tvals, touched, num, weighted,
+         cur, kend):
     """Sum the edges of coarse vertex ``c`` per neighbouring coarse vertex (self excluded)
     into the hash table (a part of it sized to ``c``'s summed degree); returns the number of
-    distinct neighbours."""
+    distinct neighbours. The members are scattered over the fine graph: the rows of the
+    members ``PREFETCH_DIST`` ahead and, through ``cur``, the ``cid`` entry ``PREFETCH_DIST``
+    edges ahead are prefetched (``kend``: the end of the block's members)."""
     dsum = 0
     for k in range(start[c], start[c + 1]):
         v = members[k]
@@ -56,7 +80,12 @@ def _row(indptr, indices, ew, cid, start, members, c, tkeys, tvals, touched, num
     nt = 0
     for k in range(start[c], start[c + 1]):
         v = members[k]
+        if k + 2 * PREFETCH_DIST < kend:
+            prefetch(indptr, members[k + 2 * PREFETCH_DIST])
+        if k + PREFETCH_DIST < kend:
+            prefetch(indices, indptr[members[k + PREFETCH_DIST]])
         for j in range(indptr[v], indptr[v + 1]):
+            _cid_ahead(cur, indptr, indices, cid, members, kend)
             d = np.int64(cid[indices[j]])
             if d == c:
                 continue
@@ -100,9 +129,14 @@ def _rows_pass(indptr, indices, ew, cid, start, members, counts, out_idx, out_w,
         lo = blk * BLOCK
         hi = min(num, lo + BLOCK)
         tkeys, tvals, touched = _block_tables(indptr, start, members, lo, hi, num)
+        kend = start[hi]
+        cur = np.zeros(3, dtype=np.int64)  # see _cid_ahead
+        cur[0] = start[lo] - 1
+        for _ in range(PREFETCH_DIST):
+            _cid_ahead(cur, indptr, indices, cid, members, kend)
         for c in range(lo, hi):
             nt = _row(indptr, indices, ew, cid, start, members, c, tkeys, tvals, touched,
-                      num, weighted)
+                      num, weighted, cur, kend)
             if fill:
                 o = counts[c]
                 keys = np.empty(nt, dtype=np.int64)

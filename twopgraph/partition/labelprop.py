@@ -14,6 +14,7 @@ import numpy as np
 from numba import njit, prange
 
 from ..jit import register
+from ..memhint import PREFETCH_DIST, prefetch
 from ..rng import splitmix64, splitmix64_ref
 
 #: vertices per parallel work item of the label-propagation and contraction kernels
@@ -54,6 +55,35 @@ def _mask_for(d):
     return size - 1
 
 
+@njit(inline="always", cache=True)
+def _label_ahead(cur, indptr, indices, labels, members, hi, key, max_visit):
+    """Advance the look-ahead cursor ``cur`` (position in ``members``, edge of its visit,
+    its visit length, its window offset) by one visited edge of :func:`lp_propose` and
+    prefetch that edge's ``labels`` entry (nothing once past ``members[hi - 1]``)."""
+    i = cur[0]
+    t = cur[1] + 1
+    visit = cur[2]
+    while t >= visit and i < hi:
+        i += 1
+        t = 0
+        if i < hi:
+            v = members[i]
+            d = indptr[v + 1] - indptr[v]
+            visit = d if (max_visit <= 0 or d <= max_visit) else max_visit
+            cur[3] = (0 if visit == d
+                      else np.int64(splitmix64(key ^ np.uint64(v)) % np.uint64(d)))
+    cur[0] = i
+    cur[1] = t
+    cur[2] = visit
+    if i < hi:
+        v = members[i]
+        d = indptr[v + 1] - indptr[v]
+        q = cur[3] + t
+        if q >= d:
+            q -= d
+        prefetch(labels, indices[indptr[v] + q])
+
+
 @njit(parallel=True, nogil=True, cache=True)
 def lp_propose(indptr, indices, ew, labels, vw, cw, cap, members, key, max_visit):
     """Moves of one sub-round: ``out[i]`` = the label ``members[i]`` moves to, or -1.
@@ -82,6 +112,12 @@ def lp_propose(indptr, indices, ew, labels, vw, cw, cap, members, key, max_visit
         tkeys = np.full(size, -1, dtype=np.int64)
         tvals = np.zeros(size, dtype=np.int64)
         touched = np.empty(maxdeg, dtype=np.int64)
+        # a cursor PREFETCH_DIST visited edges ahead of the current one (across vertices)
+        # prefetches the label it will read: the labels of the neighbours are random reads
+        cur = np.zeros(4, dtype=np.int64)  # vertex position, edge, visit, offset
+        cur[0] = lo - 1
+        for _ in range(PREFETCH_DIST):
+            _label_ahead(cur, indptr, indices, labels, members, hi, key, max_visit)
         for i in range(lo, hi):
             v = members[i]
             own = np.int64(labels[v])
@@ -91,6 +127,7 @@ def lp_propose(indptr, indices, ew, labels, vw, cw, cap, members, key, max_visit
             off = 0 if visit == d else np.int64(splitmix64(key ^ np.uint64(v)) % np.uint64(d))
             mask = _mask_for(visit)  # a small table for a small degree
             for t in range(visit):
+                _label_ahead(cur, indptr, indices, labels, members, hi, key, max_visit)
                 j = indptr[v] + (off + t) % d
                 u = indices[j]
                 if u == v:
