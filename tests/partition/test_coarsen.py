@@ -250,3 +250,22 @@ def test_power_law_graph_coarsens(monkeypatch):
     c = cluster_graph(d.graph, 10, train_idx=d.train_idx, method="coarsen")
     per = np.bincount(c.parts[d.train_idx], minlength=10)
     assert per.max() <= 1.6 * per.mean()
+
+
+def test_coarse_refinement_rounds_stay_within_the_budget():
+    """Four rounds per coarse level while their entries are small against the input's; fewer
+    (never below one) once the coarse levels hold a large share of the edges."""
+    def level(entries):
+        return coarsen.Level(np.array([0, entries]), np.zeros(entries, np.int64),
+                             np.empty(0, np.int64), np.ones(1, np.int64))
+    assert coarsen.coarse_refine_rounds([level(1000)]) == coarsen.REFINE_ROUNDS
+    assert coarsen.coarse_refine_rounds([level(1000), level(100), level(50)]) == 4
+    assert coarsen.coarse_refine_rounds([level(1000), level(300), level(200)]) == 2
+    assert coarsen.coarse_refine_rounds([level(1000), level(900), level(800)]) == 1
+    g, _, _ = big_community()  # the driver runs the rounds the rule gives its levels
+    stats = coarsen.MultilevelStats()
+    coarsen.multilevel_partition(g.indptr, g.indices, np.ones(g.num_nodes, np.int64), 8,
+                                 stats=stats)
+    levels = [level(e) for _, e in stats.sizes[:-1]]  # the last: METIS' sparsified graph
+    assert len(levels) >= 2
+    assert stats.refine_rounds == coarsen.coarse_refine_rounds(levels)

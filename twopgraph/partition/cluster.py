@@ -317,7 +317,8 @@ def _coarsen(graph: CSRGraph, k: int, train_idx, seed: int, ufactor: int, method
                                  stats=stats)
     log.info("clusters: %s levels (vertices, entries) %s; %s", method,
              " -> ".join(f"({a:,}, {b:,})" for a, b in stats.sizes),
-             ", ".join(f"{name} {sec:.1f} s" for name, sec in stats.seconds.items()))
+             ", ".join(f"{name} {sec:.1f} s" for name, sec in stats.seconds.items())
+             + f"; {stats.refine_rounds} refinement rounds per coarse level")
     return parts
 
 
