@@ -269,3 +269,20 @@ def test_coarse_refinement_rounds_stay_within_the_budget():
     levels = [level(e) for _, e in stats.sizes[:-1]]  # the last: METIS' sparsified graph
     assert len(levels) >= 2
     assert stats.refine_rounds == coarsen.coarse_refine_rounds(levels)
+
+
+def test_coarsening_stops_when_a_contraction_keeps_most_entries(monkeypatch):
+    """A coarse level whose contraction kept more than 1 / MIN_ENTRY_SHRINK of the entries is
+    the last: with the rule off the same graph coarsens deeper."""
+    g, _, _ = big_community()
+    monkeypatch.setattr(coarsen, "COARSE_MIN", 50)  # coarsen far below the default target
+    depth = {}
+    for shrink in (0.0, 1e9):  # off; every coarse contraction "keeps too much"
+        monkeypatch.setattr(coarsen, "MIN_ENTRY_SHRINK", shrink)
+        stats = coarsen.MultilevelStats()
+        parts = coarsen.multilevel_partition(g.indptr, g.indices,
+                                             np.ones(g.num_nodes, np.int64), 2, stats=stats)
+        assert sorted(np.unique(parts).tolist()) == [0, 1]
+        depth[shrink] = len(stats.sizes) - 1  # the last: METIS' sparsified graph
+    assert depth[1e9] == 3  # input, level 1, level 2: the rule stops there
+    assert depth[0.0] > depth[1e9]

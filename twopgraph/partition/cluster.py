@@ -89,7 +89,7 @@ DEFAULT_METIS_NITER = 10
 # takes seconds, else ``coarsen``).
 COARSEN_EDGES = 64_000_000
 # bump when the coarsening's result changes for the same input (part of the cache key)
-COARSEN_VERSION = 1
+COARSEN_VERSION = 2
 
 
 @dataclass(frozen=True)

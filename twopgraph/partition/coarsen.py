@@ -81,12 +81,15 @@ MIN_MOVED = 0.01
 #: balance the parts of the coarse graph well
 CLUSTERS_PER_PART = 12
 #: coarsening stops once the graph has at most max(COARSE_MIN, COARSE_PER_PART x k) vertices,
-#: or a level shrinks it by less than MIN_SHRINK (64, not 24: at 27.8M papers-shaped vertices,
-#: k = 1180, 24 per part took a third level from 56.9k to 23.5k vertices that kept 95.5M of
-#: the 109M entries, for 0.1 points less edge cut and 27 s more)
-COARSE_PER_PART = 64
+#: or a level shrinks it by less than MIN_SHRINK, or a contraction kept more than
+#: 1 / MIN_ENTRY_SHRINK of the entries: the next level would cost about as much again for
+#: little (at 27.8M papers-shaped vertices, k = 1180, a third level took the graph from
+#: 56.9k to 23.5k vertices but kept 95.5M of its 109M entries, for 27 s more and no less
+#: edge cut; METIS takes the heavy edges of the 56.9k-vertex graph instead)
+COARSE_PER_PART = 24
 COARSE_MIN = 20_000
 MIN_SHRINK = 1.4
+MIN_ENTRY_SHRINK = 2.0
 MAX_LEVELS = 8
 #: METIS sees each coarse vertex's METIS_KEEP_EDGES heaviest edges (and every edge at least
 #: as heavy as one of its ends' such edges): coarse graphs are dense (hundreds of neighbours
@@ -315,9 +318,12 @@ def multilevel_partition(indptr, indices, vw, k: int, *, seed: int = 0, ufactor:
         cur.cid = cid
         levels.append(_coarsen(cur, cid, num))
         contract_s += time.perf_counter() - t1
-        stats.sizes.append((levels[-1].n, int(levels[-1].indices.shape[0])))
         log.debug("coarsen: level %d: %d vertices, %d entries", len(levels) - 1,
                   levels[-1].n, levels[-1].indices.shape[0])
+        stats.sizes.append((levels[-1].n, int(levels[-1].indices.shape[0])))
+        if (len(levels) > 2 and levels[-1].indices.shape[0] * MIN_ENTRY_SHRINK
+                > cur.indices.shape[0]):
+            break  # the coarse graph stopped getting sparser
     stats.seconds["coarsen_s"] = time.perf_counter() - t
     stats.seconds["coarsen_lp_s"] = lp_s
     stats.seconds["coarsen_contract_s"] = contract_s
