@@ -412,9 +412,10 @@ from conftest import community_data
 from twopgraph.partition import selfdep
 real = selfdep._write_part
 def write_then_die(folder, p, *a):
-    real(folder, p, *a)
+    meta = real(folder, p, *a)
     if p == 1:
         os.kill(os.getpid(), signal.SIGKILL)
+    return meta
 selfdep._write_part = write_then_die
 selfdep.partition_selfdep(community_data(600, k=4, seed=3), 2, 1, {out!r}, num_clusters=12)
 """
