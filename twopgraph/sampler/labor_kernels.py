@@ -257,6 +257,221 @@ def labor_pi_ref(indptr, nodes, cand, num_cand, fanout, iterations):
     return c, pi
 
 
+# -- c_s and pi_t in vertex-indexed scratch (no candidate numbering) ------------------------------------
+@njit(inline="always", cache=True)
+def _solve_dense(pi, indices, st, d, k, buf):
+    """:func:`_solve_row` of the row ``indices[st:st+d]`` with ``pi`` indexed by vertex id (the
+    same floats in the same order, so the same ``c``)."""
+    if k < 0 or d <= k:
+        return np.inf
+    for j in range(d):
+        if j + PREFETCH_DIST < d:
+            prefetch(pi, indices[st + j + PREFETCH_DIST])
+        buf[j] = pi[indices[st + j]]
+    c = 0.0
+    prev = -1
+    for _ in range(d + 2):
+        sat = 0
+        rest = 0.0
+        for j in range(d):
+            p = buf[j]
+            if c * p >= 1.0:
+                sat += 1
+            else:
+                rest += p
+        if sat == prev or sat >= k or rest <= 0.0:
+            break
+        c = (k - sat) / rest
+        prev = sat
+    return c
+
+
+@njit(parallel=True, nogil=True, cache=True)
+def labor_pi_dense(indptr, indices, nodes, fanout, iterations, pi, cmax):
+    """:func:`labor_pi`'s importances written into vertex-indexed scratch, without numbering
+    the candidates (no gather of the dsts' rows, no relabelling pass): returns ``touched``,
+    the distinct neighbours of ``nodes`` in order of first appearance (dtype of
+    ``indices``), with ``pi[t]`` = ``pi_t`` after ``iterations`` (>= 1) fixed-point rounds for
+    each of them. ``fanout >= 1``.
+
+    ``pi`` (float64, one per vertex) must be 0 everywhere on entry; the caller zeroes
+    ``pi[touched]`` after sampling (:func:`labor_sample_dense`). ``cmax`` (float64, one per
+    vertex, 0 everywhere; left so) is read only when ``iterations >= 2`` (may be empty
+    otherwise). Round 1 starts from ``pi = 1``, where ``c_s = k / d_s``, so ``pi_t = max_s
+    min(1, k / d_s)`` in one serial pass over the rows; each later round solves every
+    ``c_s`` (parallel over dsts) and sets ``pi_t = min(1, pi_t max_s c_s)`` -- the same float
+    as :func:`labor_pi`'s ``max_s min(1, c_s pi_t)``, rounding being monotone. Memory: ``8 N``
+    bytes of ``pi`` (``16 N`` with ``cmax``) held by the caller, plus one id per in-edge of
+    the dsts (``touched``'s capacity)."""
+    n = nodes.shape[0]
+    m = 0
+    for i in range(n):
+        m += indptr[nodes[i] + 1] - indptr[nodes[i]]
+    touched = np.empty(m, dtype=indices.dtype)
+    count = 0
+    for i in range(n):
+        _prefetch_row(indptr, indices, nodes, i + _ROWS_AHEAD)
+        v = nodes[i]
+        st = indptr[v]
+        d = indptr[v + 1] - st
+        p = 1.0 if d <= fanout else fanout / d
+        for j in range(d):
+            if j + PREFETCH_DIST < d:
+                prefetch(pi, indices[st + j + PREFETCH_DIST])
+            t = indices[st + j]
+            q = pi[t]
+            if q == 0.0:
+                touched[count] = t
+                count += 1
+                pi[t] = p
+            elif p > q:
+                pi[t] = p
+    if iterations >= 2:
+        maxd = 0
+        for i in range(n):
+            maxd = max(maxd, indptr[nodes[i] + 1] - indptr[nodes[i]])
+        c = np.empty(n, dtype=np.float64)
+        nchunks = (n + _SOLVE_CHUNK - 1) // _SOLVE_CHUNK
+        for _ in range(1, iterations):
+            for ch in prange(nchunks):
+                buf = np.empty(maxd, dtype=np.float64)
+                for i in range(ch * _SOLVE_CHUNK, min(n, (ch + 1) * _SOLVE_CHUNK)):
+                    v = nodes[i]
+                    c[i] = _solve_dense(pi, indices, indptr[v], indptr[v + 1] - indptr[v],
+                                        fanout, buf)
+            for i in range(n):  # scatter-max: serial (rows share neighbours)
+                v = nodes[i]
+                ci = c[i]
+                for e in range(indptr[v], indptr[v + 1]):
+                    t = indices[e]
+                    if ci > cmax[t]:
+                        cmax[t] = ci
+            for x in range(count):
+                t = touched[x]
+                p = pi[t] * cmax[t]
+                pi[t] = p if p < 1.0 else 1.0
+                cmax[t] = 0.0
+    return touched[:count]
+
+
+#: :func:`labor_pi_dense` on the calling thread only (same output and effects).
+labor_pi_dense_serial = njit(nogil=True, cache=True)(getattr(labor_pi_dense, "py_func",
+                                                             labor_pi_dense))
+
+
+def _numbered(indptr, indices, nodes):
+    """``(cand, distinct)`` of a layer: the candidate of every in-edge of ``nodes`` (their
+    distinct neighbours numbered in order of first appearance) and the candidates' ids."""
+    every = np.concatenate([np.asarray(indices[indptr[v]:indptr[v + 1]]) for v in nodes]
+                           + [np.empty(0, dtype=indices.dtype)])
+    _, first, inv = np.unique(every, return_index=True, return_inverse=True)
+    rank = np.argsort(np.argsort(first))  # rank of each distinct id by first appearance
+    distinct = np.empty(first.shape[0], dtype=indices.dtype)
+    distinct[rank] = every[first]
+    return rank[inv.reshape(-1)].astype(np.int64), distinct
+
+
+def labor_pi_dense_ref(indptr, indices, nodes, fanout, iterations, pi, cmax):
+    """Twin of :func:`labor_pi_dense`: :func:`labor_pi_ref` over the numbered candidates,
+    scattered into ``pi``."""
+    cand, distinct = _numbered(indptr, indices, nodes)
+    _, p = labor_pi_ref(indptr, nodes, cand, distinct.shape[0], fanout, iterations)
+    pi[distinct] = p
+    return distinct
+
+
+@njit(parallel=True, nogil=True, cache=True)
+def labor_sample_dense(indptr, indices, nodes, fanout, pi, key0, key1, ca, cb, smooth):
+    """:func:`labor_sample` with ``pi`` indexed by vertex id (:func:`labor_pi_dense`'s) and
+    each ``c_s`` solved here, in the pass that reads the row's ``pi`` (``fanout >= 1``):
+    ``(offsets, nbrs, weights)``, equal to :func:`labor_pi` then :func:`labor_sample` on the
+    numbered candidates. Variates are drawn per in-edge (``rv`` is not taken: the smooth
+    variates of batch dependency are cheaper per candidate, through :func:`labor_sample`).
+    Parallel over dsts in chunks (one row buffer each): the first pass solves ``c_s`` and
+    flags the kept in-edges, the second writes them, reading ``pi`` again for kept edges only.
+    :func:`labor_sample_dense_serial` is the same on one thread."""
+    n = nodes.shape[0]
+    starts = _row_starts(indptr, nodes)
+    maxd = 0
+    for i in range(n):
+        maxd = max(maxd, starts[i + 1] - starts[i])
+    kept = np.empty(starts[n], dtype=np.uint8)
+    counts = np.empty(n + 1, dtype=np.int64)
+    counts[0] = 0
+    c = np.empty(n, dtype=np.float64)
+    nchunks = (n + _SOLVE_CHUNK - 1) // _SOLVE_CHUNK
+    for ch in prange(nchunks):
+        buf = np.empty(maxd, dtype=np.float64)
+        for i in range(ch * _SOLVE_CHUNK, min(n, (ch + 1) * _SOLVE_CHUNK)):
+            _prefetch_row(indptr, indices, nodes, i + _ROWS_AHEAD)
+            v = nodes[i]
+            st = indptr[v]
+            d = indptr[v + 1] - st
+            ci = _solve_dense(pi, indices, st, d, fanout, buf)
+            c[i] = ci
+            ce0 = starts[i]
+            if ci == np.inf:
+                kept[ce0:ce0 + d] = 1
+                counts[i + 1] = d
+                continue
+            m = 0
+            for j in range(d):
+                p = ci * buf[j]
+                if p > 1.0:
+                    p = 1.0
+                keep = variate(key0, key1, ca, cb, smooth, indices[st + j]) <= p
+                kept[ce0 + j] = keep
+                m += keep
+            counts[i + 1] = m
+    offsets = np.cumsum(counts)
+    nbrs = np.empty(offsets[n], dtype=indices.dtype)
+    weights = np.empty(offsets[n], dtype=np.float64)
+    for i in prange(n):
+        _prefetch_row(indptr, indices, nodes, i + _ROWS_AHEAD)
+        v = nodes[i]
+        st = indptr[v]
+        ci = c[i]
+        ce0 = starts[i]
+        o = offsets[i]
+        m = 0
+        total = 0.0
+        for j in range(indptr[v + 1] - st):
+            if kept[ce0 + j]:
+                t = indices[st + j]
+                nbrs[o + m] = t
+                if ci == np.inf:
+                    w = 1.0
+                else:
+                    p = ci * pi[t]
+                    w = 1.0 / (p if p < 1.0 else 1.0)
+                weights[o + m] = w
+                total += w
+                m += 1
+        for q in range(m):
+            weights[o + q] = weights[o + q] / total
+    return offsets, nbrs, weights
+
+
+#: :func:`labor_sample_dense` on the calling thread only (same output).
+labor_sample_dense_serial = njit(nogil=True, cache=True)(getattr(labor_sample_dense, "py_func",
+                                                                 labor_sample_dense))
+
+
+def labor_sample_dense_ref(indptr, indices, nodes, fanout, pi, key0, key1, ca, cb, smooth):
+    """Twin of :func:`labor_sample_dense`: the candidates numbered, each ``c_s`` solved by
+    :func:`_solve_row_ref`, then :func:`labor_sample_ref`."""
+    cand, distinct = _numbered(indptr, indices, nodes)
+    pc = np.asarray(pi, dtype=np.float64)[distinct]
+    c = np.empty(len(nodes), dtype=np.float64)
+    e0 = 0
+    for i, v in enumerate(nodes):
+        d = int(indptr[v + 1] - indptr[v])
+        c[i] = _solve_row_ref(pc, cand, e0, d, fanout)
+        e0 += d
+    return labor_sample_ref(indptr, indices, nodes, c, pc, cand, np.empty(0), key0, key1, ca,
+                            cb, smooth)
+
+
 # -- sampling ---------------------------------------------------------------------------------------
 @njit(inline="always", cache=True)
 def _prob(ci, pi, cand, ce):
@@ -430,3 +645,7 @@ register(labor_variates, labor_variates_ref)
 register(labor_variates_serial, labor_variates_ref, name="labor_variates_serial")
 register(labor_sample, labor_sample_ref)
 register(labor_sample_serial, labor_sample_ref, name="labor_sample_serial")
+register(labor_pi_dense, labor_pi_dense_ref)
+register(labor_pi_dense_serial, labor_pi_dense_ref, name="labor_pi_dense_serial")
+register(labor_sample_dense, labor_sample_dense_ref)
+register(labor_sample_dense_serial, labor_sample_dense_ref, name="labor_sample_dense_serial")
