@@ -725,48 +725,41 @@ def check_labor_sample(kernel, twin):
 
 
 
-def check_labor_pi_dense(kernel, twin):
-    from twopgraph.sampler.labor_kernels import labor_pi_ref
+def check_labor_min_degree(kernel, twin):
+    from twopgraph.sampler.labor_kernels import _pi_of, labor_pi_ref
     for dtype in (None, np.int64):
         for g, nodes, cand, num_cand, seed in _labor_layers(dtype):
             n = g.num_nodes
-            for fanout in (1, 3, 10):
-                for iterations in (1, 2, 3):
-                    pi1, cm = np.zeros(n), np.zeros(n)
-                    t1 = kernel(g.indptr, g.indices, nodes, fanout, iterations, pi1, cm)
-                    pi2 = np.zeros(n)
-                    t2 = twin(g.indptr, g.indices, nodes, fanout, iterations, pi2, np.zeros(n))
-                    np.testing.assert_array_equal(t1, t2)
-                    np.testing.assert_array_equal(pi1, pi2)
-                    assert t1.dtype == g.indices.dtype and not cm.any()
-                    # the numbered kernel's pi, candidate by candidate
-                    _, p = labor_pi_ref(g.indptr, nodes, cand, num_cand, fanout, iterations)
-                    np.testing.assert_array_equal(pi1[t1], p)
-                    assert np.count_nonzero(pi1) == t1.shape[0]
+            for mdtype in (np.int32, np.int64):
+                d1, d2 = np.zeros(n, dtype=mdtype), np.zeros(n, dtype=mdtype)
+                t1 = kernel(g.indptr, g.indices, nodes, d1)
+                t2 = twin(g.indptr, g.indices, nodes, d2)
+                np.testing.assert_array_equal(t1, t2)
+                np.testing.assert_array_equal(d1, d2)
+                assert t1.dtype == g.indices.dtype
+                assert np.count_nonzero(d1) == t1.shape[0] == num_cand
+                # LABOR-1's pi from it: labor_pi's one round, candidate by candidate
+                for fanout in (1, 3, 10):
+                    _, p = labor_pi_ref(g.indptr, nodes, cand, num_cand, fanout, 1)
+                    got = [_pi_of(d1, int(t), fanout) for t in t1]
+                    np.testing.assert_array_equal(got, p)
 
 
 def check_labor_sample_dense(kernel, twin):
-    from twopgraph.sampler.labor_kernels import (labor_pi_dense_ref, labor_pi_ref,
-                                                 labor_sample_ref)
+    from twopgraph.sampler.labor_kernels import labor_min_degree_ref
     for dtype in (None, np.int64):
         for g, nodes, cand, num_cand, seed in _labor_layers(dtype):
-            for fanout, iterations in ((1, 1), (3, 2), (10, 1), (3, 3)):
-                pi = np.zeros(g.num_nodes)
-                labor_pi_dense_ref(g.indptr, g.indices, nodes, fanout, iterations, pi,
-                                   np.zeros(g.num_nodes))
-                c, pc = labor_pi_ref(g.indptr, nodes, cand, num_cand, fanout, iterations)
+            dmin = np.zeros(g.num_nodes, dtype=np.int32)
+            labor_min_degree_ref(g.indptr, g.indices, nodes, dmin)
+            for fanout in (1, 3, 10):
                 for smooth in (False, True):
                     k0, k1 = mix_key(seed, fanout, 0), mix_key(seed, fanout, 1)
-                    got = kernel(g.indptr, g.indices, nodes, fanout, pi, np.uint64(k0),
+                    got = kernel(g.indptr, g.indices, nodes, fanout, dmin, np.uint64(k0),
                                  np.uint64(k1), 0.6, 0.8, smooth)
-                    want = twin(g.indptr, g.indices, nodes, fanout, pi, k0, k1, 0.6, 0.8,
+                    want = twin(g.indptr, g.indices, nodes, fanout, dmin, k0, k1, 0.6, 0.8,
                                 smooth)
-                    # ... and the numbered sampler given labor_pi's c and pi
-                    numbered = labor_sample_ref(g.indptr, g.indices, nodes, c, pc, cand,
-                                                np.empty(0), k0, k1, 0.6, 0.8, smooth)
-                    for a, b, r in zip(got, want, numbered):
+                    for a, b in zip(got, want):
                         np.testing.assert_array_equal(a, b)
-                        np.testing.assert_array_equal(a, r)
                     assert got[1].dtype == g.indices.dtype and got[2].dtype == np.float64
 
 CHECKS = {
@@ -796,8 +789,7 @@ CHECKS = {
     "twopgraph.sampler.labor_kernels.labor_variates_serial": check_labor_variates,
     "twopgraph.sampler.labor_kernels.labor_sample": check_labor_sample,
     "twopgraph.sampler.labor_kernels.labor_sample_serial": check_labor_sample,
-    "twopgraph.sampler.labor_kernels.labor_pi_dense": check_labor_pi_dense,
-    "twopgraph.sampler.labor_kernels.labor_pi_dense_serial": check_labor_pi_dense,
+    "twopgraph.sampler.labor_kernels.labor_min_degree": check_labor_min_degree,
     "twopgraph.sampler.labor_kernels.labor_sample_dense": check_labor_sample_dense,
     "twopgraph.sampler.labor_kernels.labor_sample_dense_serial": check_labor_sample_dense,
     "twopgraph.cache.kernels.window_announce": check_window_announce,

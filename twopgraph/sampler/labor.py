@@ -101,29 +101,30 @@ class LaborSampler(NeighborSampler):
             iterations, layer_dependency, batch_dependency)
         self._cand_tls = threading.local()
 
-    def _dense_scratch(self) -> "tuple[np.ndarray, np.ndarray] | None":
-        """This thread's vertex-indexed scratch for LABOR-* (``pi`` and, for two rounds or
-        more, ``cmax``: float64, one per vertex, zero between layers), or None while the
-        thread numbers candidates through its table instead. The thread switches once its
-        candidate table has been as large (:meth:`_maybe_densify`), so its state
-        stays min(8 N (16 N), the table's ~40 bytes per candidate) -- never O(N) beyond
-        O(batch)."""
+    def _dense_scratch(self) -> "np.ndarray | None":
+        """This thread's vertex-indexed scratch for LABOR-1 (each vertex's smallest dst
+        degree in a layer, :func:`~.labor_kernels.labor_min_degree`; zero between layers),
+        or None while the thread numbers candidates through its table instead. The thread
+        switches once its candidate table has been as large (:meth:`_maybe_densify`), so its
+        state stays min(4 N bytes (8 N from 2**31 vertices), the table's ~40 bytes per
+        candidate) -- never O(N) beyond O(batch), like the batch's own relabelling."""
         return getattr(self._cand_tls, "dense", None)
 
     def dense_bytes(self) -> int:
-        """Bytes of one thread's vertex-indexed LABOR-* scratch (0 for LABOR-0)."""
-        if self.iterations == 0:
+        """Bytes of one thread's vertex-indexed LABOR-1 scratch (0 unless
+        ``iterations == 1``: LABOR-0 needs no importances, two rounds or more number their
+        candidates)."""
+        if self.iterations != 1:
             return 0
-        return 8 * self.graph.num_nodes * (2 if self.iterations >= 2 else 1)
+        return NodeMap.nbytes_for(self.graph.num_nodes)
 
     def _maybe_densify(self) -> None:
         """Give this thread vertex-indexed scratch once its candidate table has been as large:
         the dense kernels skip the gather of the dsts' rows and the relabelling pass (on
-        synthetic-products' batches 2.1x faster per LABOR-1 layer)."""
+        synthetic-products' random batches, 1.6-1.8x faster per LABOR-1 batch)."""
         if getattr(self._cand_tls, "peak", 0) >= self.dense_bytes() > 0:
             n = self.graph.num_nodes
-            cmax = np.zeros(n) if self.iterations >= 2 else np.empty(0, dtype=np.float64)
-            self._cand_tls.dense = (np.zeros(n), cmax)
+            self._cand_tls.dense = np.zeros(n, dtype=NodeMap.dtype_for(n))
             self._cand_tls.table = None
 
     def _cand_table(self) -> "RelabelTable | NodeMap":
@@ -225,7 +226,7 @@ class LaborSampler(NeighborSampler):
         variates = lk.labor_variates if parallel else lk.labor_variates_serial
         smooth = self.batch_dependency > 1
 
-        dense_ok = self.iterations > 0 and not smooth
+        dense_ok = self.iterations == 1 and not smooth
 
         def draw(hop: int, fanout: int, nodes: np.ndarray):
             k0, k1, ca, cb = self.variate_keys(stream, index, hop)
@@ -245,21 +246,19 @@ class LaborSampler(NeighborSampler):
             return offsets, nbrs, weights.astype(np.float32)
         return self._expand(seeds, draw)
 
-    def _draw_dense(self, nodes, fanout, scratch, parallel, key0, key1, ca, cb):
-        """One LABOR-* layer through the vertex-indexed scratch (:func:`~.labor_kernels.
-        labor_pi_dense`, :func:`~.labor_kernels.labor_sample_dense`): the same kept edges and
-        weights as the numbered path. The scratch is zeroed again afterwards; if anything
+    def _draw_dense(self, nodes, fanout, dmin, parallel, key0, key1, ca, cb):
+        """One LABOR-1 layer through the vertex-indexed scratch (:func:`~.labor_kernels.
+        labor_min_degree`, :func:`~.labor_kernels.labor_sample_dense`): the same kept edges
+        and weights as the numbered path. The scratch is zeroed again afterwards; if anything
         fails in between, the thread drops it (it then numbers candidates again)."""
         g, lk = self.graph, labor_kernels
-        pi, cmax = scratch
-        solve = lk.labor_pi_dense if parallel else lk.labor_pi_dense_serial
         sample = lk.labor_sample_dense if parallel else lk.labor_sample_dense_serial
         touched = None
         try:
-            touched = solve(g.indptr, g.indices, nodes, fanout, self.iterations, pi, cmax)
-            offsets, nbrs, weights = sample(g.indptr, g.indices, nodes, fanout, pi, key0, key1,
-                                            ca, cb, False)
-            pi[touched] = 0.0
+            touched = lk.labor_min_degree(g.indptr, g.indices, nodes, dmin)
+            offsets, nbrs, weights = sample(g.indptr, g.indices, nodes, fanout, dmin, key0,
+                                            key1, ca, cb, False)
+            dmin[touched] = 0
             touched = ()
         finally:
             if touched is None or len(touched):

@@ -257,17 +257,78 @@ def labor_pi_ref(indptr, nodes, cand, num_cand, fanout, iterations):
     return c, pi
 
 
-# -- c_s and pi_t in vertex-indexed scratch (no candidate numbering) ------------------------------------
+# -- LABOR-1 from each vertex's smallest dst degree (no candidate numbering) -------------------------
+# One fixed-point round from pi = 1, where c_s = k / d_s, gives pi_t = max_s min(1, k / d_s) =
+# min(1, k / (min_s d_s)): the smallest degree among t's dsts decides it. Kept per vertex in
+# an integer array, it needs no numbering of the candidates (no gather of the dsts' rows, no
+# relabelling pass) and half the bytes of a float64 pi.
+
 @njit(inline="always", cache=True)
-def _solve_dense(pi, indices, st, d, k, buf):
-    """:func:`_solve_row` of the row ``indices[st:st+d]`` with ``pi`` indexed by vertex id (the
-    same floats in the same order, so the same ``c``)."""
+def _pi_of(dmin, t, k):
+    """LABOR-1's ``pi_t`` from ``t``'s smallest dst degree (the float :func:`labor_pi` gets)."""
+    dm = dmin[t]
+    return 1.0 if dm <= k else k / dm
+
+
+@njit(nogil=True, cache=True)
+def labor_min_degree(indptr, indices, nodes, dmin):
+    """The smallest degree of the dsts ``nodes`` that have ``t`` as a neighbour, into
+    ``dmin[t]`` (integers, one per vertex, 0 everywhere on entry: dsts with a neighbour have
+    degree >= 1), for every neighbour ``t`` of ``nodes``; returns ``touched``, those ``t`` in
+    order of first appearance (dtype of ``indices``), for the caller to zero ``dmin[touched]``
+    afterwards. One serial pass over the dsts' rows (the neighbour ``PREFETCH_DIST`` ahead in
+    a row prefetched). Memory: ``dmin`` held by the caller, one id per in-edge of the dsts
+    (``touched``'s capacity)."""
+    n = nodes.shape[0]
+    m = 0
+    for i in range(n):
+        m += indptr[nodes[i] + 1] - indptr[nodes[i]]
+    touched = np.empty(m, dtype=indices.dtype)
+    count = 0
+    for i in range(n):
+        _prefetch_row(indptr, indices, nodes, i + _ROWS_AHEAD)
+        v = nodes[i]
+        st = indptr[v]
+        d = indptr[v + 1] - st
+        for j in range(d):
+            if j + PREFETCH_DIST < d:
+                prefetch(dmin, indices[st + j + PREFETCH_DIST])
+            t = indices[st + j]
+            q = dmin[t]
+            if q == 0:
+                touched[count] = t
+                count += 1
+                dmin[t] = d
+            elif d < q:
+                dmin[t] = d
+    return touched[:count]
+
+
+def labor_min_degree_ref(indptr, indices, nodes, dmin):
+    """NumPy twin of :func:`labor_min_degree`."""
+    nodes = np.asarray(nodes, dtype=np.int64)
+    deg = indptr[nodes + 1] - indptr[nodes]
+    every = np.concatenate([np.asarray(indices[indptr[v]:indptr[v + 1]]) for v in nodes]
+                           + [np.empty(0, dtype=indices.dtype)])
+    _, first = np.unique(every, return_index=True)
+    touched = every[np.sort(first)]
+    big = np.iinfo(dmin.dtype).max
+    dmin[touched] = big
+    np.minimum.at(dmin, every, np.repeat(deg, deg).astype(dmin.dtype))
+    return touched
+
+
+@njit(inline="always", cache=True)
+def _solve_dense(dmin, indices, st, d, k, buf):
+    """:func:`_solve_row` of the row ``indices[st:st+d]`` with LABOR-1's ``pi`` from ``dmin``
+    (the same floats in the same order, so the same ``c``); the row's ``pi`` left in
+    ``buf``."""
     if k < 0 or d <= k:
         return np.inf
     for j in range(d):
         if j + PREFETCH_DIST < d:
-            prefetch(pi, indices[st + j + PREFETCH_DIST])
-        buf[j] = pi[indices[st + j]]
+            prefetch(dmin, indices[st + j + PREFETCH_DIST])
+        buf[j] = _pi_of(dmin, indices[st + j], k)
     c = 0.0
     prev = -1
     for _ in range(d + 2):
@@ -287,109 +348,15 @@ def _solve_dense(pi, indices, st, d, k, buf):
 
 
 @njit(parallel=True, nogil=True, cache=True)
-def labor_pi_dense(indptr, indices, nodes, fanout, iterations, pi, cmax):
-    """:func:`labor_pi`'s importances written into vertex-indexed scratch, without numbering
-    the candidates (no gather of the dsts' rows, no relabelling pass): returns ``touched``,
-    the distinct neighbours of ``nodes`` in order of first appearance (dtype of
-    ``indices``), with ``pi[t]`` = ``pi_t`` after ``iterations`` (>= 1) fixed-point rounds for
-    each of them. ``fanout >= 1``.
-
-    ``pi`` (float64, one per vertex) must be 0 everywhere on entry; the caller zeroes
-    ``pi[touched]`` after sampling (:func:`labor_sample_dense`). ``cmax`` (float64, one per
-    vertex, 0 everywhere; left so) is read only when ``iterations >= 2`` (may be empty
-    otherwise). Round 1 starts from ``pi = 1``, where ``c_s = k / d_s``, so ``pi_t = max_s
-    min(1, k / d_s)`` in one serial pass over the rows; each later round solves every
-    ``c_s`` (parallel over dsts) and sets ``pi_t = min(1, pi_t max_s c_s)`` -- the same float
-    as :func:`labor_pi`'s ``max_s min(1, c_s pi_t)``, rounding being monotone. Memory: ``8 N``
-    bytes of ``pi`` (``16 N`` with ``cmax``) held by the caller, plus one id per in-edge of
-    the dsts (``touched``'s capacity)."""
-    n = nodes.shape[0]
-    m = 0
-    for i in range(n):
-        m += indptr[nodes[i] + 1] - indptr[nodes[i]]
-    touched = np.empty(m, dtype=indices.dtype)
-    count = 0
-    for i in range(n):
-        _prefetch_row(indptr, indices, nodes, i + _ROWS_AHEAD)
-        v = nodes[i]
-        st = indptr[v]
-        d = indptr[v + 1] - st
-        p = 1.0 if d <= fanout else fanout / d
-        for j in range(d):
-            if j + PREFETCH_DIST < d:
-                prefetch(pi, indices[st + j + PREFETCH_DIST])
-            t = indices[st + j]
-            q = pi[t]
-            if q == 0.0:
-                touched[count] = t
-                count += 1
-                pi[t] = p
-            elif p > q:
-                pi[t] = p
-    if iterations >= 2:
-        maxd = 0
-        for i in range(n):
-            maxd = max(maxd, indptr[nodes[i] + 1] - indptr[nodes[i]])
-        c = np.empty(n, dtype=np.float64)
-        nchunks = (n + _SOLVE_CHUNK - 1) // _SOLVE_CHUNK
-        for _ in range(1, iterations):
-            for ch in prange(nchunks):
-                buf = np.empty(maxd, dtype=np.float64)
-                for i in range(ch * _SOLVE_CHUNK, min(n, (ch + 1) * _SOLVE_CHUNK)):
-                    v = nodes[i]
-                    c[i] = _solve_dense(pi, indices, indptr[v], indptr[v + 1] - indptr[v],
-                                        fanout, buf)
-            for i in range(n):  # scatter-max: serial (rows share neighbours)
-                v = nodes[i]
-                ci = c[i]
-                for e in range(indptr[v], indptr[v + 1]):
-                    t = indices[e]
-                    if ci > cmax[t]:
-                        cmax[t] = ci
-            for x in range(count):
-                t = touched[x]
-                p = pi[t] * cmax[t]
-                pi[t] = p if p < 1.0 else 1.0
-                cmax[t] = 0.0
-    return touched[:count]
-
-
-#: :func:`labor_pi_dense` on the calling thread only (same output and effects).
-labor_pi_dense_serial = njit(nogil=True, cache=True)(getattr(labor_pi_dense, "py_func",
-                                                             labor_pi_dense))
-
-
-def _numbered(indptr, indices, nodes):
-    """``(cand, distinct)`` of a layer: the candidate of every in-edge of ``nodes`` (their
-    distinct neighbours numbered in order of first appearance) and the candidates' ids."""
-    every = np.concatenate([np.asarray(indices[indptr[v]:indptr[v + 1]]) for v in nodes]
-                           + [np.empty(0, dtype=indices.dtype)])
-    _, first, inv = np.unique(every, return_index=True, return_inverse=True)
-    rank = np.argsort(np.argsort(first))  # rank of each distinct id by first appearance
-    distinct = np.empty(first.shape[0], dtype=indices.dtype)
-    distinct[rank] = every[first]
-    return rank[inv.reshape(-1)].astype(np.int64), distinct
-
-
-def labor_pi_dense_ref(indptr, indices, nodes, fanout, iterations, pi, cmax):
-    """Twin of :func:`labor_pi_dense`: :func:`labor_pi_ref` over the numbered candidates,
-    scattered into ``pi``."""
-    cand, distinct = _numbered(indptr, indices, nodes)
-    _, p = labor_pi_ref(indptr, nodes, cand, distinct.shape[0], fanout, iterations)
-    pi[distinct] = p
-    return distinct
-
-
-@njit(parallel=True, nogil=True, cache=True)
-def labor_sample_dense(indptr, indices, nodes, fanout, pi, key0, key1, ca, cb, smooth):
-    """:func:`labor_sample` with ``pi`` indexed by vertex id (:func:`labor_pi_dense`'s) and
-    each ``c_s`` solved here, in the pass that reads the row's ``pi`` (``fanout >= 1``):
-    ``(offsets, nbrs, weights)``, equal to :func:`labor_pi` then :func:`labor_sample` on the
-    numbered candidates. Variates are drawn per in-edge (``rv`` is not taken: the smooth
-    variates of batch dependency are cheaper per candidate, through :func:`labor_sample`).
-    Parallel over dsts in chunks (one row buffer each): the first pass solves ``c_s`` and
-    flags the kept in-edges, the second writes them, reading ``pi`` again for kept edges only.
-    :func:`labor_sample_dense_serial` is the same on one thread."""
+def labor_sample_dense(indptr, indices, nodes, fanout, dmin, key0, key1, ca, cb, smooth):
+    """LABOR-1's layer from :func:`labor_min_degree`'s ``dmin`` (``fanout >= 1``): ``(offsets,
+    nbrs, weights)`` equal to :func:`labor_pi` (one round) then :func:`labor_sample` on the
+    numbered candidates, each ``c_s`` solved here in the pass that reads the row's ``pi``.
+    Variates are drawn per in-edge (no ``rv``: batch dependency's smooth variates are
+    cheaper per candidate, through :func:`labor_sample`). Parallel over dsts in chunks (one
+    row buffer each): the first pass solves ``c_s`` and flags the kept in-edges, the second
+    writes them, reading ``dmin`` again for kept edges only;
+    :func:`labor_sample_dense_serial` is the same on one thread in one pass."""
     n = nodes.shape[0]
     starts = _row_starts(indptr, nodes)
     maxd = 0
@@ -407,7 +374,7 @@ def labor_sample_dense(indptr, indices, nodes, fanout, pi, key0, key1, ca, cb, s
             v = nodes[i]
             st = indptr[v]
             d = indptr[v + 1] - st
-            ci = _solve_dense(pi, indices, st, d, fanout, buf)
+            ci = _solve_dense(dmin, indices, st, d, fanout, buf)
             c[i] = ci
             ce0 = starts[i]
             if ci == np.inf:
@@ -417,9 +384,8 @@ def labor_sample_dense(indptr, indices, nodes, fanout, pi, key0, key1, ca, cb, s
             m = 0
             for j in range(d):
                 p = ci * buf[j]
-                if p > 1.0:
-                    p = 1.0
-                keep = variate(key0, key1, ca, cb, smooth, indices[st + j]) <= p
+                # a variate is below 1: a certain edge needs none
+                keep = p >= 1.0 or variate(key0, key1, ca, cb, smooth, indices[st + j]) <= p
                 kept[ce0 + j] = keep
                 m += keep
             counts[i + 1] = m
@@ -442,7 +408,7 @@ def labor_sample_dense(indptr, indices, nodes, fanout, pi, key0, key1, ca, cb, s
                 if ci == np.inf:
                     w = 1.0
                 else:
-                    p = ci * pi[t]
+                    p = ci * _pi_of(dmin, t, fanout)
                     w = 1.0 / (p if p < 1.0 else 1.0)
                 weights[o + m] = w
                 total += w
@@ -452,23 +418,80 @@ def labor_sample_dense(indptr, indices, nodes, fanout, pi, key0, key1, ca, cb, s
     return offsets, nbrs, weights
 
 
-#: :func:`labor_sample_dense` on the calling thread only (same output).
-labor_sample_dense_serial = njit(nogil=True, cache=True)(getattr(labor_sample_dense, "py_func",
-                                                                 labor_sample_dense))
+@njit(nogil=True, cache=True)
+def labor_sample_dense_serial(indptr, indices, nodes, fanout, dmin, key0, key1, ca, cb,
+                              smooth):
+    """:func:`labor_sample_dense` on the calling thread only (same output), in one pass over
+    the rows as :func:`labor_sample_serial`: each row's ``c_s`` solved from its ``pi`` read
+    into a buffer, then its kept neighbours and weights written from that buffer into output
+    arrays that double when a row might not fit (no flags, no second read of the row)."""
+    n = nodes.shape[0]
+    maxd = 0
+    for i in range(n):
+        maxd = max(maxd, indptr[nodes[i] + 1] - indptr[nodes[i]])
+    buf = np.empty(maxd, dtype=np.float64)
+    offsets = np.empty(n + 1, dtype=np.int64)
+    offsets[0] = 0
+    cap = 16 * n + 64
+    nbrs = np.empty(cap, dtype=indices.dtype)
+    weights = np.empty(cap, dtype=np.float64)
+    o = 0
+    for i in range(n):
+        _prefetch_row(indptr, indices, nodes, i + _ROWS_AHEAD)
+        v = nodes[i]
+        st = indptr[v]
+        d = indptr[v + 1] - st
+        if o + d > cap:
+            cap = max(2 * cap, o + d)
+            grown = np.empty(cap, dtype=indices.dtype)
+            grown[:o] = nbrs[:o]
+            nbrs = grown
+            grown_w = np.empty(cap, dtype=np.float64)
+            grown_w[:o] = weights[:o]
+            weights = grown_w
+        ci = _solve_dense(dmin, indices, st, d, fanout, buf)
+        m = 0
+        total = 0.0
+        for j in range(d):
+            t = indices[st + j]
+            if ci == np.inf:
+                p = 1.0
+            else:
+                p = ci * buf[j]
+                if p >= 1.0:  # a variate is below 1: a certain edge needs none
+                    p = 1.0
+                elif variate(key0, key1, ca, cb, smooth, t) > p:
+                    continue
+            nbrs[o + m] = t
+            w = 1.0 / p
+            weights[o + m] = w
+            total += w
+            m += 1
+        for q in range(o, o + m):
+            weights[q] = weights[q] / total
+        o += m
+        offsets[i + 1] = o
+    return offsets, nbrs[:o], weights[:o]
 
 
-def labor_sample_dense_ref(indptr, indices, nodes, fanout, pi, key0, key1, ca, cb, smooth):
-    """Twin of :func:`labor_sample_dense`: the candidates numbered, each ``c_s`` solved by
-    :func:`_solve_row_ref`, then :func:`labor_sample_ref`."""
+def _numbered(indptr, indices, nodes):
+    """``(cand, distinct)`` of a layer: the candidate of every in-edge of ``nodes`` (their
+    distinct neighbours numbered in order of first appearance) and the candidates' ids."""
+    every = np.concatenate([np.asarray(indices[indptr[v]:indptr[v + 1]]) for v in nodes]
+                           + [np.empty(0, dtype=indices.dtype)])
+    _, first, inv = np.unique(every, return_index=True, return_inverse=True)
+    rank = np.argsort(np.argsort(first))  # rank of each distinct id by first appearance
+    distinct = np.empty(first.shape[0], dtype=indices.dtype)
+    distinct[rank] = every[first]
+    return rank[inv.reshape(-1)].astype(np.int64), distinct
+
+
+def labor_sample_dense_ref(indptr, indices, nodes, fanout, dmin, key0, key1, ca, cb, smooth):
+    """Twin of :func:`labor_sample_dense`: the candidates numbered, ``pi`` and ``c`` by
+    :func:`labor_pi_ref` (one round; ``dmin`` unused), then :func:`labor_sample_ref`."""
     cand, distinct = _numbered(indptr, indices, nodes)
-    pc = np.asarray(pi, dtype=np.float64)[distinct]
-    c = np.empty(len(nodes), dtype=np.float64)
-    e0 = 0
-    for i, v in enumerate(nodes):
-        d = int(indptr[v + 1] - indptr[v])
-        c[i] = _solve_row_ref(pc, cand, e0, d, fanout)
-        e0 += d
-    return labor_sample_ref(indptr, indices, nodes, c, pc, cand, np.empty(0), key0, key1, ca,
+    c, pi = labor_pi_ref(indptr, nodes, cand, distinct.shape[0], fanout, 1)
+    return labor_sample_ref(indptr, indices, nodes, c, pi, cand, np.empty(0), key0, key1, ca,
                             cb, smooth)
 
 
@@ -645,7 +668,6 @@ register(labor_variates, labor_variates_ref)
 register(labor_variates_serial, labor_variates_ref, name="labor_variates_serial")
 register(labor_sample, labor_sample_ref)
 register(labor_sample_serial, labor_sample_ref, name="labor_sample_serial")
-register(labor_pi_dense, labor_pi_dense_ref)
-register(labor_pi_dense_serial, labor_pi_dense_ref, name="labor_pi_dense_serial")
+register(labor_min_degree, labor_min_degree_ref)
 register(labor_sample_dense, labor_sample_dense_ref)
 register(labor_sample_dense_serial, labor_sample_dense_ref, name="labor_sample_dense_serial")
