@@ -75,7 +75,10 @@ class LaborSampler(NeighborSampler):
       independent batches).
 
     The result depends only on ``(seed, key, options)``, not on the thread count; one instance
-    may be used from several threads. ``full_block`` (exact inference) is the neighbour
+    may be used from several threads. Memory per sampling thread, beyond the neighbour
+    sampler's: LABOR-* numbers each layer's candidates in an O(batch) table (~40 bytes per
+    candidate); LABOR-1 switches to one integer per vertex (4 N bytes) once that table has
+    been as large (:meth:`_dense_scratch`). ``full_block`` (exact inference) is the neighbour
     sampler's: every edge, no weights.
 
     Example::
