@@ -123,8 +123,7 @@ class LaborSampler(NeighborSampler):
 
     def _maybe_densify(self) -> None:
         """Give this thread vertex-indexed scratch once its candidate table has been as large:
-        the dense kernels skip the gather of the dsts' rows and the relabelling pass (on
-        synthetic-products' random batches, 1.6-1.8x faster per LABOR-1 batch)."""
+        the dense kernels skip the gather of the dsts' rows and the relabelling pass."""
         if getattr(self._cand_tls, "peak", 0) >= self.dense_bytes() > 0:
             n = self.graph.num_nodes
             self._cand_tls.dense = np.zeros(n, dtype=NodeMap.dtype_for(n))
@@ -256,14 +255,12 @@ class LaborSampler(NeighborSampler):
         fails in between, the thread drops it (it then numbers candidates again)."""
         g, lk = self.graph, labor_kernels
         sample = lk.labor_sample_dense if parallel else lk.labor_sample_dense_serial
-        touched = None
         try:
             touched = lk.labor_min_degree(g.indptr, g.indices, nodes, dmin)
             offsets, nbrs, weights = sample(g.indptr, g.indices, nodes, fanout, dmin, key0,
                                             key1, ca, cb, False)
             dmin[touched] = 0
-            touched = ()
-        finally:
-            if touched is None or len(touched):
-                self._cand_tls.dense = None
+        except BaseException:
+            self._cand_tls.dense = None
+            raise
         return offsets, nbrs, weights.astype(np.float32)

@@ -100,21 +100,10 @@ def labor_variates_ref(key0, key1, ca, cb, smooth, vertices):
 
 # -- c_s and pi_t -----------------------------------------------------------------------------------
 @njit(inline="always", cache=True)
-def _solve_row(pi, cand, e0, d, k, buf):
-    """``c`` with ``sum_e min(1, c pi[cand[e]]) = k`` over the row's edges ``e0 .. e0+d-1``
-    (``pi`` empty: all 1); ``inf`` when ``k < 0`` or ``d <= k`` (every neighbour kept).
-
-    The saturated set grows monotonically: ``c = (k - |sat|) / (sum of pi outside sat)``,
-    repeated until ``sat`` (the edges with ``c pi >= 1``) stops growing. The row's ``pi`` are
-    read once into ``buf`` (scratch of at least ``d`` floats; the candidates lie anywhere in
-    ``pi``, the rounds then run on the copy)."""
-    if k < 0 or d <= k:
-        return np.inf
-    uniform = pi.shape[0] == 0
-    for j in range(d):
-        if not uniform and j + PREFETCH_DIST < d:
-            prefetch(pi, cand[e0 + j + PREFETCH_DIST])
-        buf[j] = 1.0 if uniform else pi[cand[e0 + j]]
+def _saturate(buf, d, k):
+    """``c`` with ``sum_j min(1, c buf[j]) = k`` over ``buf[:d]`` (``d > k >= 0``): the
+    saturated set grows monotonically, ``c = (k - |sat|) / (sum of buf outside sat)``,
+    repeated until ``sat`` (the entries with ``c buf >= 1``) stops growing."""
     c = 0.0
     prev = -1
     for _ in range(d + 2):
@@ -131,6 +120,22 @@ def _solve_row(pi, cand, e0, d, k, buf):
         c = (k - sat) / rest
         prev = sat
     return c
+
+
+@njit(inline="always", cache=True)
+def _solve_row(pi, cand, e0, d, k, buf):
+    """``c`` with ``sum_e min(1, c pi[cand[e]]) = k`` over the row's edges ``e0 .. e0+d-1``
+    (``pi`` empty: all 1); ``inf`` when ``k < 0`` or ``d <= k`` (every neighbour kept).
+    The row's ``pi`` are read once into ``buf`` (scratch of at least ``d`` floats; the
+    candidates lie anywhere in ``pi``), then :func:`_saturate` runs on the copy."""
+    if k < 0 or d <= k:
+        return np.inf
+    uniform = pi.shape[0] == 0
+    for j in range(d):
+        if not uniform and j + PREFETCH_DIST < d:
+            prefetch(pi, cand[e0 + j + PREFETCH_DIST])
+        buf[j] = 1.0 if uniform else pi[cand[e0 + j]]
+    return _saturate(buf, d, k)
 
 
 def _solve_row_ref(pi, cand, e0, d, k):
@@ -257,6 +262,20 @@ def labor_pi_ref(indptr, nodes, cand, num_cand, fanout, iterations):
     return c, pi
 
 
+@njit(inline="always", cache=True)
+def _room(nbrs, weights, o, d):
+    """``(nbrs, weights)`` with room for ``d`` more entries after the first ``o``: the same
+    arrays, or both grown to twice their size (at least ``o + d``) with the ``o`` kept."""
+    if o + d <= nbrs.shape[0]:
+        return nbrs, weights
+    cap = max(2 * nbrs.shape[0], o + d)
+    grown = np.empty(cap, dtype=nbrs.dtype)
+    grown[:o] = nbrs[:o]
+    grown_w = np.empty(cap, dtype=np.float64)
+    grown_w[:o] = weights[:o]
+    return grown, grown_w
+
+
 # -- LABOR-1 from each vertex's smallest dst degree (no candidate numbering) -------------------------
 # One fixed-point round from pi = 1, where c_s = k / d_s, gives pi_t = max_s min(1, k / d_s) =
 # min(1, k / (min_s d_s)): the smallest degree among t's dsts decides it. Kept per vertex in
@@ -329,22 +348,7 @@ def _solve_dense(dmin, indices, st, d, k, buf):
         if j + PREFETCH_DIST < d:
             prefetch(dmin, indices[st + j + PREFETCH_DIST])
         buf[j] = _pi_of(dmin, indices[st + j], k)
-    c = 0.0
-    prev = -1
-    for _ in range(d + 2):
-        sat = 0
-        rest = 0.0
-        for j in range(d):
-            p = buf[j]
-            if c * p >= 1.0:
-                sat += 1
-            else:
-                rest += p
-        if sat == prev or sat >= k or rest <= 0.0:
-            break
-        c = (k - sat) / rest
-        prev = sat
-    return c
+    return _saturate(buf, d, k)
 
 
 @njit(parallel=True, nogil=True, cache=True)
@@ -432,23 +436,15 @@ def labor_sample_dense_serial(indptr, indices, nodes, fanout, dmin, key0, key1, 
     buf = np.empty(maxd, dtype=np.float64)
     offsets = np.empty(n + 1, dtype=np.int64)
     offsets[0] = 0
-    cap = 16 * n + 64
-    nbrs = np.empty(cap, dtype=indices.dtype)
-    weights = np.empty(cap, dtype=np.float64)
+    nbrs = np.empty(16 * n + 64, dtype=indices.dtype)
+    weights = np.empty(16 * n + 64, dtype=np.float64)
     o = 0
     for i in range(n):
         _prefetch_row(indptr, indices, nodes, i + _ROWS_AHEAD)
         v = nodes[i]
         st = indptr[v]
         d = indptr[v + 1] - st
-        if o + d > cap:
-            cap = max(2 * cap, o + d)
-            grown = np.empty(cap, dtype=indices.dtype)
-            grown[:o] = nbrs[:o]
-            nbrs = grown
-            grown_w = np.empty(cap, dtype=np.float64)
-            grown_w[:o] = weights[:o]
-            weights = grown_w
+        nbrs, weights = _room(nbrs, weights, o, d)
         ci = _solve_dense(dmin, indices, st, d, fanout, buf)
         m = 0
         total = 0.0
@@ -590,9 +586,8 @@ def labor_sample_serial(indptr, indices, nodes, c, pi, cand, rv, key0, key1, ca,
     n = nodes.shape[0]
     offsets = np.empty(n + 1, dtype=np.int64)
     offsets[0] = 0
-    cap = 16 * n + 64
-    nbrs = np.empty(cap, dtype=indices.dtype)
-    weights = np.empty(cap, dtype=np.float64)
+    nbrs = np.empty(16 * n + 64, dtype=indices.dtype)
+    weights = np.empty(16 * n + 64, dtype=np.float64)
     o = 0
     ce0 = 0
     for i in range(n):
@@ -600,14 +595,7 @@ def labor_sample_serial(indptr, indices, nodes, c, pi, cand, rv, key0, key1, ca,
         v = nodes[i]
         start = indptr[v]
         d = indptr[v + 1] - start
-        if o + d > cap:
-            cap = max(2 * cap, o + d)
-            grown = np.empty(cap, dtype=indices.dtype)
-            grown[:o] = nbrs[:o]
-            nbrs = grown
-            grown_w = np.empty(cap, dtype=np.float64)
-            grown_w[:o] = weights[:o]
-            weights = grown_w
+        nbrs, weights = _room(nbrs, weights, o, d)
         ci = c[i]
         m = 0
         total = 0.0
