@@ -24,8 +24,9 @@ With ``--cap-gib G`` every stage runs inside a cgroup v1 memory group of G GiB (
 included, reclaimable); the cgroup's peak, failures and OOM kills are reported too.
 
 Per stage: wall seconds, peak anonymous memory (``Pss_Anon`` summed over the process tree,
-sampled every second from ``/proc/PID/smaps_rollup``), peak PSS, and bytes written
-(``/proc/PID/io`` ``write_bytes`` of the stage's processes). Between consecutive scales, the
+sampled every second from ``/proc/PID/smaps_rollup``), peak PSS, bytes written and bytes read
+from storage (``/proc/PID/io`` ``write_bytes`` / ``read_bytes`` of the stage's processes: reads
+are what missed the page cache). Between consecutive scales, the
 growth exponent ``log(t2/t1) / log(E2/E1)`` in the directed edges. Writes ``OUT/scale.json``
 and a log-log plot ``OUT/scale.png``.
 
@@ -63,14 +64,16 @@ def _scale(text: str) -> float:
 
 
 class IoMonitor:
-    """Bytes written by a process tree: ``write_bytes`` of every process seen, read until it
-    exits (a process's counter is read one last time from its final sample)."""
+    """Bytes written and read from storage by a process tree: ``write_bytes`` and
+    ``read_bytes`` of every process seen, read until it exits (a process's counters are read
+    one last time from its final sample). Reads count what missed the page cache."""
 
     def __init__(self, pid: int):
         from bench_memory import descendants, parent_ids
         self._desc, self._ppids = descendants, parent_ids
         self.pid = pid
         self.last: dict[int, int] = {}
+        self.read: dict[int, int] = {}
         self._stop = threading.Event()
         self._t = threading.Thread(target=self._run, daemon=True)
 
@@ -82,6 +85,8 @@ class IoMonitor:
                         for line in f:
                             if line.startswith("write_bytes:"):
                                 self.last[p] = int(line.split()[1])
+                            elif line.startswith("read_bytes:"):
+                                self.read[p] = int(line.split()[1])
                 except OSError:
                     pass
             self._stop.wait(0.2)
@@ -97,6 +102,10 @@ class IoMonitor:
     @property
     def total(self) -> int:
         return sum(self.last.values())
+
+    @property
+    def total_read(self) -> int:
+        return sum(self.read.values())
 
 
 def run_stage(cmd: list[str], env: dict, cgroup_bytes: int | None = None,
@@ -116,7 +125,8 @@ def run_stage(cmd: list[str], env: dict, cgroup_bytes: int | None = None,
         res = {"rc": rc, "seconds": round(time.perf_counter() - t, 2),
                "peak_anon_mib": round(mem.peak["pss_anon"], 1),
                "peak_pss_mib": round(mem.peak["pss"], 1),
-               "written_mib": round(io.total / 2**20, 1)}
+               "written_mib": round(io.total / 2**20, 1),
+               "read_mib": round(io.total_read / 2**20, 1)}
         if cg:
             res.update(cg.stats())
         return res
@@ -146,7 +156,7 @@ def one_scale(scale: float, work: Path, a, env: dict) -> dict:
             info = {"num_edges": int(z["num_edges_list"][0])}
     logs.mkdir(parents=True, exist_ok=True)
     rec["num_edges"] = info["num_edges"]
-    for stale in ("stores", "clusters", "parts", "run"):
+    for stale in ("run",) if a.reuse else ("stores", "clusters", "parts", "run"):
         shutil.rmtree(root / stale, ignore_errors=True)
     r = str(root)
     prelude = ("import sys, logging; logging.basicConfig(level=logging.INFO, format="
@@ -264,6 +274,10 @@ def main(argv=None) -> int:
     p.add_argument("--stages", default=",".join(STAGES), help="stages to run, in order")
     p.add_argument("--compress", action="store_true", help="deflate data.npz's members")
     p.add_argument("--fresh", action="store_true", help="rewrite the raw files")
+    p.add_argument("--reuse", action="store_true",
+                   help="keep the stores, clusters and parts of an earlier run at the same "
+                        "scale (to rerun some stages: their figures then start from warm "
+                        "files); the default starts every scale from the raw files")
     p.add_argument("--train-flags", default="", help="extra flags for the train stage")
     p.add_argument("--cap-gib", type=float, default=None,
                    help="run every stage inside a memory cgroup of this many GiB (root)")

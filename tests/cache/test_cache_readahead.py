@@ -7,6 +7,7 @@ epoch's ``readahead_*`` counts)."""
 from __future__ import annotations
 
 import mmap
+import os
 import threading
 import warnings
 
@@ -299,3 +300,94 @@ def test_read_ahead_only_a_table_larger_than_memory(monkeypatch):
     assert worth_reading_ahead(501) and not worth_reading_ahead(500)
     monkeypatch.setattr(metrics, "available_host_bytes", lambda: None)
     assert not worth_reading_ahead(10**12)
+
+
+# -- pages already in the page cache are not advised (--readahead auto) ------------------------
+def _evict(path, ranges=None) -> None:
+    """Drop ``path``'s clean pages (all, or the page ranges ``[(first, count)]``) from the
+    page cache."""
+    with open(path, "rb") as f:
+        os.fsync(f.fileno())
+        for first, count in ranges or [(0, 0)]:
+            os.posix_fadvise(f.fileno(), first * PAGE, count * PAGE, os.POSIX_FADV_DONTNEED)
+
+
+@pytest.fixture
+def paged(tmp_path):
+    """A 400 x 1024 float32 ``.npy`` (4 KiB rows, one page each but for the header's
+    offset) mapped read-only, its path, and rows every 4th of 0..156: 40 disjoint two-page
+    ranges."""
+    path = tmp_path / "paged.npy"
+    np.save(path, np.arange(400 * 1024, dtype=np.float32).reshape(400, 1024))
+    table = np.load(path, mmap_mode="r")
+    ra = Readahead(table, skip_resident=True)
+    if not ra.active or ra.residency is None or not ra.residency.available:
+        pytest.skip("no madvise / mincore on this OS")
+    _evict(path)
+    if ra.residency.pages(0, 10).any():
+        pytest.skip("this file system keeps its pages cached (tmpfs?)")
+    return path, table, ra, np.arange(0, 160, 4, dtype=np.int64)
+
+
+def test_residency_reads_the_page_cache(paged):
+    path, table, ra, _ = paged
+    pages = -(-len(find_mmap(table)[0]) // PAGE)
+    assert not ra.residency.pages(0, pages).any()
+    with open(path, "rb") as f:
+        f.read()  # into the page cache, without mapping anything
+    assert ra.residency.pages(0, pages).all()
+    _evict(path, [(7, 3)])
+    got = ra.residency.pages(0, pages)
+    assert not got[7:10].any() and got[:7].all() and got[10:].all()
+
+
+def test_advise_leaves_out_resident_pages(paged):
+    path, table, ra, rows = paged
+    off = find_mmap(table)[1]
+    starts, ends = page_ranges(rows, off, table.strides[0], table.shape[1] * 4)
+    assert starts.shape[0] == 40
+    size = len(ra._mm)
+    fake = ra._mm = FakeMap(size)  # the calls recorded; residency still read from the file
+
+    def advised():
+        got = [(c[1] // PAGE, -(-(c[1] + c[2]) // PAGE)) for c in fake.calls]
+        fake.calls.clear()
+        return got
+
+    # nothing resident: every range (at least half the probes miss)
+    assert ra.advise(rows)[0] == 40
+    assert advised() == list(zip(starts.tolist(), ends.tolist())) and ra.skipped == 0
+    # everything resident: no call at all
+    with open(path, "rb") as f:
+        f.read()
+    assert ra.advise(rows) == (0, 0) and advised() == [] and ra.skipped == 40
+    # a few ranges lost a page: exactly those
+    lost = [3, 11, 20, 27, 35]
+    _evict(path, [(int(ends[i]) - 1, 1) for i in lost])
+    assert ra.advise(rows)[0] == len(lost)
+    assert advised() == [(int(starts[i]), int(ends[i])) for i in lost]
+    assert ra.skipped == 40 + 40 - len(lost)
+    assert ra.counts()[0] == 40 + len(lost)
+    # without skip_resident every range is advised whatever is cached
+    ra.skip_resident = False
+    assert ra.advise(rows)[0] == 40 and len(advised()) == 40
+
+
+def test_readahead_auto_skips_resident_pages_on_explicit_on_it_does_not(tmp_path, monkeypatch):
+    """``make_loader``: ``--readahead auto`` (a table larger than memory) turns on
+    ``skip_resident``; ``on`` advises every range."""
+    from twopgraph.config import TrainConfig
+    from twopgraph.datasets import load_dataset
+    from twopgraph.pipeline import make_loader
+    import twopgraph.pipeline as pipeline
+    data = load_dataset("synthetic-tiny", data_root=str(tmp_path), progress=False)
+    monkeypatch.setattr(pipeline, "worth_reading_ahead", lambda nbytes: True)
+    for mode, skip in (("auto", True), ("on", False)):
+        cfg = TrainConfig.of(dataset="synthetic-tiny", data_root=str(tmp_path),
+                             readahead=mode, schedule="random")
+        cfg, _ = cfg.resolved(data.num_nodes)
+        loader = make_loader(cfg, data, torch.device("cpu"))
+        ra = loader.features.readahead
+        if ra is None or not ra.active:
+            pytest.skip("the store is not a memory map here / no madvise")
+        assert ra.skip_resident is skip
