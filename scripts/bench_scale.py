@@ -156,7 +156,7 @@ def one_scale(scale: float, work: Path, a, env: dict) -> dict:
             info = {"num_edges": int(z["num_edges_list"][0])}
     logs.mkdir(parents=True, exist_ok=True)
     rec["num_edges"] = info["num_edges"]
-    for stale in ("run",) if a.reuse else ("stores", "clusters", "parts", "run"):
+    for stale in ("parts", "run") if a.reuse else ("stores", "clusters", "parts", "run"):
         shutil.rmtree(root / stale, ignore_errors=True)
     r = str(root)
     prelude = ("import sys, logging; logging.basicConfig(level=logging.INFO, format="
@@ -275,9 +275,9 @@ def main(argv=None) -> int:
     p.add_argument("--compress", action="store_true", help="deflate data.npz's members")
     p.add_argument("--fresh", action="store_true", help="rewrite the raw files")
     p.add_argument("--reuse", action="store_true",
-                   help="keep the stores, clusters and parts of an earlier run at the same "
-                        "scale (to rerun some stages: their figures then start from warm "
-                        "files); the default starts every scale from the raw files")
+                   help="keep the stores and clusters of an earlier run at the same scale "
+                        "(to rerun some stages: their figures then start from warm files); "
+                        "the default starts every scale from the raw files")
     p.add_argument("--train-flags", default="", help="extra flags for the train stage")
     p.add_argument("--cap-gib", type=float, default=None,
                    help="run every stage inside a memory cgroup of this many GiB (root)")
