@@ -196,8 +196,9 @@ def make_loader(cfg: TrainConfig, data: GraphData, device, *, parts=None,
     with thread_count(plan.total):  # pre-sampling (presample policy) may use every thread
         features = build_feature_source(c.cache_policy, table, ctx, device, budget=budget,
                                         dtype=c.feat_dtype, **source_kw)
-        if features.readahead is not None:  # auto: pages in the page cache are not advised
-            features.readahead.skip_resident = c.readahead == "auto"
+        ra = getattr(features, "readahead", None)
+        if ra is not None:  # auto: pages already in the page cache are not advised
+            ra.skip_resident = c.readahead == "auto"
         # A memory-mapped table larger than memory: its best rows in a host row cache
         # (half of what the structure leaves; the other half for batches and page cache)
         hc = attach_host_cache(features, c.host_cache, ctx, gb=c.host_cache_gb,

@@ -87,7 +87,8 @@ _MINCORE = _load_mincore()
 class Residency:
     """Which pages of a memory mapping are in the page cache (``mincore``). ``base``: the
     mapping's address (page-aligned), ``size``: its bytes. :attr:`available` is False where
-    ``mincore`` cannot be called; then every question answers "not resident"."""
+    ``mincore`` cannot be called; then :meth:`pages` answers None (unknown) and
+    :meth:`missing` None (advise every range)."""
 
     def __init__(self, base: int, size: int, page: int = PAGE):
         self.base, self.size, self.page = int(base), int(size), int(page)

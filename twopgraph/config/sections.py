@@ -188,8 +188,9 @@ class CacheConfig(Section):
     readahead: str = option("auto", "read-ahead of a memory-mapped feature table: on (the "
                             "sampling workers advise each batch's rows, MADV_WILLNEED, and "
                             "the map is MADV_RANDOM) | off (page faults read as the kernel "
-                            "decides) | auto (on when the table exceeds half the memory left, and then only for "
-                            "pages not in the page cache already, asked with mincore)",
+                            "decides) | auto (on when the table exceeds half the memory "
+                            "left, and then only for pages not in the page cache already, "
+                            "asked with mincore)",
                             choices=READAHEAD_MODES)
     host_cache_gb: float | None = option(None, "host row cache size in GiB",
                                          show_default="half the memory left after the "
