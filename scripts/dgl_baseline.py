@@ -49,9 +49,28 @@ import time
 import warnings
 
 
+_ARRAYS = ("indptr", "indices", "feat", "label", "train_idx", "val_idx", "test_idx")
+
+
+def load_arrays(path):
+    """The dataset's arrays by name: an ``.npz``, or a twopgraph store directory (synthetic
+    presets and ingested OGB datasets are written straight into one; docs/formats.md), whose
+    arrays are ``NAME.npy`` files, read into memory as an ``.npz``'s are."""
+    import numpy as np
+    if not os.path.isdir(path):
+        return np.load(path)
+    missing = [k for k in _ARRAYS if not os.path.exists(os.path.join(path, k + ".npy"))]
+    if missing:
+        sys.exit(f"dgl_baseline: {path} is not a complete store: no {', '.join(missing)} "
+                 "(a renumbered store reads features through its source; pass the source)")
+    return {k: np.load(os.path.join(path, k + ".npy")) for k in _ARRAYS}
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--npz", required=True, help="dataset .npz (indptr, indices, feat, label, *_idx)")
+    p.add_argument("--npz", required=True,
+                   help="dataset: an .npz (indptr, indices, feat, label, *_idx) or a twopgraph "
+                        "store directory (the same arrays as .npy files, store.json)")
     p.add_argument("--fanouts", default="15,10,5", help="comma-separated, fanouts[i] for GNN layer i (DGL order: layer 0 reads the input features; the seeds' own neighbours use the last fanout)")
     p.add_argument("--batch-size", type=int, default=1024)
     p.add_argument("--epochs", type=int, default=10, help="training epochs (mode train/both)")
@@ -188,7 +207,7 @@ def main(argv=None):
 
     # ---------------------------------------------------------------- data
     t0 = time.perf_counter()
-    d = np.load(args.npz)
+    d = load_arrays(args.npz)
     indptr = torch.from_numpy(np.ascontiguousarray(d["indptr"], dtype=np.int64))
     indices = torch.from_numpy(np.ascontiguousarray(d["indices"], dtype=np.int64))
     feat = torch.from_numpy(np.ascontiguousarray(d["feat"], dtype=np.float32))
@@ -218,7 +237,7 @@ def main(argv=None):
             drop_last=False, num_workers=0)
 
     result = {
-        "dataset": os.path.splitext(os.path.basename(args.npz))[0],
+        "dataset": os.path.splitext(os.path.basename(os.path.normpath(args.npz)))[0],
         "num_nodes": num_nodes,
         "num_edges": int(g.num_edges()),
         "num_train": int(len(train_idx)),

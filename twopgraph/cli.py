@@ -18,8 +18,10 @@ kept). Anything else is a bug and keeps its traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
+import os
 import signal
 import sys
 import threading
@@ -241,17 +243,54 @@ _RESUME_HINT = {"train": " (the checkpoint of the last completed epoch is kept: 
                          "--resume to continue)"}
 
 
+#: Seconds after which a stop signal that arrived inside a library's callback
+#: (:func:`_swallowing_frame`) is sent again.
+REDELIVER_S = 0.05
+_SWALLOWING = (f"{os.sep}numba{os.sep}",)
+
+
+def _swallowing_frame(frame) -> bool:
+    """Whether an exception raised in ``frame`` may be dropped by the C code that called it:
+    numba's compiled code calls back into Python (``serialize._numba_unpickle``, rebuilding a
+    kernel's exception or a boxed object), and an error there can end as an "unraisable"
+    traceback on stderr while the run goes on."""
+    return frame is not None and any(s in frame.f_code.co_filename for s in _SWALLOWING)
+
+
+def _resend(signum: int) -> None:
+    with contextlib.suppress(OSError):
+        os.kill(os.getpid(), signum)
+
+
 def _stop_on_signals() -> dict:
-    """Install the :data:`STOP_SIGNALS` handlers (main thread only); the previous handlers.
-    The first signal raises :class:`~twopgraph.errors.Stopped`; later ones are ignored so
-    that the unwinding (lock release, metrics, temporary files) is not cut short."""
+    """Install the :data:`STOP_SIGNALS` handlers (main thread only), and SIGINT's where it is
+    Python's default; the previous handlers. The first stop signal raises
+    :class:`~twopgraph.errors.Stopped` (SIGINT: ``KeyboardInterrupt``); later stop signals are
+    ignored so that the unwinding (lock release, metrics, temporary files) is not cut short.
+    A signal that lands in a frame where the exception could be swallowed
+    (:func:`_swallowing_frame`) is not raised there but sent again :data:`REDELIVER_S` later."""
     if threading.current_thread() is not threading.main_thread():
         return {}
     fired = []
 
+    def defer(signum, frame) -> bool:
+        if not _swallowing_frame(frame):
+            return False
+        timer = threading.Timer(REDELIVER_S, _resend, (signum,))
+        timer.daemon = True
+        timer.start()
+        return True
+
     def handler(signum, frame):
-        if not fired:
+        if not fired and not defer(signum, frame):
             fired.append(signum)
             raise Stopped(signum)
 
-    return {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
+    def on_sigint(signum, frame):
+        if not defer(signum, frame):
+            raise KeyboardInterrupt
+
+    previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        previous[signal.SIGINT] = signal.signal(signal.SIGINT, on_sigint)
+    return previous
