@@ -341,7 +341,13 @@ def test_residency_reads_the_page_cache(paged):
     assert not got[7:10].any() and got[:7].all() and got[10:].all()
 
 
-def test_advise_leaves_out_resident_pages(paged):
+@pytest.mark.parametrize("chunk", [None, 3, 1])
+def test_advise_leaves_out_resident_pages(paged, monkeypatch, chunk):
+    """``chunk``: the span asked about in chunks of that many pages (ranges across their
+    boundaries), or the default."""
+    import twopgraph.cache.readahead as readahead
+    if chunk is not None:
+        monkeypatch.setattr(readahead, "SPAN_CHUNK_PAGES", chunk)
     path, table, ra, rows = paged
     off = find_mmap(table)[1]
     starts, ends = page_ranges(rows, off, table.strides[0], table.shape[1] * 4)
@@ -361,9 +367,9 @@ def test_advise_leaves_out_resident_pages(paged):
     with open(path, "rb") as f:
         f.read()
     assert ra.advise(rows) == (0, 0) and advised() == [] and ra.skipped == 40
-    # a few ranges lost a page: exactly those
+    # a few ranges lost a page (the last of three, the first of two): exactly those
     lost = [3, 11, 20, 27, 35]
-    _evict(path, [(int(ends[i]) - 1, 1) for i in lost])
+    _evict(path, [(int(ends[i]) - 1 if i < 25 else int(starts[i]), 1) for i in lost])
     assert ra.advise(rows)[0] == len(lost)
     assert advised() == [(int(starts[i]), int(ends[i])) for i in lost]
     assert ra.skipped == 40 + 40 - len(lost)

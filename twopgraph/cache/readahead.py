@@ -26,8 +26,9 @@ epoch's 422 s). With ``skip_resident`` (what ``--readahead auto`` uses) :meth:`R
 first asks ``mincore`` (:class:`Residency`) about a sample of the batch's ranges
 (:data:`PROBE_RANGES` of them): none missing -> nothing is advised; else, when the resident
 share of the probes times the batch's ranges is worth more calls than one ``mincore`` over
-the batch's whole span costs (:data:`RANGE_COST_PAGES`), that ``mincore`` keeps only the
-ranges with a page that is not resident; otherwise every range is advised.
+the batch's whole span costs (:data:`RANGE_COST_PAGES`), ``mincore`` over that span (in
+chunks of :data:`SPAN_CHUNK_PAGES`, so its memory does not grow with the table) keeps only
+the ranges with a page that is not resident; otherwise every range is advised.
 
 On systems without ``mmap.madvise`` (not Linux), and for tables that are not memory maps
 (in-memory arrays, torch tensors), :class:`Readahead` is inactive and ``advise`` does
@@ -67,6 +68,10 @@ PROBE_RANGES = 64
 #: over its 1.74M pages 0.16 s, 0.09 us each): :meth:`Residency.missing` asks about the whole
 #: span of a batch only when the calls it would save are worth more.
 RANGE_COST_PAGES = 16
+#: Pages :meth:`Residency.missing` asks ``mincore`` about per call when it filters a batch's
+#: span (256 MiB of table; 64 KiB of answer and 256 KiB of counts): its memory stays the same
+#: whatever the table's size, and stretches of the span without a range are not asked about.
+SPAN_CHUNK_PAGES = 1 << 16
 
 
 def _load_mincore():
@@ -121,16 +126,26 @@ class Residency:
             miss += not got.all()
         if miss == 0:
             return np.zeros(n, dtype=bool)
-        s0 = int(starts[0])
-        if (k - miss) * n * RANGE_COST_PAGES <= k * (int(ends[-1]) - s0):
+        s0, s1 = int(starts[0]), int(ends[-1])
+        if (k - miss) * n * RANGE_COST_PAGES <= k * (s1 - s0):
             return None  # the calls the filter would save cost less than asking every page
-        got = self.pages(s0, int(ends[-1]) - s0)
-        if got is None:
-            return None
-        gone = np.zeros(int(ends[-1]) - s0 + 1, dtype=np.int64)
-        np.cumsum(~got, out=gone[1:got.shape[0] + 1])
-        gone[got.shape[0] + 1:] = gone[got.shape[0]]
-        return gone[ends - s0] > gone[starts - s0]
+        out = np.zeros(n, dtype=bool)
+        for c0 in range(s0, s1, SPAN_CHUNK_PAGES):
+            c1 = min(c0 + SPAN_CHUNK_PAGES, s1)
+            lo = int(np.searchsorted(ends, c0, side="right"))  # first range ending after c0
+            hi = int(np.searchsorted(starts, c1, side="left"))  # ranges starting before c1
+            if lo >= hi:
+                continue
+            got = self.pages(c0, c1 - c0)
+            if got is None:
+                return None
+            gone = np.zeros(c1 - c0 + 1, dtype=np.int32)  # missing pages before each page
+            np.cumsum(~got, out=gone[1:got.shape[0] + 1])
+            gone[got.shape[0] + 1:] = gone[got.shape[0]]
+            a = np.clip(starts[lo:hi], c0, c1) - c0
+            b = np.clip(ends[lo:hi], c0, c1) - c0
+            out[lo:hi] |= gone[b] > gone[a]
+        return out
 
 
 def worth_reading_ahead(nbytes: int) -> bool:
