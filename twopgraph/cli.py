@@ -250,11 +250,16 @@ _SWALLOWING = (f"{os.sep}numba{os.sep}",)
 
 
 def _swallowing_frame(frame) -> bool:
-    """Whether an exception raised in ``frame`` may be dropped by the C code that called it:
-    numba's compiled code calls back into Python (``serialize._numba_unpickle``, rebuilding a
-    kernel's exception or a boxed object), and an error there can end as an "unraisable"
-    traceback on stderr while the run goes on."""
-    return frame is not None and any(s in frame.f_code.co_filename for s in _SWALLOWING)
+    """Whether an exception raised in ``frame`` may be dropped by C code on its way up: numba's
+    compiled code calls back into Python (``serialize._numba_unpickle``, rebuilding a kernel's
+    exception or a boxed object, and what that calls: cloudpickle), and an error there can
+    end as an "unraisable" traceback on stderr while the run goes on. Any frame of numba's
+    files on the stack counts."""
+    while frame is not None:
+        if any(s in frame.f_code.co_filename for s in _SWALLOWING):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _resend(signum: int) -> None:

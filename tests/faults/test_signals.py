@@ -76,9 +76,14 @@ def test_stop_signals_restore_their_handlers():
     assert {s: signal.getsignal(s) for s in STOP_SIGNALS} == before
 
 
-# a callback run by numba's compiled code: the handler sees a frame of numba's files
+# a callback run by numba's compiled code (a frame of numba's files), and what it calls (a
+# frame of another library's): the signal lands in the innermost frame
 _NUMBA_CALLBACK = """
-def callback(os, sig):
+def callback(os, sig, inner):
+    return inner(os, sig)
+"""
+_INNER = """
+def inner(os, sig):
     os.kill(os.getpid(), sig)  # the handler runs at the loop's next check, in this frame
     for _ in range(100000):
         pass
@@ -86,21 +91,29 @@ def callback(os, sig):
 """
 
 
+def _compiled(src: str, *path: str) -> dict:
+    ns: dict = {}
+    exec(compile(src, os.path.join("site-packages", *path), "exec"), ns)
+    return ns
+
+
+@pytest.mark.parametrize("where", ["numba", "called by numba"])
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
-def test_a_stop_signal_inside_a_numba_callback_is_sent_again_outside_it(sig):
-    """numba's compiled code calls back into Python (``serialize._numba_unpickle``) and may print
-    and drop what is raised there: a rank's SIGHUP landing in it left a traceback on stderr (CI,
-    once in ~10 runs). The handler raises nothing in such a frame and sends the signal again
-    shortly, so the stop happens in the caller's code."""
+def test_a_stop_signal_inside_a_numba_callback_is_sent_again_outside_it(sig, where):
+    """numba's compiled code calls back into Python (``serialize._numba_unpickle``, which calls
+    cloudpickle) and may print and drop what is raised there: a rank's SIGHUP landing in it
+    left a traceback on stderr (CI, once in ~10 runs). The handler raises nothing while a
+    frame of numba's is on the stack and sends the signal again shortly, so the stop happens
+    in the caller's code."""
     from twopgraph.cli import _stop_on_signals
     from twopgraph.errors import Stopped
-    ns: dict = {}
-    exec(compile(_NUMBA_CALLBACK, os.path.join("site-packages", "numba", "core", "serialize.py"),
-                 "exec"), ns)
+    callback = _compiled(_NUMBA_CALLBACK, "numba", "core", "serialize.py")["callback"]
+    inner = _compiled(_INNER, *(("numba", "core", "inner.py") if where == "numba"
+                                else ("cloudpickle", "cloudpickle.py")))["inner"]
     before_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     previous = _stop_on_signals()
     try:
-        assert ns["callback"](os, sig) == "done"  # nothing raised inside the callback
+        assert callback(os, sig, inner) == "done"  # nothing raised inside the callback
         with pytest.raises(KeyboardInterrupt if sig == signal.SIGINT else Stopped):
             deadline = time.monotonic() + 10
             while time.monotonic() < deadline:
