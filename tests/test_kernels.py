@@ -7,6 +7,7 @@ holds one check per registered name, and a kernel registered without a check fai
 
 from __future__ import annotations
 
+import itertools
 import os
 import subprocess
 import sys
@@ -249,6 +250,10 @@ def check_cluster_bfs_order(kernel, twin):
             a = kernel(*args)
             np.testing.assert_array_equal(a, twin(*args))
             assert sorted(a.tolist()) == list(range(n))
+            for dt in (np.int8, np.int16):  # the narrow ids callers pass (label_dtype)
+                narrow = (*args[:2], args[2].astype(dt), *args[3:])
+                np.testing.assert_array_equal(kernel(*narrow), a)
+                np.testing.assert_array_equal(narrow[2], args[2])  # input left as it was
 
 
 def check_sparsify_csr(kernel, twin):
@@ -265,7 +270,9 @@ def check_cut_edges(kernel, twin):
     for seed, g in graphs():
         for k in (1, 2, 7):
             parts = np.random.default_rng(seed).integers(0, k, g.num_nodes)
-            assert int(kernel(g.indptr, g.indices, parts)) == twin(g.indptr, g.indices, parts)
+            want = twin(g.indptr, g.indices, parts)
+            for dt in (np.int64, np.int8):
+                assert int(kernel(g.indptr, g.indices, parts.astype(dt))) == want
 
 
 def check_edge_chunks(kernel, twin):
@@ -281,7 +288,12 @@ def check_halo_masks(kernel, twin):
         rng = np.random.default_rng(seed)
         mask = (rng.random(g.num_nodes) < 0.05).astype(np.uint8) << rng.integers(
             0, 8, g.num_nodes).astype(np.uint8)
-        for hops in (0, 1, 2, 3):
+        # seeds of only some bits (bits 0 and 5, many seeds): most bytes fill up to 0b100001
+        # within the hops, and the kernel stops pulling them (its early exit)
+        dense = np.where(rng.random(g.num_nodes) < 0.3, np.uint8(1),
+                         np.uint8(0)) << rng.choice(np.array([0, 5], dtype=np.uint8),
+                                                    g.num_nodes)
+        for hops, mask in itertools.product((0, 1, 2, 3), (mask, dense)):
             got = kernel(g.indptr, g.indices, mask, hops)
             np.testing.assert_array_equal(got, twin(g.indptr, g.indices, mask, hops))
             # bit b set <=> a seed of bit b within `hops` hops (BFS from every seed)
@@ -311,6 +323,8 @@ def check_cluster_pairs(kernel, twin):
             cid = np.random.default_rng(seed).integers(0, k, g.num_nodes).astype(np.int32)
             got = kernel(g.indptr, g.indices, cid, k, chunks)
             np.testing.assert_array_equal(got, twin(g.indptr, g.indices, cid, k, chunks))
+            np.testing.assert_array_equal(
+                kernel(g.indptr, g.indices, cid.astype(np.int16), k, chunks), got)
             assert got.trace() == 0 and (got == got.T).all()  # symmetric graph, no self pairs
 
 

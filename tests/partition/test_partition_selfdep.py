@@ -101,6 +101,12 @@ def test_layout_and_meta(data, parts):
         assert meta["parts"][i]["num_nodes"] == l2g.shape[0]
     allown = np.concatenate(owned)
     assert np.array_equal(np.sort(allown), np.arange(n))  # owned sets partition the graph
+    # the edge cut, summed from the cluster graph, is that of the vertices' parts
+    from twopgraph.partition.cluster import edge_cut
+    owner = np.empty(n, dtype=np.int64)
+    for i, own in enumerate(owned):
+        owner[own] = i
+    assert meta["edge_cut"] == edge_cut(data.graph, owner) > 0
     assert meta["replication_factor"] == pytest.approx(sum(sizes) / n)
     ntr = [p["num_train"] for p in meta["parts"]]
     assert sum(ntr) == data.train_idx.shape[0] and max(ntr) <= 1.1 * min(ntr)  # balanced

@@ -154,8 +154,8 @@ def default_num_clusters(num_nodes: int, num_train: int, batch_size: int,
 
 def edge_cut(graph: CSRGraph, parts: np.ndarray) -> int:
     """Undirected edges of a symmetric ``graph`` whose ends are in different ``parts``."""
-    parts = np.ascontiguousarray(parts, dtype=np.int64)
-    return int(kernels.cut_edges(graph.indptr, graph.indices, parts)) // 2
+    return int(kernels.cut_edges(graph.indptr, graph.indices,
+                                 kernels.compact_labels(parts))) // 2
 
 
 def sparsify(graph: CSRGraph, max_degree: int, seed: int = 0) -> CSRGraph:

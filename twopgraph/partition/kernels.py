@@ -4,7 +4,10 @@ partitions (``halo_masks``, ``shared_edges``: eight parts per byte of a vertex m
 
 Each kernel is parallel over clusters or vertices (``ball_seeds``: serial) and has a plain
 NumPy/Python twin registered in :mod:`twopgraph.jit`. Graphs are CSR (``indptr`` int64,
-``indices`` int32/int64); ``parts`` gives each vertex's cluster (int64, 0..C-1).
+``indices`` int32/int64); ``parts`` gives each vertex's cluster (0..C-1, any integer type:
+callers pass the narrowest, :func:`label_dtype`, because these kernels look it up once per
+CSR entry at random, and an N-sized table of int64 falls out of the CPU's last-level cache
+long before one of int8 or int16 does).
 """
 
 from __future__ import annotations
@@ -15,6 +18,26 @@ import numpy as np
 from numba import njit, prange
 
 from ..jit import register
+
+
+def label_dtype(upper: int) -> np.dtype:
+    """The narrowest signed integer type holding ``-1 .. upper``: the type of per-vertex
+    cluster or part ids passed to the kernels here (1 byte a vertex for up to 127 parts, 2 for
+    up to 32,767 clusters)."""
+    for t in (np.int8, np.int16, np.int32):
+        if upper <= np.iinfo(t).max:
+            return np.dtype(t)
+    return np.dtype(np.int64)
+
+
+def compact_labels(labels: np.ndarray, upper: int | None = None) -> np.ndarray:
+    """``labels`` (non-negative ids) as :func:`label_dtype` of their largest (``upper`` when
+    given), contiguous; no copy when already so."""
+    labels = np.asarray(labels)
+    if upper is None:
+        upper = int(labels.max()) if labels.shape[0] else 0
+    return np.ascontiguousarray(labels, dtype=label_dtype(upper))
+
 
 # -- cluster-contiguous renumbering (renumber.py) -------------------------------------------------
 
@@ -28,18 +51,21 @@ def cluster_bfs_order(indptr, indices, parts, members, cluster_start):
     ``order[cluster_start[c]:cluster_start[c+1]]``: a BFS from its lowest unvisited id,
     following only edges inside ``c``, restarted at the next unvisited member until all are
     placed. Clusters run in parallel (a vertex is only ever touched by its own cluster).
+
+    ``parts`` (signed, any width: :func:`label_dtype`) is copied once; a placed vertex's copy
+    becomes -1, so each CSR entry costs one random lookup in a table of ``parts``' width.
     """
     n = parts.shape[0]
     order = np.empty(n, dtype=np.int64)
-    visited = np.zeros(n, dtype=np.uint8)
+    left = parts.copy()  # cluster of a vertex not yet placed, -1 once placed
     for c in prange(cluster_start.shape[0] - 1):
         pos = cluster_start[c]
         head = pos
         for k in range(cluster_start[c], cluster_start[c + 1]):
             r = members[k]
-            if visited[r]:
+            if left[r] < 0:
                 continue
-            visited[r] = 1
+            left[r] = -1
             order[pos] = r
             pos += 1
             while head < pos:
@@ -47,8 +73,8 @@ def cluster_bfs_order(indptr, indices, parts, members, cluster_start):
                 head += 1
                 for j in range(indptr[u], indptr[u + 1]):
                     w = indices[j]
-                    if parts[w] == c and visited[w] == 0:
-                        visited[w] = 1
+                    if left[w] == c:
+                        left[w] = -1
                         order[pos] = w
                         pos += 1
     return order
@@ -186,17 +212,27 @@ def edge_chunks(indptr, num):
 def halo_masks(indptr, indices, mask, hops):
     """``mask`` (uint8, N: bit p = vertex in part p's seed set) grown ``hops`` times by one hop
     over the symmetric CSR: afterwards bit p is set where a seed of part p is within ``hops``
-    hops. One pull pass over the edges per hop for eight parts at once; a new array."""
+    hops. One pull pass over the edges per hop for eight parts at once; a new array.
+
+    A vertex whose byte already holds every bit any seed has (``full``) is not pulled again,
+    and a row's scan stops once it does: where the halos cover most of the graph (papers-like
+    graphs, 3 hops), the last hops read a fraction of the entries."""
     n = mask.shape[0]
     bounds = edge_chunks(indptr, 64)
+    full = np.uint8(0)
+    for v in range(n):
+        full |= mask[v]
     cur = mask.copy()
     nxt = np.empty_like(mask)
     for _ in range(hops):
         for c in prange(bounds.shape[0] - 1):
             for v in range(bounds[c], bounds[c + 1]):
                 acc = cur[v]
-                for j in range(indptr[v], indptr[v + 1]):
-                    acc |= cur[indices[j]]
+                if acc != full:
+                    for j in range(indptr[v], indptr[v + 1]):
+                        acc |= cur[indices[j]]
+                        if acc == full:
+                            break
                 nxt[v] = acc
         cur, nxt = nxt, cur
     return cur

@@ -27,12 +27,15 @@ def _check_train_in_every_part(owner: np.ndarray, train_idx: np.ndarray, num_par
 
 
 def _split_clusters(g: CSRGraph, fine: np.ndarray, k: int, train_idx: np.ndarray,
-                    num_parts: int, seed: int) -> np.ndarray:
-    """Part of each fine cluster (int64, k): METIS on the cluster graph (vertex weights =
-    [vertices, training vertices] of a cluster, edge weights = edges between two clusters),
-    so parts balance both and every fine cluster lies inside one part."""
+                    num_parts: int, seed: int) -> tuple[np.ndarray, int]:
+    """``(part of each fine cluster (int64, k), edge cut)``: METIS on the cluster graph
+    (vertex weights = [vertices, training vertices] of a cluster, edge weights = edges between
+    two clusters), so parts balance both and every fine cluster lies inside one part. The
+    edge cut (undirected edges between parts, :func:`~twopgraph.partition.cluster.edge_cut`
+    of the vertices' parts) is summed from the cluster graph: every edge between parts is one
+    between clusters, so no second pass over the graph's entries is needed."""
     if num_parts == 1:
-        return np.zeros(k, dtype=np.int64)
+        return np.zeros(k, dtype=np.int64), 0
     import pymetis
     w = np.zeros((k, 2), dtype=np.int64)
     w[:, 0] = np.bincount(fine, minlength=k)
@@ -46,8 +49,15 @@ def _split_clusters(g: CSRGraph, fine: np.ndarray, k: int, train_idx: np.ndarray
             eweights=np.ascontiguousarray(np.minimum(cg.data, 2**30), dtype=idx),
             vweights=np.ascontiguousarray(w.ravel(), dtype=idx),
             options=pymetis.Options(seed=int(seed), ufactor=DEFAULT_UFACTOR), recursive=False)
-    parts = np.asarray(parts, dtype=np.int64)
-    return rebalance(parts, w, cg, num_parts)
+    parts = rebalance(np.asarray(parts, dtype=np.int64), w, cg, num_parts)
+    return parts, cut_between(cg, parts)
+
+
+def cut_between(cluster_graph, parts: np.ndarray) -> int:
+    """Undirected edges between parts, from the symmetric cluster graph (``k x k`` sparse
+    counts of directed entries) and each cluster's part."""
+    coo = cluster_graph.tocoo()
+    return int(coo.data[parts[coo.row] != parts[coo.col]].sum()) // 2
 
 
 #: Largest cluster count whose cluster graph is counted in dense ``k x k`` tables
@@ -63,7 +73,7 @@ def _cluster_graph(g: CSRGraph, fine: np.ndarray, k: int):
     import scipy.sparse as sp
     if k <= DENSE_CLUSTER_GRAPH:
         chunks = int(max(1, min(16, (1 << 28) // (8 * k * k))))
-        cid = np.ascontiguousarray(fine, dtype=np.int32 if k < 2**31 else np.int64)
+        cid = kernels.compact_labels(fine, k - 1)
         return sp.csr_matrix(kernels.cluster_pairs(g.indptr, g.indices, cid, k, chunks))
     deg = g.degrees()
     cg = sp.csr_matrix((k, k), dtype=np.int64)

@@ -42,7 +42,7 @@ log = logging.getLogger("twopgraph")
 def cluster_permutation(graph: CSRGraph, clustering: Clustering) -> np.ndarray:
     """``perm`` (int64, N): new vertex ``i`` is old vertex ``perm[i]``; clusters contiguous
     in cluster-id order, BFS order within each cluster (see module docstring)."""
-    parts = np.ascontiguousarray(clustering.parts, dtype=np.int64)
+    parts = kernels.compact_labels(clustering.parts, clustering.num_clusters - 1)
     start, members = group_by(parts, clustering.num_clusters)  # a counting sort: O(N)
     return kernels.cluster_bfs_order(graph.indptr, graph.indices, parts, members, start)
 

@@ -88,7 +88,7 @@ from ..graph import CSRGraph, GraphData
 from ..graphio import SPLITS
 from ..rundir import FileLock, sibling_lock
 from ..storewriter import write_store
-from .cluster import DEFAULT_UFACTOR, cluster_graph, cluster_key, default_num_clusters, edge_cut
+from .cluster import DEFAULT_UFACTOR, cluster_graph, cluster_key, default_num_clusters
 from .orphans import clean_orphans
 from .partformat import (_ARRAYS, FORMAT_VERSION, META, PART_JSON, ROOT_CLUSTER, STORE_DIR,
                          PartitionError, _record)
@@ -163,19 +163,23 @@ def _partition_locked(data: GraphData, num_parts: int, hops: int, out: Path, *, 
     steps = _Steps()
     fine = cluster_graph(g, k, train_idx=data.train_idx, cache_dir=cache_dir)
     steps.done("clusters", k)
-    fine_to_part = _split_clusters(g, fine.parts, k, data.train_idx, num_parts, seed)
-    owner = fine_to_part[fine.parts]
-    cut = edge_cut(g, owner)
+    fine_to_part, cut = _split_clusters(g, fine.parts, k, data.train_idx, num_parts, seed)
+    # 1 byte a vertex up to 127 parts: the kernels below look it up once per CSR entry
+    owner = kernels.compact_labels(fine_to_part, num_parts - 1)[fine.parts]
     steps.done("split", num_parts)
-    rank = np.empty(n, dtype=np.int64)  # position of each vertex in cluster-BFS order
-    rank[cluster_permutation(g, fine)] = np.arange(n, dtype=np.int64)
-    steps.done("cluster order", n)
     metis_s = steps.total()
     _check_train_in_every_part(owner, data.train_idx, num_parts, n)
     reached = _halos(g, owner, data.train_idx, num_parts, hops)
     steps.done("halos", hops)
     local_entries = _local_entries(g, owner, reached, num_parts)
     steps.done("local edges", int(local_entries.sum()))
+    reps = [_representation(g, int(np.count_nonzero(reached[:, p] | (owner == p))),
+                            int(local_entries[p]), representation) for p in range(num_parts)]
+    rank = None  # position of each vertex in cluster-BFS order: the local ids' order
+    if "local" in reps:  # global parts keep global ids: none of them needs it
+        rank = np.empty(n, dtype=np.int64)
+        rank[cluster_permutation(g, fine)] = np.arange(n, dtype=np.int64)
+        steps.done("cluster order", n)
     tmp = None
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -189,7 +193,7 @@ def _partition_locked(data: GraphData, num_parts: int, hops: int, out: Path, *, 
         for p in range(num_parts):
             part_meta.append(_write_part(tmp / f"part{p}", p, pid, data, owner == p,
                                          reached[:, p], rank, fine.parts,
-                                         int(local_entries[p]), representation))
+                                         int(local_entries[p]), reps[p]))
             steps.done(f"part {p}", part_meta[-1]["num_nodes"])
         total = sum(m["num_owned"] + m["num_halo"] for m in part_meta)
         root = {"cluster": None}
@@ -408,20 +412,30 @@ def _csr_bytes(num_nodes: int, num_edges: int, index_itemsize: int) -> int:
     return 8 * (num_nodes + 1) + index_itemsize * num_edges
 
 
+def _representation(g: CSRGraph, nloc: int, local_entries: int, asked: str) -> str:
+    """``local`` or ``global``: what was ``asked``, or for ``auto`` the cheaper one
+    (:data:`GLOBAL_SHARE`) for a part of ``nloc`` vertices whose induced subgraph has
+    ``local_entries`` CSR entries."""
+    if asked != "auto":
+        return asked
+    local_bytes = _csr_bytes(nloc, local_entries, 4 if nloc < 2**31 else 8)
+    return "global" if local_bytes > GLOBAL_SHARE * (g.indptr.nbytes + g.indices.nbytes) \
+        else "local"
+
+
 def _write_part(folder: Path, p: int, pid: str, data: GraphData, owned: np.ndarray,
-                reached: np.ndarray, rank: np.ndarray, fine_parts: np.ndarray,
-                local_entries: int, representation: str = "auto") -> dict:
+                reached: np.ndarray, rank: np.ndarray | None, fine_parts: np.ndarray,
+                local_entries: int, representation: str) -> dict:
     """Part ``p``'s folder: the vertices it owns and reaches, its splits, and its CSR (local
-    ids) or a reference to the global one, whichever :data:`GLOBAL_SHARE` picks from
-    ``local_entries`` (its induced subgraph's CSR entries)."""
+    ids, in ``rank`` order: owned first, then the halo) or a reference to the global one, as
+    ``representation`` (``local`` | ``global``, :func:`_representation`) says;
+    ``local_entries`` = its induced subgraph's CSR entries."""
     g = data.graph
     member = reached | owned
     nloc = int(np.count_nonzero(member))
     num_owned = int(np.count_nonzero(owned))
     local_bytes = _csr_bytes(nloc, local_entries, 4 if nloc < 2**31 else 8)
     global_bytes = int(g.indptr.nbytes + g.indices.nbytes)
-    if representation == "auto":
-        representation = "global" if local_bytes > GLOBAL_SHARE * global_bytes else "local"
     own = np.flatnonzero(owned)
     if representation == "global":
         arrays = {"owned": own.astype(np.int64)}
