@@ -136,3 +136,31 @@ def test_memory_is_bounded_by_vertices_and_one_chunk(tmp_path):
     assert peak_whole > 3 * bound, peak_whole
     np.testing.assert_array_equal(np.load(chunked / "indices.npy"),
                                   np.load(whole / "indices.npy"))
+
+
+def test_scatter_window_is_bounded_by_scatter_bytes(tmp_path, monkeypatch):
+    """With ``scatter_bytes`` the scatter runs in anonymous windows of at most that many bytes
+    (plus N-sized counters and one chunk): E = 1M edges over N = 2,000 vertices are 8 MB of
+    int32 slots, scattered in 1 MiB windows under an 4 MiB bound and with the same result as
+    the file-backed scatter. Control: with the ranges' limit ignored (one window of every
+    slot) the same call exceeds the bound."""
+    import twopgraph.csrbuild as cb
+    n, e = 2000, 1_000_000
+    rng = np.random.default_rng(1)
+    s, d = rng.integers(0, n, e).astype(np.int32), rng.integers(0, n, e).astype(np.int32)
+    outs = [tmp_path / x for x in ("plain", "windowed", "whole")]
+    for o in outs:
+        o.mkdir()
+    build_csr(s, d, n, outs[0], chunk_edges=1 << 15)
+    budget, bound = 1 << 20, 4 << 20  # chunk 0.5 MiB, counters 4 x 8 B x N = 64 KB
+    peak = _peak_bytes(lambda: build_csr(s, d, n, outs[1], chunk_edges=1 << 15,
+                                         scatter_bytes=budget))
+    assert peak < bound, peak
+    np.testing.assert_array_equal(np.load(outs[1] / "indices.npy"),
+                                  np.load(outs[0] / "indices.npy"))
+    monkeypatch.setattr(cb, "scatter_ranges", lambda indptr, m: [(0, indptr.shape[0] - 1)])
+    peak_whole = _peak_bytes(lambda: build_csr(s, d, n, outs[2], chunk_edges=1 << 15,
+                                               scatter_bytes=budget))
+    assert peak_whole > bound, peak_whole
+    np.testing.assert_array_equal(np.load(outs[2] / "indices.npy"),
+                                  np.load(outs[0] / "indices.npy"))
