@@ -141,7 +141,7 @@ def test_memory_is_bounded_by_vertices_and_one_chunk(tmp_path):
 def test_scatter_window_is_bounded_by_scatter_bytes(tmp_path, monkeypatch):
     """With ``scatter_bytes`` the scatter runs in anonymous windows of at most that many bytes
     (plus N-sized counters and one chunk): E = 1M edges over N = 2,000 vertices are 8 MB of
-    int32 slots, scattered in 1 MiB windows under an 4 MiB bound and with the same result as
+    int32 slots, scattered in 1 MiB windows under a 4 MiB bound and with the same result as
     the file-backed scatter. Control: with the ranges' limit ignored (one window of every
     slot) the same call exceeds the bound."""
     import twopgraph.csrbuild as cb

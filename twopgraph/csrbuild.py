@@ -16,7 +16,7 @@ a second copy of the CSR, in memory:
    its slots and written into the file in one sequential copy (random writes into a mapped
    file are written back and read again whenever memory is short: on a 1/4-scale
    papers-shaped graph inside 12 GiB, three passes over file-backed windows of 1.5 GB took
-   44 s, one pass over an anonymous window of 3.2 GB takes less, see the README); the result
+   51.0 s, one pass over an anonymous window of 3.2 GB 21.0 s, see the README); the result
    is the same. Without ``scatter_bytes`` the file is written in place in one pass;
 3. **sort and dedup** (parallel over rows): each row is sorted and repeats are merged in place;
    the forward entries of the row count the distinct directed pairs of the input;
@@ -159,8 +159,8 @@ def build_csr(src, dst, num_nodes: int, folder, *, chunk_edges: int = CHUNK_EDGE
         ranges = scatter_ranges(indptr0, scatter_bytes // itype.itemsize
                                 if scatter_bytes else None)
         if len(ranges) > 1:
-            log.info("%s: scattering %s CSR entries in %d passes (a window of %s MiB of the "
-                     "scratch file at a time)", what, f"{total:,}", len(ranges),
+            log.info("%s: scattering %s CSR entries in %d passes (an anonymous window of up "
+                     "to %s MiB of the scratch file at a time)", what, f"{total:,}", len(ranges),
                      f"{scatter_bytes / 2**20:,.0f}")
         windowed = scatter_bytes is not None
         for k, (lo, hi) in enumerate(ranges):
