@@ -66,7 +66,7 @@ def main(argv=None) -> int:
     p.add_argument("--train-flags", default="", help="extra flags of both runs")
     p.add_argument("--only", choices=["capped", "uncapped"], default=None)
     a = p.parse_args(argv)
-    from twopgraph.papers import PapersSpec, parse_preset, write_ogb_raw
+    from twopgraph.datasets.papers import PapersSpec, parse_preset, write_ogb_raw
     spec = PapersSpec(scale=parse_preset(f"synthetic-papers:{a.scale}").scale)
     folder = a.root / "ogbn_papers100M"
     if not (folder / "RELEASE_v1.txt").is_file():

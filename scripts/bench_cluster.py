@@ -14,18 +14,18 @@ peak resident set (the mapped CSR pages it read included), ``anon_mib`` its peak
 memory (sampled every 10 ms) above what it held before the call. The parent computes the
 edge cut and the locality ratio: input vertices per batch of the locality scheduler over the
 random scheduler's (the project's sampler and schedulers, first 8 batches of epoch 0,
-:func:`twopgraph.sampler.autoschedule.measure`; lower = more locality), and ``reach``, the
+:func:`twopgraph.locality.auto.measure`; lower = more locality), and ``reach``, the
 share of the graph a random batch reaches (what ``--schedule auto`` estimates before it
 clusters). Clusters: ``default_num_clusters`` for batch size 1024; fanouts 10,10 below 50,000
 vertices, else 15,10,5 (the training defaults).
 
 Families (``NAME[:ARGS]``): ``real:FILE`` (a ``.npz`` of ../shared/datasets), ``synthetic:N:E``
-(the project's generator, ``twopgraph.synthetic``), ``rmat:SCALE[:EDGEFACTOR]`` (R-MAT /
+(the project's generator, ``twopgraph.datasets.synthetic``), ``rmat:SCALE[:EDGEFACTOR]`` (R-MAT /
 Kronecker, a=0.57, b=c=0.19, ids permuted), ``rgg:N[:DEGREE]`` (random geometric graph in the
 unit square), ``ba:N[:M]`` (Barabasi-Albert-like preferential attachment, M edges per new
 vertex). Generated graphs are cached under ``--cache`` (default /tmp/twopgraph-bench-cluster).
 Methods: ``metis-full`` (METIS on the whole graph), ``metis`` (METIS on the degree-capped graph,
-the pre-existing default), ``coarsen``, ``lp`` (see twopgraph/partition/cluster.py).
+the pre-existing default), ``coarsen``, ``lp`` (see twopgraph/locality/cluster.py).
 """
 
 from __future__ import annotations
@@ -121,7 +121,7 @@ def gen_ba(n: int, m: int = 6, seed: int = 0):
 
 
 def gen_synthetic(n: int, e: int, seed: int = 0):
-    from twopgraph.synthetic import SyntheticSpec, generate
+    from twopgraph.datasets.synthetic import SyntheticSpec, generate
     spec = SyntheticSpec(name=f"bench-{n}", num_nodes=n, num_edges=e, num_features=1,
                          num_classes=47, num_communities=max(20, n // 1000), train_frac=0.08,
                          val_frac=0.02, max_degree_ratio=350.0, seed=seed)
@@ -170,7 +170,7 @@ def family_graph(spec: str, cache: Path) -> Path:
 
 
 def load_graph(folder: Path, mmap: bool = True):
-    from twopgraph.graph import CSRGraph
+    from twopgraph.graph.data import CSRGraph
     mode = "r" if mmap else None
     g = CSRGraph(np.load(folder / "indptr.npy", mmap_mode=mode),
                  np.load(folder / "indices.npy", mmap_mode=mode))
@@ -189,14 +189,14 @@ def _status(field: str) -> int:
 
 
 def worker(a) -> None:
-    from twopgraph.graph import CSRGraph
-    from twopgraph.jit import configure_threading
-    from twopgraph.partition import cluster_graph, default_num_clusters
+    from twopgraph.graph.data import CSRGraph
+    from twopgraph.locality import cluster_graph, default_num_clusters
+    from twopgraph.runtime.jit import configure_threading
     configure_threading()
     method = a.worker
     kw = {"method": "metis", "max_degree": None} if method == "metis-full" else {"method": method}
     # warm-up: compile (or load) every kernel of the method
-    from twopgraph.partition import coarsen
+    from twopgraph.locality import coarsen
     rng = np.random.default_rng(0)
     tiny = CSRGraph.from_edges(rng.integers(0, 3000, 20000), rng.integers(0, 3000, 20000), 3000)
     saved = coarsen.COARSE_MIN, coarsen.COARSE_PER_PART
@@ -229,8 +229,8 @@ def worker(a) -> None:
 
 # -- the parent ---------------------------------------------------------------------------------
 def locality(folder: Path, parts, seed: int = 0) -> dict:
+    from twopgraph.locality.auto import measure
     from twopgraph.sampler import NeighborSampler
-    from twopgraph.sampler.autoschedule import measure
     g, train, label = load_graph(folder)
     fanouts = [10, 10] if g.num_nodes < 50_000 else [15, 10, 5]
     f = measure(NeighborSampler(g, fanouts, seed=seed), train, 1024, seed, parts=parts,

@@ -16,14 +16,19 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-import time, statistics, mmap
+import mmap
+import statistics
+import time
+
 import numpy as np
-from twopgraph.cli import build_parser
+
 from twopgraph.bench.config import BenchSamplerConfig
-from twopgraph.pipeline import locality_for
-from twopgraph.graph import CSRGraph
-from twopgraph.sampler import make_sampler, make_scheduler
-from twopgraph.loader import Loader
+from twopgraph.cli import build_parser
+from twopgraph.graph.data import CSRGraph
+from twopgraph.locality import make_scheduler
+from twopgraph.pipeline.assemble import locality_for
+from twopgraph.pipeline.loader import Loader
+from twopgraph.sampler import make_sampler
 
 ds, schedule, epochs = sys.argv[1], sys.argv[2], int(sys.argv[3])
 cfg = BenchSamplerConfig.from_args(build_parser().parse_args(

@@ -26,11 +26,11 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from twopgraph.config import TrainConfig  # noqa: E402
-from twopgraph.sampler import make_sampler  # noqa: E402
-from twopgraph.checkpoint import build_training
 from twopgraph.inference import accuracy, layerwise_inference
-from twopgraph.pipeline import eval_features, locality_for, make_loader
-from twopgraph.epoch import train_epoch
+from twopgraph.pipeline.assemble import eval_features, locality_for, make_loader
+from twopgraph.pipeline.epoch import train_epoch
+from twopgraph.run.checkpoint import build_training
+from twopgraph.sampler import make_sampler  # noqa: E402
 
 
 def run(cfg: TrainConfig, data, parts, sampler_name: str, device: str) -> tuple[float, float]:

@@ -5,8 +5,9 @@ process, replication factor, edge cut), then train on it with P torchrun workers
 (``twopgraph train --partitions DIR --nproc P``) and read its ``metrics.json``: training vertices
 per rank, input nodes per batch (per rank and step), feature rows and bytes per epoch, the
 remote counters, epoch time, test accuracy, each part's representation (local / global) and
-the ranks' summed peak PSS (``peak_pss_mib_total``: the store's shared maps counted once). ``--baseline`` adds a single-process run
-(``twopgraph train``) with the same global batch size and epochs.
+the ranks' summed peak PSS (``peak_pss_mib_total``: the store's shared maps counted once).
+``--baseline`` adds a single-process run (``twopgraph train``) with the same global batch size and
+epochs.
 
 Timings depend on the machine: with fewer cores than workers (e.g. 8 CPU workers on 2 cores)
 the epoch times say little; replication factor, rows, bytes, remote counters and accuracy hold

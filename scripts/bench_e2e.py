@@ -50,8 +50,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from bench_vs_dgl import (add_side_by_side_args, dgl_python, run_json,  # noqa: E402
-                          twopgraph_cmd, write_json)
+from bench_vs_dgl import add_side_by_side_args, dgl_python, run_json, twopgraph_cmd, write_json  # noqa: E402
 
 SIDES = {  # name -> twopgraph flags (None = DGL)
     "dgl": None,

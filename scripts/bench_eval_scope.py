@@ -25,12 +25,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from twopgraph.cache.host import HostFeatures  # noqa: E402
 from twopgraph.datasets import load_dataset  # noqa: E402
-from twopgraph.inference import (EvalTable, layerwise_inference, plan_scope,  # noqa: E402
-                                 scored_ids, scored_inference)
-from twopgraph.jit import configure_threading  # noqa: E402
+from twopgraph.inference import (  # noqa: E402
+    EvalTable,
+    layerwise_inference,
+    plan_scope,
+    scored_ids,
+    scored_inference,
+)
 from twopgraph.models import build_model  # noqa: E402
+from twopgraph.runtime.jit import configure_threading  # noqa: E402
 from twopgraph.sampler.neighbor import NeighborSampler  # noqa: E402
-
 
 STREAM = {"auto": None, "on": True, "off": False}
 

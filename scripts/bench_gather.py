@@ -40,9 +40,10 @@ def child(a) -> None:
 
     from twopgraph.cache import HostFeatures, PolicyContext, attach_host_cache
     from twopgraph.datasets import load_dataset
-    from twopgraph.jit import configure_threading
-    from twopgraph.loader import Loader
-    from twopgraph.sampler import make_sampler, make_scheduler
+    from twopgraph.locality import make_scheduler
+    from twopgraph.pipeline.loader import Loader
+    from twopgraph.runtime.jit import configure_threading
+    from twopgraph.sampler import make_sampler
     configure_threading()
     data = load_dataset(a.dataset, a.data_root, progress=False, store_dtype=a.store_dtype)
     fanouts = [int(x) for x in a.fanouts.split(",")]

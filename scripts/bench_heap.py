@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Training epochs with and without :class:`twopgraph.heap.BatchHeap`, back to back.
+"""Training epochs with and without :class:`twopgraph.runtime.heap.BatchHeap`, back to back.
 
     .venv/bin/python scripts/bench_heap.py --datasets synthetic-small,synthetic-products \\
         --epochs 3 --rounds 1 --json runs/heap.json

@@ -9,7 +9,7 @@ sampling reads) three ways, each a numba loop, median of ``--repeats`` after a w
 ``chained`` (each position depends on the value loaded before it: one miss at a time, as in a
 sampler that waits for ``indptr`` before reading a row), ``independent`` (positions known in
 advance: the CPU overlaps the misses) and ``prefetched`` (independent, with
-:func:`twopgraph.memhint.prefetch` ``PREFETCH_DIST`` loads ahead). Prints ns per load; the
+:func:`twopgraph.runtime.prefetch.prefetch` ``PREFETCH_DIST`` loads ahead). Prints ns per load; the
 ratio chained / independent is what the sampling kernels' prefetching works against.
 """
 
@@ -27,7 +27,7 @@ from numba import njit
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from twopgraph.datasets import load_dataset  # noqa: E402
-from twopgraph.memhint import PREFETCH_DIST, prefetch  # noqa: E402
+from twopgraph.runtime.prefetch import PREFETCH_DIST, prefetch  # noqa: E402
 
 
 @njit(nogil=True)

@@ -382,7 +382,7 @@ class Chunked:
 
 def _write_member(zf: zipfile.ZipFile, key: str, shape, dtype, chunks) -> None:
     """``KEY.npy`` into ``zf`` from row chunks: the store's own streaming writer."""
-    from twopgraph.npzstore import write_npy_member
+    from twopgraph.store.npz import write_npy_member
     write_npy_member(zf, key, shape, dtype, chunks)
 
 
@@ -430,7 +430,7 @@ def _checked(key: str, arr: Chunked):
 def wide_spec(preset: str, num_nodes: int, num_features: int):
     """The spec of ``preset`` scaled to ``num_nodes`` vertices (edges and communities in
     proportion: the same mean degree and community size) at ``num_features`` features."""
-    from twopgraph.synthetic import SYNTHETIC_PRESETS
+    from twopgraph.datasets.synthetic import SYNTHETIC_PRESETS
     base = SYNTHETIC_PRESETS[preset]
     s = num_nodes / base.num_nodes
     comms = max(base.num_classes, round(base.num_communities * s))
@@ -463,7 +463,7 @@ def wide_features(base: np.ndarray, width: int, noise: float, seed: int,
 
 def make_wide(path: Path, preset: str, nodes: int, width: int, noise: float, seed: int) -> dict:
     """Write (or reuse, if made with the same parameters) the wide ``.npz`` at ``path``."""
-    from twopgraph.synthetic import generate
+    from twopgraph.datasets.synthetic import generate
     params = {"preset": preset, "nodes": nodes, "features": width, "noise": noise,
               "seed": seed, "version": 1}
     side = path.with_suffix(".wide.json")
@@ -496,7 +496,7 @@ def make_wide(path: Path, preset: str, nodes: int, width: int, noise: float, see
 
 
 def _preset_features(preset: str) -> int:
-    from twopgraph.synthetic import SYNTHETIC_PRESETS
+    from twopgraph.datasets.synthetic import SYNTHETIC_PRESETS
     return SYNTHETIC_PRESETS[preset].num_features
 
 
@@ -630,7 +630,7 @@ def _store_bytes(npz: Path, root: Path) -> int | None:
     """Size on disk of the store converted from ``npz`` (None where there is none)."""
     try:
         from twopgraph.datasets import store_folder
-        from twopgraph.store import disk_bytes, is_store
+        from twopgraph.store.reader import disk_bytes, is_store
     except ImportError:
         return None
     folder = store_folder(npz, root)

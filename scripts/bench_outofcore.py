@@ -29,7 +29,7 @@ gather seconds, evaluation seconds, the host row cache's rows and hit rate (``ho
 
 Families (``NAME:ARGS``): ``papers:SCALE`` (``synthetic-papers:SCALE``, ogbn-papers100M's shape
 with its own 128 float32 features: 512-byte rows, 8 to a page; ``--features`` does not apply),
-``synthetic:PRESET`` (the project's generator, ``twopgraph.synthetic``,
+``synthetic:PRESET`` (the project's generator, ``twopgraph.datasets.synthetic``,
 scaled to ``--nodes`` vertices: communities with the preset's mean degree),
 ``rmat:SCALE[:EDGEFACTOR]`` (R-MAT / Kronecker, power-law), ``rgg:N[:DEGREE]`` (random
 geometric graph in the unit square: spatial, uniform degrees), ``ba:N[:M]``
@@ -62,9 +62,19 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from bench_cluster import gen_ba, gen_rgg, gen_rmat  # noqa: E402
-from bench_memory import (MIB, MemCgroup, Runner, drop_caches,  # noqa: E402
-                          machine, print_table, read_metrics, twopgraph_cmd, wide_features,
-                          wide_spec, write_npz_streaming)
+from bench_memory import (  # noqa: E402
+    MIB,
+    MemCgroup,
+    Runner,
+    drop_caches,
+    machine,
+    print_table,
+    read_metrics,
+    twopgraph_cmd,
+    wide_features,
+    wide_spec,
+    write_npz_streaming,
+)
 
 log = logging.getLogger("bench_outofcore")
 
@@ -77,7 +87,7 @@ def family_graph(spec: str, nodes: int, seed: int):
     """``(indptr, indices, label, train, val, test, num_classes, what)`` of family ``spec``."""
     name, *args = spec.split(":")
     if name == "synthetic":
-        from twopgraph.synthetic import SYNTHETIC_PRESETS, generate
+        from twopgraph.datasets.synthetic import SYNTHETIC_PRESETS, generate
         preset = args[0] if args else "synthetic-products"
         if preset not in SYNTHETIC_PRESETS:
             raise SystemExit(f"unknown preset {preset!r}; known: {', '.join(SYNTHETIC_PRESETS)}")
@@ -171,7 +181,7 @@ def host_cache_record(run_dir: Path) -> dict:
 def papers_dataset(spec: str) -> tuple[str, dict]:
     """``papers:SCALE``: the ``synthetic-papers:SCALE`` preset (its own 128 float32
     features, 512-byte rows; generated into the data root's stores by ``prepare``)."""
-    from twopgraph.papers import parse_preset
+    from twopgraph.datasets.papers import parse_preset
     name = "synthetic-papers:" + spec.split(":", 1)[1]
     ps = parse_preset(name)
     return name, {"params": {"family": spec}, "num_nodes": ps.num_nodes,

@@ -2,22 +2,22 @@
 """The in-process steps of ``twopgraph partition`` on one dataset, each timed alone, and the
 per-vertex label width they look up A/B in one run.
 
-The label-driven kernels (:mod:`twopgraph.partition.kernels`) look a vertex's cluster or part
+The label-driven kernels (:mod:`twopgraph.locality.kernels`) look a vertex's cluster or part
 up once per CSR entry, at random. They run here with the labels as int64 (``wide``, what they
-were given before) and as :func:`~twopgraph.partition.kernels.label_dtype` picks them
+were given before) and as :func:`~twopgraph.locality.kernels.label_dtype` picks them
 (``narrow``: int8 parts, int16 clusters), on the same graph in the same process:
 
-* ``cut``: :func:`~twopgraph.partition.kernels.cut_edges` with the part of every vertex (the
+* ``cut``: :func:`~twopgraph.locality.kernels.cut_edges` with the part of every vertex (the
   partition itself sums its cut from the cluster graph: ``cut_from_cluster_graph``, which
   must equal ``cut_edges``);
-* ``cluster_graph``: :func:`~twopgraph.partition.kernels.cluster_pairs` (the part split's
+* ``cluster_graph``: :func:`~twopgraph.locality.kernels.cluster_pairs` (the part split's
   cluster graph) with the fine cluster of every vertex;
-* ``cluster_order``: :func:`~twopgraph.partition.kernels.cluster_bfs_order` (cluster-BFS
+* ``cluster_order``: :func:`~twopgraph.locality.kernels.cluster_bfs_order` (cluster-BFS
   order of the parts' local ids).
 
 and, once each (their input is a byte mask either way): ``halos``
-(:func:`~twopgraph.partition.partsplit._halos`, ``--hops`` hops, with its count of vertices
-reached) and ``local_edges`` (:func:`~twopgraph.partition.selfdep._local_entries`).
+(:func:`~twopgraph.distributed.partition.split._halos`, ``--hops`` hops, with its count of vertices
+reached) and ``local_edges`` (:func:`~twopgraph.distributed.partition.selfdep._local_entries`).
 
 The clustering comes from the dataset's cluster cache (``R/clusters``, what ``twopgraph
 partition`` and ``train`` fill) or is computed once first (not timed). Seconds are the median
@@ -60,15 +60,15 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=3, help="timed calls per step (median)")
     a = p.parse_args(argv)
     import numpy as np
+
     from twopgraph.config import DataConfig
     from twopgraph.datasets import resolve_data_root
-    from twopgraph.jit import configure_threading
-    from twopgraph.partition import kernels
-    from twopgraph.partition.cluster import cluster_graph
-    from twopgraph.partition.contract import group_by
-    from twopgraph.partition.partsplit import _halos, _split_clusters
-    from twopgraph.partition.selfdep import DEFAULT_CLUSTER_BATCH, _local_entries
-    from twopgraph.partition.cluster import default_num_clusters
+    from twopgraph.distributed.partition.selfdep import DEFAULT_CLUSTER_BATCH, _local_entries
+    from twopgraph.distributed.partition.split import _halos, _split_clusters
+    from twopgraph.locality import kernels
+    from twopgraph.locality.cluster import cluster_graph, default_num_clusters
+    from twopgraph.locality.contract import group_by
+    from twopgraph.runtime.jit import configure_threading
     configure_threading()
     data = DataConfig(a.dataset, a.data_root, False).validate().load()
     g = data.graph

@@ -30,12 +30,15 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from twopgraph.core.minibatch import Block, MiniBatch  # noqa: E402
+from twopgraph.core.rng import mix_key  # noqa: E402
 from twopgraph.datasets import load_dataset  # noqa: E402
-from twopgraph.jit import configure_threading  # noqa: E402
-from twopgraph.rng import mix_key  # noqa: E402
-from twopgraph.sampler import NeighborSampler, RandomScheduler  # noqa: E402
-from twopgraph.sampler import kernels  # noqa: E402
-from twopgraph.minibatch import Block, MiniBatch  # noqa: E402
+from twopgraph.locality import RandomScheduler
+from twopgraph.runtime.jit import configure_threading  # noqa: E402
+from twopgraph.sampler import (
+    NeighborSampler,  # noqa: E402
+    kernels,  # noqa: E402
+)
 
 
 class MapSampler(NeighborSampler):

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """The renumbered store's feature copy, measured: one training epoch on a renumbered dataset
 with its features read from a renumbered copy of the table (``copy``, what
-:func:`twopgraph.storewriter.permuted_store` writes) or from the dataset's own table through the
+:func:`twopgraph.store.writer.permuted_store` writes) or from the dataset's own table through the
 renumbering's row map (``map``: id ``i`` reads row ``perm[i]``,
 :class:`~twopgraph.cache.host.HostTable` ``rows``), or the feature gathers alone (``gather``).
 
@@ -61,10 +61,10 @@ def main() -> int:
 
     from twopgraph.config import TrainConfig
     from twopgraph.datasets import load_dataset, resolve_data_root
-    from twopgraph.storewriter import _row_chunks
-    from twopgraph.checkpoint import build_training
-    from twopgraph.pipeline import locality_for, make_loader
-    from twopgraph.epoch import train_epoch
+    from twopgraph.pipeline.assemble import locality_for, make_loader
+    from twopgraph.pipeline.epoch import train_epoch
+    from twopgraph.run.checkpoint import build_training
+    from twopgraph.store.writer import _row_chunks
 
     t0 = time.perf_counter()
     data = load_dataset(a.dataset, a.data_root, progress=False)
@@ -117,7 +117,7 @@ def gather_only(cfg, rdata, prep, copy_table, src, perm, repeats: int,
     import torch
 
     from twopgraph.cache.host import HostTable
-    from twopgraph.pipeline import make_loader
+    from twopgraph.pipeline.assemble import make_loader
     loader = make_loader(cfg, rdata, "cpu", parts=prep.clustering.parts)
     stream = [np.ascontiguousarray(ids, dtype=np.int64) for ids in loader.input_stream(0)]
     if batches:

@@ -100,7 +100,7 @@ def main(argv=None) -> int:
             dgl_npz = str(cache / f"{ds}.npz")
             if not Path(dgl_npz).is_file():
                 from twopgraph.datasets import load_dataset
-                from twopgraph.npzstore import export_npz
+                from twopgraph.store.npz import export_npz
                 export_npz(load_dataset(info["store"], progress=False), dgl_npz)
         for r in range(a.rounds):
             for s in runs:

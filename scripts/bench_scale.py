@@ -3,7 +3,7 @@
 
 For each scale (``--scales``, fractions of ogbn-papers100M: default 1/64 and 1/16; 1/4 takes
 about 40 GB of disk) it writes a papers-shaped graph in OGB's binary raw layout
-(``twopgraph.papers.write_ogb_raw``: ``R/ogbn_papers100M/raw/data.npz`` ...) and runs, each
+(``twopgraph.datasets.papers.write_ogb_raw``: ``R/ogbn_papers100M/raw/data.npz`` ...) and runs, each
 stage in a process of its own, measured from outside:
 
 Every stage uses the store ``twopgraph train``'s default ``--store-dtype auto`` picks in its
@@ -147,7 +147,7 @@ def run_stage(cmd: list[str], env: dict, cgroup_bytes: int | None = None,
 
 
 def one_scale(scale: float, work: Path, a, env: dict) -> dict:
-    from twopgraph.papers import PapersSpec, write_ogb_raw
+    from twopgraph.datasets.papers import PapersSpec, write_ogb_raw
     spec = PapersSpec(scale=scale)
     root = work / f"papers-{scale:g}".replace("/", "_")
     folder = root / "ogbn_papers100M"
@@ -171,12 +171,12 @@ def one_scale(scale: float, work: Path, a, env: dict) -> dict:
     prelude = ("import sys, logging; logging.basicConfig(level=logging.INFO, format="
                "'%%(asctime)s %%(message)s'); sys.path.insert(0, %r); "
                "from twopgraph.datasets import load_dataset, resolve_store_dtype; "
-               "from twopgraph.jit import configure_threading; configure_threading(); "
+               "from twopgraph.runtime.jit import configure_threading; configure_threading(); "
                "dt = resolve_store_dtype('auto', 'ogbn-papers100M', %r); "
                "d = load_dataset('ogbn-papers100M', data_root=%r, progress=False, "
                "store_dtype=dt); "
                % (str(ROOT), r, r))
-    cluster = ("from twopgraph.config import TrainConfig; from twopgraph.pipeline import "
+    cluster = ("from twopgraph.config import TrainConfig; from twopgraph.pipeline.assemble import "
                "locality_for; cfg = TrainConfig.of(dataset='ogbn-papers100M', data_root=%r, "
                "schedule='locality', renumber=%s); cfg, _ = cfg.resolved(d.num_nodes); "
                "locality_for(d, ['locality'], cfg)")

@@ -4,8 +4,8 @@
     .venv/bin/python scripts/bench_scaling.py                       # default sizes, < 15 min on 2 cores
     .venv/bin/python scripts/bench_scaling.py --sizes 10k,100k,1m,2.5m --train --out runs/scaling
 
-Graphs: ``twopgraph.synthetic`` with the ``synthetic-products`` spec scaled to N vertices at the
-same average degree (edges = N x the preset's edges per vertex), the same mean community size
+Graphs: ``twopgraph.datasets.synthetic`` with the ``synthetic-products`` spec scaled to N vertices
+at the same average degree (edges = N x the preset's edges per vertex), the same mean community size
 (at least 2 communities per class) and the same features/classes. The training fraction is the
 preset's (8%), raised on small graphs so that an epoch has at least ``--min-batches`` batches
 (fewer batches make seeds/s meaningless). Graphs are written once as ``.npz`` under
@@ -59,7 +59,7 @@ def size_name(n: int) -> str:
 
 
 def scaled_spec(n: int, batch_size: int, min_batches: int):
-    from twopgraph.synthetic import SYNTHETIC_PRESETS
+    from twopgraph.datasets.synthetic import SYNTHETIC_PRESETS
     base = SYNTHETIC_PRESETS[BASE]
     ratio = n / base.num_nodes
     num_edges = int(round(base.num_edges * ratio))

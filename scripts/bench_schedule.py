@@ -36,15 +36,24 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from bench_vs_dgl import dgl_python, run_json, write_json  # noqa: E402
 
-from twopgraph.datasets import dataset_path, load_dataset  # noqa: E402
-from twopgraph.loader import Loader  # noqa: E402
-from twopgraph.datasets import resolve_data_root  # noqa: E402
-from twopgraph.partition import (LocalityPrep, cluster_graph, default_num_clusters,  # noqa: E402
-                                 prepare_locality, renumber)
-from twopgraph.sampler import NeighborSampler, make_scheduler, parse_fanouts  # noqa: E402
-from twopgraph.npzstore import export_npz  # noqa: E402
 from twopgraph.config import TrainConfig
-from twopgraph.train import train  # noqa: E402
+from twopgraph.datasets import (  # noqa: E402
+    dataset_path,
+    load_dataset,
+    resolve_data_root,  # noqa: E402
+)
+from twopgraph.locality import (  # noqa: E402
+    LocalityPrep,
+    cluster_graph,
+    default_num_clusters,
+    make_scheduler,
+    prepare_locality,
+    renumber,
+)
+from twopgraph.pipeline.loader import Loader  # noqa: E402
+from twopgraph.run.train import train  # noqa: E402
+from twopgraph.sampler import NeighborSampler, parse_fanouts  # noqa: E402
+from twopgraph.store.npz import export_npz  # noqa: E402
 
 
 def sampling(data, prep, schedule, a, fanouts) -> dict:

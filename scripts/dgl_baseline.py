@@ -48,7 +48,6 @@ import sys
 import time
 import warnings
 
-
 _ARRAYS = ("indptr", "indices", "feat", "label", "train_idx", "val_idx", "test_idx")
 
 
@@ -185,12 +184,12 @@ def main(argv=None):
     sys.stdout = sys.stderr
     warnings.filterwarnings("ignore")  # e.g. DGL's "CPU affinity opt is not enabled" warning
 
+    import dgl
+    import dgl.nn as dglnn
     import numpy as np
     import torch
     import torch.nn as nn
     import torch.nn.functional as F
-    import dgl
-    import dgl.nn as dglnn
 
     torch.set_num_threads(args.threads)
     try:
@@ -219,7 +218,8 @@ def main(argv=None):
     num_classes = int(label.max()) + 1
     # Row v of the CSR lists the neighbours of v. Build the graph in CSC form, so that the in-edges
     # of v (what NeighborSampler samples, edge_dir='in') are exactly indices[indptr[v]:indptr[v+1]];
-    # the graph is symmetric, so this is the same graph as ('csr', ...), without a format conversion.
+    # the graph is symmetric, so this is the same graph as ('csr', ...), without a format
+    # conversion.
     g = dgl.graph(("csc", (indptr, indices, torch.empty(0, dtype=torch.int64))), num_nodes=num_nodes)
     if args.formats == "csc":
         g = g.formats("csc")

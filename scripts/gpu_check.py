@@ -104,7 +104,7 @@ for dist in ("pymetis", "ogb"):
     except metadata.PackageNotFoundError:
         info[dist] = None
 try:  # reported, not fatal: every run would show the same one line
-    from twopgraph.jit import configure_threading
+    from twopgraph.runtime.jit import configure_threading
     info["numba_threading_layer"] = configure_threading()
 except Exception as e:
     info["numba_threading_layer"] = None

@@ -1,5 +1,6 @@
 #!/usr/bin/env python
-"""Write a papers-shaped graph (twopgraph.papers) in OGB's ogbn-papers100M binary raw layout.
+"""Write a papers-shaped graph (twopgraph.datasets.papers) in OGB's ogbn-papers100M binary raw
+layout.
 
     .venv/bin/python scripts/make_papers.py --scale 0.25 --root R   # R/ogbn_papers100M/...
     .venv/bin/twopgraph train --dataset ogbn-papers100M --data-root R --epochs 1
@@ -20,8 +21,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from twopgraph.datasets.papers import PapersSpec, parse_preset, write_ogb_raw  # noqa: E402
 from twopgraph.errors import TwopgraphError  # noqa: E402
-from twopgraph.papers import PapersSpec, parse_preset, write_ogb_raw  # noqa: E402
 
 
 def main(argv=None) -> int:

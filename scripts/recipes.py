@@ -7,7 +7,8 @@ the same hyperparameters (issue 13 item 5, the README's recipes table).
     .venv/bin/python scripts/recipes.py --datasets amazon_photo,coauthor_cs,tolokers \\
         --models sage --schedules auto,random                # default schedule vs random
 
-For every dataset, model (``--models``: sage, gcn, gat; default sage,gcn) and seed (``--seeds``, default 0,1,2):
+For every dataset, model (``--models``: sage, gcn, gat; default sage,gcn) and seed (``--seeds``,
+default 0,1,2):
 
 1. twopgraph: ``twopgraph train --dataset PATH --model M --seed S --out DIR --no-progress
    --threads T``, every other option at its default (the recipe a user types; the size-based

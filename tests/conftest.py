@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from twopgraph.graph import CSRGraph, GraphData
+from twopgraph.graph.data import CSRGraph, GraphData
 
 # The tests mirror the package (tests/cache/, tests/faults/, ...) and import helpers from one
 # another (``from test_cache import sampled_stream``): every folder of tests is on the path,

@@ -250,7 +250,7 @@ def assert_uniform_subsets(sampler_factory, d: int, f: int, centres: int = 40,
 
     from scipy.stats import chi2
 
-    from twopgraph.graph import CSRGraph
+    from twopgraph.graph.data import CSRGraph
     g = CSRGraph.from_edges(np.repeat(np.arange(centres), d), centres + np.arange(centres * d),
                             centres * (d + 1))
     s = sampler_factory(g, [f])

@@ -16,12 +16,12 @@ import pytest
 import scipy.sparse as sp
 import torch
 import torch.nn.functional as F
-
 from conftest import community_data, shared_dataset
+
 from twopgraph.config import TrainConfig
 from twopgraph.errors import ConfigError, GraphFormatError
-from twopgraph.graph import CSRGraph, GraphData
-from twopgraph.nodeloader import NodeLoader
+from twopgraph.graph.data import CSRGraph, GraphData
+from twopgraph.pipeline.nodeloader import NodeLoader
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -160,7 +160,7 @@ def test_train_on_int32_labels_and_float64_features(tmp_path):
     data), on the path that does not renumber (renumbering copied the arrays, which hid the
     problem): converted at construction and trained; an int32 label array assigned after
     construction is refused in one line before training starts."""
-    from twopgraph.train import train
+    from twopgraph.run.train import train
     c = community_data()
     d = GraphData(c.graph, c.feat.astype(np.float64), c.label.astype(np.int32), c.train_idx,
                   c.val_idx, c.test_idx)
@@ -353,7 +353,7 @@ def hand_loop(make_model, data: GraphData, seed: int) -> float:
 def cli_accuracy(data: GraphData, seed: int, out: Path) -> float:
     """``twopgraph train`` (random schedule) with the same hyperparameters; the final
     model's exact test accuracy."""
-    from twopgraph.train import train
+    from twopgraph.run.train import train
     kw = dict(HP, model="sage", schedule="random", seed=seed, eval_every=0, device="cpu",
               threads=1, progress=False, out=str(out), data_root=str(out.parent))
     names = {f.name for sec in TrainConfig.sections().values() for f in fields(sec)}

@@ -14,8 +14,8 @@ import pytest
 import torch
 
 import twopgraph
+from twopgraph.core.registry import Registry
 from twopgraph.errors import ConfigError
-from twopgraph.registry import Registry
 
 PKG = Path(twopgraph.__file__).parent
 
@@ -120,29 +120,29 @@ def test_no_import_cycle():
 
 def test_cycle_finder_finds_a_planted_cycle():
     g = import_graph()
-    g["twopgraph.graph"] = set(g["twopgraph.graph"]) | {"twopgraph.train"}
+    g["twopgraph.graph.data"] = set(g["twopgraph.graph.data"]) | {"twopgraph.run.train"}
     assert _find_cycle(g) is not None
 
 
 # Layers, bottom first; a module may import its own layer and the ones below, never above.
+# A package stands for all its modules (docs/architecture.md draws these layers).
 LAYERS = [
-    {"twopgraph", "twopgraph.__main__", "twopgraph.errors", "twopgraph.registry",
-     "twopgraph.choices", "twopgraph.fanouts", "twopgraph.jit", "twopgraph.memhint",
-     "twopgraph.heap", "twopgraph.files",
-     "twopgraph.minibatch", "twopgraph.rng", "twopgraph.fingerprint", "twopgraph.graph",
-     "twopgraph.metrics", "twopgraph.protocols", "twopgraph.synthetic", "twopgraph.datasets",
-     "twopgraph.graphio", "twopgraph.graphkernels",
-     "twopgraph.rundir", "twopgraph.store", "twopgraph.storewriter", "twopgraph.npzstore",
-     "twopgraph.livemap", "twopgraph.csrbuild", "twopgraph.ingest", "twopgraph.papers"},
-    {"twopgraph.sampler", "twopgraph.sampler.autoschedule", "twopgraph.cache",
-     "twopgraph.partition", "twopgraph.models", "twopgraph.dropout",
-     "twopgraph.spmm"},
-    {"twopgraph.config", "twopgraph.loader"},
-    {"twopgraph.pipeline", "twopgraph.checkpoint"},
-    {"twopgraph.train", "twopgraph.selection", "twopgraph.runrecord", "twopgraph.epoch",
-     "twopgraph.inference", "twopgraph.nodeloader"},
-    {"twopgraph.distributed", "twopgraph.bench", "twopgraph.predict", "twopgraph.predictconfig"},
-    {"twopgraph.cli"},
+    {"twopgraph", "twopgraph.imports", "twopgraph.errors"},
+    {"twopgraph.runtime"},
+    {"twopgraph.core"},
+    {"twopgraph.graph"},
+    {"twopgraph.store"},
+    {"twopgraph.ingest"},
+    {"twopgraph.datasets"},
+    {"twopgraph.models", "twopgraph.sampler", "twopgraph.cache"},
+    {"twopgraph.locality"},
+    {"twopgraph.config"},
+    {"twopgraph.pipeline"},
+    {"twopgraph.inference"},
+    {"twopgraph.run"},
+    {"twopgraph.distributed"},
+    {"twopgraph.bench"},
+    {"twopgraph.cli", "twopgraph.__main__"},
 ]
 
 
@@ -163,10 +163,11 @@ def test_imports_go_one_way():
 
 def test_protocols_are_implemented():
     from twopgraph.cache import FeatureCache, HostFeatures, PolicyContext, make_policy
+    from twopgraph.core.protocols import FeatureSource, Sampler, Scheduler
     from twopgraph.distributed.trainer import FixedSteps
-    from twopgraph.graph import CSRGraph
-    from twopgraph.protocols import FeatureSource, Sampler, Scheduler
-    from twopgraph.sampler import LocalityScheduler, NeighborSampler, RandomScheduler
+    from twopgraph.graph.data import CSRGraph
+    from twopgraph.locality import LocalityScheduler, RandomScheduler
+    from twopgraph.sampler import NeighborSampler
 
     g = CSRGraph.from_edges([0, 1, 2, 3], [1, 2, 3, 0], num_nodes=4)
     train = np.arange(4)
@@ -185,7 +186,7 @@ def test_registry_discovers_a_new_module(tmp_path, monkeypatch):
     pkg = tmp_path / "plugpkg"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
-    (pkg / "reg.py").write_text("from twopgraph.registry import Registry\n"
+    (pkg / "reg.py").write_text("from twopgraph.core.registry import Registry\n"
                                 "THINGS = Registry('thing', 'plugpkg')\n")
     (pkg / "mine.py").write_text(textwrap.dedent("""
         from plugpkg.reg import THINGS
@@ -212,7 +213,7 @@ def test_registry_declares_its_names_without_importing(tmp_path, monkeypatch):
     pkg = tmp_path / "declpkg"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
-    (pkg / "reg.py").write_text("from twopgraph.registry import Registry\n"
+    (pkg / "reg.py").write_text("from twopgraph.core.registry import Registry\n"
                                 "THINGS = Registry('thing', 'declpkg', 'THINGS')\n")
     for name in ("b", "a"):
         (pkg / f"mod_{name}.py").write_text(textwrap.dedent(f"""
@@ -237,7 +238,7 @@ def test_registry_declares_its_names_without_importing(tmp_path, monkeypatch):
 
 
 def test_builtin_registries_declare_what_they_register():
-    from twopgraph.protocols import CACHE_POLICIES, MODELS, SAMPLERS, SCHEDULERS
+    from twopgraph.core.protocols import CACHE_POLICIES, MODELS, SAMPLERS, SCHEDULERS
     for reg in (SCHEDULERS, SAMPLERS, CACHE_POLICIES, MODELS):
         fresh = Registry(reg.kind, reg.package, reg.symbol)  # nothing discovered yet
         assert sorted(fresh.declared()) == sorted(reg.names()), reg.kind
@@ -252,7 +253,7 @@ def test_registry_refuses_two_factories_for_one_name():
 
 
 def test_builtin_registries_list_their_modules():
-    from twopgraph.protocols import CACHE_POLICIES, SAMPLERS, SCHEDULERS
+    from twopgraph.core.protocols import CACHE_POLICIES, SAMPLERS, SCHEDULERS
     assert set(SCHEDULERS.names()) >= {"random", "locality"}
     assert set(SAMPLERS.names()) >= {"neighbor"}
     assert set(CACHE_POLICIES.names()) >= {"none", "degree", "presample", "layer"}
@@ -273,9 +274,9 @@ def test_docs_worked_example_policy_plugs_in(tmp_path):
     import importlib.util
 
     from twopgraph.cache import CacheDirectory, replay
-    from twopgraph.protocols import CACHE_POLICIES
     from twopgraph.config import TrainConfig
-    from twopgraph.train import train
+    from twopgraph.core.protocols import CACHE_POLICIES
+    from twopgraph.run.train import train
 
     path = tmp_path / "lru.py"
     path.write_text(_docs_example())
@@ -306,9 +307,9 @@ def test_docs_worked_example_sampler_trains_by_name(tmp_path, monkeypatch):
 
     from twopgraph.cli import build_parser
     from twopgraph.config import TrainConfig
-    from twopgraph.protocols import SAMPLERS
+    from twopgraph.core.protocols import SAMPLERS
+    from twopgraph.run.train import train
     from twopgraph.sampler.neighbor import NeighborSampler
-    from twopgraph.train import train
 
     path = tmp_path / "capped.py"
     path.write_text(_docs_example(1))

@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import random_graph, run_cli
 
 from twopgraph.cli import main
-from conftest import random_graph, run_cli
 
 TRAIN_FAST = ["--epochs", "1", "--hidden", "16", "--fanouts", "5,5", "--batch-size", "256",
               "--no-progress", "--device", "cpu"]
@@ -379,7 +379,7 @@ def test_help_imports_neither_torch_nor_numba_and_lists_choices():
     assert res.returncode == 0, res.stderr
     got = json.loads(res.stdout)
     assert got["heavy"] == []
-    from twopgraph.protocols import CACHE_POLICIES, MODELS, SCHEDULERS
+    from twopgraph.core.protocols import CACHE_POLICIES, MODELS, SCHEDULERS
     usage = " ".join(got["helps"]["train"].split())
     def choices(text: str, flag: str) -> list[str]:  # registration order depends on imports
         found = re.search(re.escape(flag) + r" \{([^}]*)\}", text)
@@ -408,7 +408,7 @@ def test_feat_dtype_names_are_the_cache_types():
 
 
 def test_negative_fanouts_parse_and_version(root, capsys):
-    from twopgraph.cli import build_parser, _join_values
+    from twopgraph.cli import _join_values, build_parser
     ns = build_parser().parse_args(_join_values(["train", "--fanouts", "-1,-1"]))
     assert ns.fanouts == "-1,-1"
     rc, out, _ = run_cli(["--version"], capsys)

@@ -16,7 +16,7 @@ import pytest
 from conftest import community_data, run_cli
 
 from twopgraph.errors import ConfigError
-from twopgraph.rundir import LOCK_NAME, RUN_FILES
+from twopgraph.run.outdir import LOCK_NAME, RUN_FILES
 
 REPO = Path(__file__).resolve().parents[1]
 FAST = ["--epochs", "1", "--hidden", "16", "--fanouts", "5,5", "--batch-size", "256",
@@ -66,8 +66,8 @@ def old_run(finished, tmp_path) -> Path:
 
 # -- 1. an --out that already holds a run ---------------------------------------------------------
 def test_run_files_are_what_train_writes():
-    from twopgraph.checkpoint import CHECKPOINT
-    from twopgraph.runrecord import METRICS
+    from twopgraph.run.checkpoint import CHECKPOINT
+    from twopgraph.run.records import METRICS
     assert set(RUN_FILES) == {CHECKPOINT, METRICS}
 
 
@@ -143,7 +143,7 @@ def test_resume_continues_without_overwrite(old_run, root, capsys):
 
 def test_python_api_refuses_too(old_run, tmp_path):
     from twopgraph.config import TrainConfig
-    from twopgraph.train import train
+    from twopgraph.run.train import train
     data = community_data(300, k=3)
     kw = {"epochs": 1, "hidden": 8, "fanouts": [3], "batch_size": 64, "out": str(old_run),
           "device": "cpu", "progress": False, "schedule": "random", "threads": 1}
@@ -241,13 +241,13 @@ def test_partitions_with_another_dataset_refused(part1, root, tmp_path, capsys, 
 
 def test_same_dataset_by_fingerprint_file_or_name(root, part1, tmp_path):
     from twopgraph.datasets import dataset_identity, same_dataset
-    from twopgraph.partition.partload import read_meta
+    from twopgraph.distributed.partition.load import read_meta
     src = read_meta(part1)["source"]
     assert same_dataset(dataset_identity("synthetic-tiny", root), src)
     assert src["path"] is None  # a preset has no file: its store is its one copy
     assert same_dataset(dataset_identity(src["store"], root), src)  # the store folder
     from twopgraph.datasets import load_dataset
-    from twopgraph.npzstore import export_npz
+    from twopgraph.store.npz import export_npz
     copy = tmp_path / "copy.npz"  # same content in a file: its store has the fingerprint
     export_npz(load_dataset("synthetic-tiny", root, progress=False), copy)
     load_dataset(str(copy), root, progress=False)

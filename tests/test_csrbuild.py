@@ -1,4 +1,4 @@
-"""The bounded-memory CSR builder (twopgraph.csrbuild) against scipy, and its memory bound."""
+"""The bounded-memory CSR builder (twopgraph.graph.csrbuild) against scipy, and its memory bound."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from twopgraph.csrbuild import build_csr
 from twopgraph.errors import GraphFormatError
-from twopgraph.graph import CSRGraph
+from twopgraph.graph.csrbuild import build_csr
+from twopgraph.graph.data import CSRGraph
 
 
 def scipy_csr(s, d, n):
@@ -49,7 +49,7 @@ def test_matches_scipy(tmp_path, n, e, chunk):
 @pytest.mark.parametrize("budget", [4, 40, 4000, 10**9])
 def test_scatter_in_row_ranges_gives_the_same_csr(tmp_path, budget):
     """A scatter budget of a few bytes (one pass per range of rows) builds the same CSR."""
-    from twopgraph.csrbuild import scatter_ranges
+    from twopgraph.graph.csrbuild import scatter_ranges
     s, d = edges_with_faults(300, 4000, seed=5)
     csr = build_csr(s, d, 300, tmp_path, chunk_edges=777, scatter_bytes=budget)
     indptr, indices = scipy_csr(s, d, 300)
@@ -144,7 +144,7 @@ def test_scatter_window_is_bounded_by_scatter_bytes(tmp_path, monkeypatch):
     int32 slots, scattered in 1 MiB windows under a 4 MiB bound and with the same result as
     the file-backed scatter. Control: with the ranges' limit ignored (one window of every
     slot) the same call exceeds the bound."""
-    import twopgraph.csrbuild as cb
+    import twopgraph.graph.csrbuild as cb
     n, e = 2000, 1_000_000
     rng = np.random.default_rng(1)
     s, d = rng.integers(0, n, e).astype(np.int32), rng.integers(0, n, e).astype(np.int32)

@@ -13,12 +13,16 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from twopgraph.datasets import (DATASET_PATH_ENV, dataset_identity, list_datasets,
-                                load_dataset, named_dataset)
-from twopgraph.errors import ConfigError
-
 from conftest import community_data, run_cli
+
+from twopgraph.datasets import (
+    DATASET_PATH_ENV,
+    dataset_identity,
+    list_datasets,
+    load_dataset,
+    named_dataset,
+)
+from twopgraph.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -84,7 +88,7 @@ def test_dataset_path_env_folders_in_order(tmp_path, monkeypatch):
 
 def test_store_folders_by_name(tmp_path, monkeypatch):
     """A store folder in the data root or in a folder of the path is named by its folder."""
-    from twopgraph.storewriter import write_store
+    from twopgraph.store.writer import write_store
     root, shared = tmp_path / "root", tmp_path / "shared"
     data = community_data(n=300, seed=7)
     write_store(data, root / "mystore")
@@ -142,7 +146,7 @@ def test_cli_lists_names_and_suggests_them(tmp_path, capsys, monkeypatch):
 def test_nodeloader_docstring_example_runs_on_a_fresh_checkout(tmp_path):
     """The example's lines, run as written in an empty folder (a fresh checkout's data root is
     ./datasets with nothing in it)."""
-    import twopgraph.nodeloader as nl
+    import twopgraph.pipeline.nodeloader as nl
     lines = [ln.split("#")[0].strip()[4:] for ln in nl.__doc__.splitlines()
              if ln.strip().startswith(">>> ")]
     assert any("load_dataset(" in ln for ln in lines)

@@ -20,11 +20,16 @@ import numpy as np
 import pytest
 
 from twopgraph import datasets
-from twopgraph.datasets import (dataset_path, download, list_datasets, load_dataset,
-                                resolve_data_root)
+from twopgraph.datasets import (
+    dataset_path,
+    download,
+    list_datasets,
+    load_dataset,
+    resolve_data_root,
+)
 from twopgraph.datasets.ogb import _ogb_labels
 from twopgraph.errors import ConfigError, GraphFormatError, TwopgraphError
-from twopgraph.graph import CSRGraph, GraphData
+from twopgraph.graph.data import CSRGraph, GraphData
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -388,7 +393,7 @@ def test_data_root_resolution(tmp_path, monkeypatch):
     data = small_graphdata()
     data.save_npz(tmp_path / "envgraph.npz")
     assert_same(load_dataset("envgraph"), data)
-    from twopgraph.synthetic import SYNTHETIC_PRESETS
+    from twopgraph.datasets.synthetic import SYNTHETIC_PRESETS
     assert dataset_path("synthetic-tiny") == \
         datasets.preset_store(SYNTHETIC_PRESETS["synthetic-tiny"], tmp_path)
 
@@ -409,7 +414,7 @@ def feature_files(root: Path) -> list[Path]:
 def test_preset_is_written_once_into_its_store(tmp_path, store_dtype):
     """Before issue 19 a preset was generated in memory, written as <root>/<name>.npz (+ a
     .spec.json sidecar) and then again as a store: two copies on disk."""
-    from twopgraph import synthetic
+    from twopgraph.datasets import synthetic
     spec = synthetic.SYNTHETIC_PRESETS["synthetic-tiny"]
     data = load_dataset("synthetic-tiny", data_root=tmp_path, progress=False,
                         store_dtype=store_dtype)
@@ -435,7 +440,7 @@ def test_preset_is_written_once_into_its_store(tmp_path, store_dtype):
 
 
 def test_synthetic_tiny_is_cached(tmp_path, monkeypatch):
-    from twopgraph import synthetic
+    from twopgraph.datasets import synthetic
     first = load_dataset("synthetic-tiny", data_root=tmp_path, progress=False)
     store = datasets.preset_store(synthetic.SYNTHETIC_PRESETS["synthetic-tiny"], tmp_path)
     assert dataset_path("synthetic-tiny", tmp_path) == store and first.store == store.resolve()
@@ -456,7 +461,7 @@ def test_preset_is_generated_in_bounded_memory(tmp_path, monkeypatch):
     import tracemalloc
     from dataclasses import replace
 
-    from twopgraph import synthetic
+    from twopgraph.datasets import synthetic
     monkeypatch.setattr(synthetic, "_CHUNK", 1 << 18)  # 1 MiB blocks of features
     spec = replace(synthetic.SYNTHETIC_PRESETS["synthetic-tiny"], name="wide",
                    num_nodes=100_000, num_edges=200_000, num_features=256,
@@ -479,7 +484,7 @@ def test_a_store_of_another_spec_is_not_reused(tmp_path, monkeypatch):
     """A preset's store is keyed by its spec fingerprint (every field that changes the arrays
     and the generator version): a store of another spec or generator version is another
     folder, and a folder whose store.json names another spec is generated again."""
-    from twopgraph import synthetic
+    from twopgraph.datasets import synthetic
     spec = synthetic.SYNTHETIC_PRESETS["synthetic-tiny"]
     with monkeypatch.context() as m:
         m.setattr(synthetic, "GENERATOR_VERSION", synthetic.GENERATOR_VERSION - 1)
@@ -505,8 +510,7 @@ def test_old_npz_cache_is_no_longer_needed(tmp_path, monkeypatch, caplog):
     data fingerprint, a partition's source -- names the same dataset."""
     import logging
 
-    from twopgraph import synthetic
-    from twopgraph.datasets import same_dataset
+    from twopgraph.datasets import same_dataset, synthetic
     spec = synthetic.SYNTHETIC_PRESETS["synthetic-tiny"]
     npz = tmp_path / "synthetic-tiny.npz"
     datasets.load_synthetic(spec, npz)  # the .npz cache and sidecar as older versions wrote
@@ -539,7 +543,7 @@ def test_stale_synthetic_cache_is_regenerated(tmp_path, monkeypatch, stale):
     """load_synthetic: the .npz cache of a caller's path (scripts that need a file)."""
     from dataclasses import replace
 
-    from twopgraph import synthetic
+    from twopgraph.datasets import synthetic
     spec = synthetic.SYNTHETIC_PRESETS["synthetic-tiny"]
     fresh = synthetic.generate("synthetic-tiny")
     path, sidecar = tmp_path / "synthetic-tiny.npz", tmp_path / "synthetic-tiny.spec.json"
@@ -561,7 +565,7 @@ def test_stale_synthetic_cache_is_regenerated(tmp_path, monkeypatch, stale):
 def test_synthetic_cache_ignores_name_and_description(tmp_path, monkeypatch):
     from dataclasses import replace
 
-    from twopgraph import synthetic
+    from twopgraph.datasets import synthetic
     spec = synthetic.SYNTHETIC_PRESETS["synthetic-tiny"]
     first = datasets.load_synthetic(spec, tmp_path / "t.npz")
     assert (tmp_path / "t.spec.json").is_file()

@@ -11,14 +11,19 @@ import logging
 
 import pytest
 import torch
-
 from conftest import community_data, run_cli
+
 from twopgraph.bench.config import BenchSamplerConfig
-from twopgraph.config import (SIZE_DEFAULTS, SMALL_GRAPH_NODES, TrainConfig, describe_defaults,
-                              size_profile)
+from twopgraph.config import (
+    SIZE_DEFAULTS,
+    SMALL_GRAPH_NODES,
+    TrainConfig,
+    describe_defaults,
+    size_profile,
+)
+from twopgraph.datasets.synthetic import SYNTHETIC_PRESETS
 from twopgraph.errors import ConfigError
-from twopgraph.synthetic import SYNTHETIC_PRESETS
-from twopgraph.train import train
+from twopgraph.run.train import train
 
 SMALL = {"fanouts": [10, 10], "lr": 0.01, "epochs": 50}
 LARGE = {"fanouts": [15, 10, 5], "lr": 0.003, "epochs": 5}
@@ -159,7 +164,7 @@ def test_distributed_defaults_use_the_whole_graph(tmp_path, monkeypatch):
     graph's, not its part's) before its run signature."""
     import twopgraph.distributed.trainer as tr
     from twopgraph.distributed import DistEnv
-    from twopgraph.partition.selfdep import partition_selfdep
+    from twopgraph.distributed.partition.selfdep import partition_selfdep
     data = community_data(1200, k=4)
     meta = partition_selfdep(data, 2, 2, tmp_path / "p2", num_clusters=12,
                              representation="local")

@@ -14,6 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import community_data, run_cli
+from test_models import _randomize_params
 
 import twopgraph.inference.passes as passes_mod
 import twopgraph.inference.push as push_mod
@@ -21,18 +23,24 @@ import twopgraph.inference.reads as reads_mod
 import twopgraph.inference.scope as scope_mod
 import twopgraph.inference.scored as scored_mod
 import twopgraph.inference.tables as tables_mod
-import twopgraph.predict as predict_mod
-import twopgraph.train as tr
+import twopgraph.run.predict as predict_mod
+import twopgraph.run.train as tr
 from twopgraph.config import TrainConfig
 from twopgraph.errors import ConfigError, GraphFormatError
-from twopgraph.graph import CSRGraph, GraphData
-from twopgraph.inference import (EvalTable, ScoredLogits, accuracy, evaluate_scored,
-                                 expand_frontier, layerwise_inference, plan_scope, scored_ids,
-                                 scored_inference)
+from twopgraph.graph.data import CSRGraph, GraphData
+from twopgraph.inference import (
+    EvalTable,
+    ScoredLogits,
+    accuracy,
+    evaluate_scored,
+    expand_frontier,
+    layerwise_inference,
+    plan_scope,
+    scored_ids,
+    scored_inference,
+)
 from twopgraph.models import build_model
 from twopgraph.sampler.neighbor import NeighborSampler
-from conftest import community_data, run_cli
-from test_models import _randomize_params
 
 CPU = torch.device("cpu")
 
@@ -235,7 +243,7 @@ def test_streamed_inputs_read_the_table_in_order_once_per_pass(cdata, monkeypatc
 @pytest.mark.parametrize("hidden", [16, 3])
 def test_pushed_edges_scatter_like_sorted_tiles(cdata, name, hidden, monkeypatch):
     """Streamed layers and inputs add each edge straight into the sums (``message`` x
-    ``edge_weight``, :func:`~twopgraph.spmm.scatter_rows`) or through ``conv.aggregate`` of
+    ``edge_weight``, :func:`~twopgraph.graph.spmm.scatter_rows`) or through ``conv.aggregate`` of
     target-sorted tiles (``SCATTER`` False, and any conv without the two methods): the same
     logits, those of whole-graph inference. hidden 3 < 8 features: messages projected."""
     m = _model(cdata.num_features, cdata.num_classes, name, hidden, 3)
@@ -329,9 +337,9 @@ def test_inputs_stream_by_default_when_the_table_outgrows_the_memory(cdata, monk
 def test_a_store_knows_its_graph_is_undirected(tmp_path, monkeypatch):
     """A store records that its graph was checked undirected, so streaming on it does not
     check all E entries again; a renumbered store inherits it."""
-    import twopgraph.graph as graph_mod
-    from twopgraph.store import open_store
-    from twopgraph.storewriter import permuted_store, write_store
+    import twopgraph.graph.data as graph_mod
+    from twopgraph.store.reader import open_store
+    from twopgraph.store.writer import permuted_store, write_store
     data = sparse_data(600)
     folder = write_store(data, tmp_path / "s")
     assert json.loads((folder / "store.json").read_text())["undirected"] is True
@@ -600,8 +608,8 @@ def test_predict_writes_without_a_whole_permuted_copy(tmp_path, capsys, monkeypa
         raise AssertionError("predict permuted a whole copy")
 
     monkeypatch.setattr(predict_mod, "to_original_order", refuse)
-    from twopgraph.predictconfig import PredictConfig
-    from twopgraph.predict import run_predict
+    from twopgraph.run.predict import run_predict
+    from twopgraph.run.predictconfig import PredictConfig
     monkeypatch.setattr(predict_mod, "_load_data",  # the run's data (passed from Python)
                         lambda mc, d, *a: (data, str(tmp_path / "d"), True))
     out_l, out_c = tmp_path / "lg.npy", tmp_path / "ids.npy"
@@ -631,7 +639,7 @@ def _dist_eval(rank, world, port, folder, result_dir):
 
     from twopgraph.distributed.env import DistEnv, process_group
     from twopgraph.distributed.evaluate import ReducedTables, SharedTables, evaluate_scores
-    from twopgraph.partition.partload import load_part
+    from twopgraph.distributed.partition.load import load_part
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
     cpu = torch.device("cpu")
@@ -664,9 +672,9 @@ def test_distributed_evaluation_is_restricted_too(tmp_path):
     import socket
 
     import torch.multiprocessing as mp
-
     from conftest import join_all
-    from twopgraph.partition.selfdep import partition_selfdep
+
+    from twopgraph.distributed.partition.selfdep import partition_selfdep
     data = sparse_data(3000)
     partition_selfdep(data, 2, 2, tmp_path / "p", num_clusters=8)
     sampler = NeighborSampler(data.graph, [-1] * 3)

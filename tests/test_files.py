@@ -1,4 +1,4 @@
-"""twopgraph/files.py: the temporary-name format on any host name, and temporary folders
+"""twopgraph/core/files.py: the temporary-name format on any host name, and temporary folders
 with a plain mkdir's mode (a store or partition renamed into a shared data root)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from twopgraph import files
+from twopgraph.core import files
 
 
 def _dead_pid() -> int:

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from twopgraph import fingerprint as fp_mod
-from twopgraph.fingerprint import canonical, fingerprint, run_fingerprint
+from twopgraph.core import fingerprint as fp_mod
+from twopgraph.core.fingerprint import canonical, fingerprint, run_fingerprint
 
 
 def reference(kind: str, params: dict, *arrays, leaf_bytes: int = fp_mod.LEAF_BYTES) -> str:

@@ -13,21 +13,25 @@ import sys
 import numpy as np
 import pytest
 import torch
-
 from conftest import community_data, random_graph
-from twopgraph.cache.feature_cache import (activation_reserve_bytes, eval_bytes,
-                                           input_rows_estimate, train_step_bytes)
+
+from twopgraph.cache.feature_cache import (
+    activation_reserve_bytes,
+    eval_bytes,
+    input_rows_estimate,
+    train_step_bytes,
+)
 from twopgraph.config import TrainConfig
+from twopgraph.distributed.partition.selfdep import partition_selfdep
 from twopgraph.errors import ConfigError
-from twopgraph.graph import CSRGraph
+from twopgraph.graph.data import CSRGraph
 from twopgraph.inference import layerwise_inference, scored_ids, scored_inference
 from twopgraph.models import SAGEConv, build_model
 from twopgraph.models.gat import GATConv, edge_softmax
-from twopgraph.nodeloader import NodeLoader
-from twopgraph.partition.selfdep import partition_selfdep
-from twopgraph.predict import prediction
+from twopgraph.pipeline.nodeloader import NodeLoader
+from twopgraph.run.predict import prediction
+from twopgraph.run.train import train
 from twopgraph.sampler import NeighborSampler
-from twopgraph.train import train
 
 
 def _graph_with_isolated(n=60, m=200, seed=1):

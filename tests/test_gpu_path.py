@@ -20,26 +20,31 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import community_data, run_cli
 
 import twopgraph
-import twopgraph.pipeline as pl
-import twopgraph.epoch as ep
-from twopgraph.models import SAGEConv
-from twopgraph.cache.feature_cache import (ACTIVATION_FACTOR, EVAL_BYTES_PER_EDGE,
-                                           activation_reserve_bytes, eval_bytes,
-                                           input_rows_estimate, resolve_budget,
-                                           train_step_bytes)
+import twopgraph.pipeline.assemble as pl
+import twopgraph.pipeline.epoch as ep
+from twopgraph.cache.feature_cache import (
+    ACTIVATION_FACTOR,
+    EVAL_BYTES_PER_EDGE,
+    activation_reserve_bytes,
+    eval_bytes,
+    input_rows_estimate,
+    resolve_budget,
+    train_step_bytes,
+)
 from twopgraph.cache.host import HostFeatures
-from twopgraph.checkpoint import build_training
 from twopgraph.config import TrainConfig
 from twopgraph.errors import ConfigError, TrainingDiverged
-from twopgraph.pipeline import device_sampler_bytes, make_loader, resolve_sampler_device
+from twopgraph.models import SAGEConv
+from twopgraph.pipeline.assemble import device_sampler_bytes, make_loader, resolve_sampler_device
+from twopgraph.pipeline.epoch import READ_EVERY, train_epoch
+from twopgraph.run.checkpoint import build_training
+from twopgraph.run.train import train
 from twopgraph.sampler import make_sampler
 from twopgraph.sampler.device import TorchNeighborSampler
 from twopgraph.sampler.labor_device import TorchLaborSampler
-from twopgraph.epoch import READ_EVERY, train_epoch
-from twopgraph.train import train
-from conftest import community_data, run_cli
 
 CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")

@@ -6,10 +6,10 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from conftest import community_data, random_graph
 
 from twopgraph.errors import GraphFormatError
-from twopgraph.graph import CSRGraph, GraphData
-from conftest import community_data, random_graph
+from twopgraph.graph.data import CSRGraph, GraphData
 
 
 def test_from_edges_symmetrises_dedups_and_drops_self_loops():

@@ -1,4 +1,4 @@
-"""glibc heap settings (``twopgraph/heap.py``): freed blocks of a MiB or more go back to the
+"""glibc heap settings (``twopgraph/runtime/heap.py``): freed blocks of a MiB or more go back to the
 system instead of staying in the arenas, which is what kept a long epoch's anonymous memory
 from growing into the page cache of the mapped features."""
 
@@ -11,12 +11,13 @@ import textwrap
 
 import pytest
 
-from twopgraph import cli, heap
-from twopgraph.heap import configure_heap
+from twopgraph import cli
+from twopgraph.runtime import heap
+from twopgraph.runtime.heap import configure_heap
 
 PROBE = textwrap.dedent("""
     import sys, numpy as np
-    from twopgraph.heap import configure_heap
+    from twopgraph.runtime.heap import configure_heap
     if sys.argv[1] == "1":
         assert configure_heap()
     def anon():
@@ -72,14 +73,14 @@ def test_the_environment_wins(monkeypatch):
 
 def test_the_cli_configures_the_heap_first(monkeypatch, tmp_path):
     calls = []
-    monkeypatch.setattr("twopgraph.heap.configure_heap", lambda *a, **k: calls.append(1))
+    monkeypatch.setattr("twopgraph.runtime.heap.configure_heap", lambda *a, **k: calls.append(1))
     assert cli.main(["datasets"]) == 0
     assert calls == [1]
 
 
 BATCHES = textwrap.dedent("""
     import ctypes, resource, sys
-    from twopgraph.heap import BatchHeap, configure_heap
+    from twopgraph.runtime.heap import BatchHeap, configure_heap
     libc = ctypes.CDLL("libc.so.6")
     libc.malloc.restype = ctypes.c_void_p
     libc.free.argtypes = [ctypes.c_void_p]

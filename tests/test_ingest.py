@@ -1,5 +1,5 @@
 """Streaming ingestion (twopgraph.ingest): OGB's binary layout, the COO exchange format, the
-papers-shaped generator (twopgraph.papers), and bad raw files."""
+papers-shaped generator (twopgraph.datasets.papers), and bad raw files."""
 
 from __future__ import annotations
 
@@ -9,14 +9,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_csrbuild import scipy_csr
 
 from twopgraph.datasets import load_dataset
+from twopgraph.datasets.papers import PapersSpec, parse_preset, write_ogb_raw
 from twopgraph.errors import ConfigError, GraphFormatError, TwopgraphError
 from twopgraph.ingest import coo_npz, ingest, labels_from
-from twopgraph.papers import PapersSpec, parse_preset, write_ogb_raw
-from twopgraph.store import open_store
-
-from test_csrbuild import scipy_csr
+from twopgraph.store.reader import open_store
 
 SCALE = 2e-5  # 2,221 vertices, ~32k directed edges
 
@@ -189,15 +188,15 @@ def test_inconsistent_edge_count_is_one_line(tmp_path):
 
 
 def test_full_disk_during_ingestion_is_one_line(tmp_path, monkeypatch):
-    from twopgraph import storewriter
+    from twopgraph.store import writer as storewriter
     coo_file(tmp_path / "g.npz")
-    real = storewriter._Writer.put
+    real = storewriter.StoreWriter.put
 
     def full(self, name, *a, **k):
         if name == "feat":
             raise storewriter._write_error(self.folder, OSError(28, "No space left on device"))
         return real(self, name, *a, **k)
-    monkeypatch.setattr(storewriter._Writer, "put", full)
+    monkeypatch.setattr(storewriter.StoreWriter, "put", full)
     with pytest.raises(TwopgraphError) as err:
         ingest(coo_npz(tmp_path / "g.npz"), tmp_path / "s", source=None)
     assert "No space left" in str(err.value) or "full" in str(err.value)
@@ -220,7 +219,7 @@ def test_ingested_store_reopens(tmp_path):
 
 # -- compact structure ---------------------------------------------------------------------
 def test_npz_int64_indices_are_stored_as_int32(tmp_path):
-    from twopgraph.graph import CSRGraph, GraphData
+    from twopgraph.graph.data import CSRGraph, GraphData
     g = CSRGraph.from_edges([0, 1, 2], [1, 2, 3], num_nodes=4, index_dtype=np.int64)
     d = GraphData(g, np.zeros((4, 2), np.float32), np.array([0, 1, 0, 1]), np.array([0]),
                   np.array([1]), np.array([2]))
@@ -242,10 +241,12 @@ def test_ingest_memory_is_bounded_by_a_chunk(tmp_path, monkeypatch):
     chunks of memory (256 KiB here); the control run with one chunk per array shows that the
     bound is what fails when the chunking is removed."""
     import tracemalloc
-    from twopgraph import npzstore, storewriter
+
     from twopgraph.ingest import npz as npz_mod
     from twopgraph.ingest import raw as raw_mod
-    from twopgraph import store as store_mod
+    from twopgraph.store import npz as npzstore
+    from twopgraph.store import reader as store_mod
+    from twopgraph.store import writer as storewriter
     rng = np.random.default_rng(0)
     n, e = 8192, 250_000
     np.savez_compressed(tmp_path / "g.npz", edge_index=rng.integers(0, n, (2, e)),

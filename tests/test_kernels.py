@@ -1,8 +1,8 @@
 """Every registered numba kernel against its NumPy/Python twin, the sampling law, and numba's
 set-up (threading layer, per-thread counts). The whole file also runs with the JIT disabled.
 
-Each kernel module registers ``(kernel, twin)`` pairs in :mod:`twopgraph.jit`; ``CHECKS`` below
-holds one check per registered name, and a kernel registered without a check fails the suite.
+Each kernel module registers ``(kernel, twin)`` pairs in :mod:`twopgraph.runtime.jit`; ``CHECKS``
+below holds one check per registered name, and a kernel registered without a check fails the suite.
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ import textwrap
 
 import numpy as np
 import pytest
-
-from twopgraph import jit
-from twopgraph.rng import mix_key
-from twopgraph.sampler.kernels import sample_neighbors
 from conftest import random_graph
+
+from twopgraph.core.rng import mix_key
+from twopgraph.runtime import jit
+from twopgraph.sampler.kernels import sample_neighbors
 
 PURE = os.environ.get("NUMBA_DISABLE_JIT") == "1"
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -51,7 +51,7 @@ def check_draw(kernel, twin):
 
 
 def check_draw_at(kernel, twin):
-    from twopgraph.rng import draw_ref, vertex_base_ref
+    from twopgraph.core.rng import draw_ref, vertex_base_ref
     rng = np.random.default_rng(2)
     for _ in range(100):
         key, v, j = (int(rng.integers(0, hi)) for hi in (2**63, 10**9, 10**4))
@@ -464,7 +464,7 @@ def check_count_degrees(kernel, twin):
 
 
 def _scattered(n, s, d, dtype):
-    from twopgraph.csrbuild import count_degrees_ref, scatter_edges_ref
+    from twopgraph.graph.csrbuild import count_degrees_ref, scatter_edges_ref
     deg = np.zeros(n, np.int64)
     count_degrees_ref(s, d, deg, n)
     indptr = np.concatenate([[0], np.cumsum(deg)]).astype(np.int64)
@@ -515,7 +515,7 @@ def check_sort_dedup_rows(kernel, twin):
 
 
 def check_compact_rows(kernel, twin):
-    from twopgraph.csrbuild import sort_dedup_rows_ref
+    from twopgraph.graph.csrbuild import sort_dedup_rows_ref
     for n, s, d in _edge_lists():
         indptr0, out = _scattered(n, s, d, np.int32)
         deg = np.zeros(n, np.int64)
@@ -530,7 +530,7 @@ def check_compact_rows(kernel, twin):
         assert (res[0] >= 0).all()
 
 
-# -- twopgraph.partition.labelprop, .contract, .coarsen, kernels.ball_seeds ------------------------
+# -- twopgraph.locality.labelprop, .contract, .coarsen, kernels.ball_seeds ------------------------
 def _lp_state(g, seed, coarse=False):
     """Labels (some merged), vertex weights and label weights for the label-propagation
     checks; ``coarse``: int64 edge weights too."""
@@ -600,7 +600,7 @@ def check_group_by(kernel, twin):
 
 
 def check_contract(kernel, twin):
-    from twopgraph.partition.contract import group_by_ref
+    from twopgraph.locality.contract import group_by_ref
     rng = np.random.default_rng(1)
     for seed, g in graphs():
         for num in (1, 3, g.num_nodes // 7 + 1):
@@ -710,7 +710,8 @@ def check_labor_variates(kernel, twin):
 
 
 def check_labor_sample(kernel, twin):
-    from twopgraph.sampler.labor_kernels import labor_pi_ref, labor_variates_ref
+    from twopgraph.sampler.labor_pi import labor_pi_ref
+    from twopgraph.sampler.labor_variates import labor_variates_ref
     none_f, none_i = np.empty(0, dtype=np.float64), np.empty(0, dtype=np.int64)
     for dtype in (None, np.int64):
         for g, nodes, cand, num_cand, seed in _labor_layers(dtype):
@@ -740,7 +741,8 @@ def check_labor_sample(kernel, twin):
 
 
 def check_labor_min_degree(kernel, twin):
-    from twopgraph.sampler.labor_kernels import _pi_of, labor_pi_ref
+    from twopgraph.sampler.labor_kernels import _pi_of
+    from twopgraph.sampler.labor_pi import labor_pi_ref
     for dtype in (None, np.int64):
         for g, nodes, cand, num_cand, seed in _labor_layers(dtype):
             n = g.num_nodes
@@ -777,17 +779,17 @@ def check_labor_sample_dense(kernel, twin):
                     assert got[1].dtype == g.indices.dtype and got[2].dtype == np.float64
 
 CHECKS = {
-    "twopgraph.rng.splitmix64": check_splitmix64,
-    "twopgraph.rng.draw": check_draw,
-    "twopgraph.rng.draw_at": check_draw_at,
-    "twopgraph.rng.vertex_base": check_vertex_base,
-    "twopgraph.graphkernels.permute_csr": check_permute_csr,
-    "twopgraph.graphkernels.csr_violations": check_csr_violations,
-    "twopgraph.csrbuild.count_degrees": check_count_degrees,
-    "twopgraph.csrbuild.scatter_edges": check_scatter_edges,
-    "twopgraph.csrbuild.scatter_edges_range": check_scatter_edges_range,
-    "twopgraph.csrbuild.sort_dedup_rows": check_sort_dedup_rows,
-    "twopgraph.csrbuild.compact_rows": check_compact_rows,
+    "twopgraph.core.rng.splitmix64": check_splitmix64,
+    "twopgraph.core.rng.draw": check_draw,
+    "twopgraph.core.rng.draw_at": check_draw_at,
+    "twopgraph.core.rng.vertex_base": check_vertex_base,
+    "twopgraph.graph.kernels.permute_csr": check_permute_csr,
+    "twopgraph.graph.kernels.csr_violations": check_csr_violations,
+    "twopgraph.graph.csrbuild.count_degrees": check_count_degrees,
+    "twopgraph.graph.csrbuild.scatter_edges": check_scatter_edges,
+    "twopgraph.graph.csrbuild.scatter_edges_range": check_scatter_edges_range,
+    "twopgraph.graph.csrbuild.sort_dedup_rows": check_sort_dedup_rows,
+    "twopgraph.graph.csrbuild.compact_rows": check_compact_rows,
     "twopgraph.sampler.kernels.sample_neighbors": check_sample_neighbors,
     "twopgraph.sampler.kernels.sample_neighbors_serial": check_sample_neighbors,
     "twopgraph.sampler.kernels.relabel": check_relabel,
@@ -796,11 +798,11 @@ CHECKS = {
     "twopgraph.sampler.kernels.reset_map": check_reset_map,
     "twopgraph.sampler.kernels.reset_map_serial": check_reset_map,
     "twopgraph.sampler.kernels.take": check_take,
-    "twopgraph.sampler.labor_kernels.variate": check_variate,
-    "twopgraph.sampler.labor_kernels.labor_pi": check_labor_pi,
-    "twopgraph.sampler.labor_kernels.labor_pi_serial": check_labor_pi,
-    "twopgraph.sampler.labor_kernels.labor_variates": check_labor_variates,
-    "twopgraph.sampler.labor_kernels.labor_variates_serial": check_labor_variates,
+    "twopgraph.sampler.labor_variates.variate": check_variate,
+    "twopgraph.sampler.labor_pi.labor_pi": check_labor_pi,
+    "twopgraph.sampler.labor_pi.labor_pi_serial": check_labor_pi,
+    "twopgraph.sampler.labor_variates.labor_variates": check_labor_variates,
+    "twopgraph.sampler.labor_variates.labor_variates_serial": check_labor_variates,
     "twopgraph.sampler.labor_kernels.labor_sample": check_labor_sample,
     "twopgraph.sampler.labor_kernels.labor_sample_serial": check_labor_sample,
     "twopgraph.sampler.labor_kernels.labor_min_degree": check_labor_min_degree,
@@ -808,25 +810,25 @@ CHECKS = {
     "twopgraph.sampler.labor_kernels.labor_sample_dense_serial": check_labor_sample_dense,
     "twopgraph.cache.kernels.window_announce": check_window_announce,
     "twopgraph.cache.kernels.window_consume": check_window_consume,
-    "twopgraph.partition.kernels.cluster_bfs_order": check_cluster_bfs_order,
-    "twopgraph.partition.kernels.sparsify_csr": check_sparsify_csr,
-    "twopgraph.partition.kernels.cut_edges": check_cut_edges,
-    "twopgraph.partition.labelprop.lp_propose": check_lp_propose,
-    "twopgraph.partition.labelprop.lp_apply": check_lp_apply,
-    "twopgraph.partition.labelprop.subround_order": check_subround_order,
-    "twopgraph.partition.contract.group_by": check_group_by,
-    "twopgraph.partition.contract.contract": check_contract,
-    "twopgraph.partition.contract.heavy_edges": check_heavy_edges,
-    "twopgraph.partition.coarsen.greedy_pack": check_greedy_pack,
-    "twopgraph.partition.kernels.ball_seeds": check_ball_seeds,
-    "twopgraph.partition.kernels.edge_chunks": check_edge_chunks,
-    "twopgraph.partition.kernels.halo_masks": check_halo_masks,
-    "twopgraph.partition.kernels.shared_edges": check_shared_edges,
-    "twopgraph.partition.kernels.cluster_pairs": check_cluster_pairs,
-    "twopgraph.dropout.relu_dropout_fwd": check_relu_dropout_fwd,
-    "twopgraph.dropout.relu_dropout_bwd": check_relu_dropout_bwd,
-    "twopgraph.spmm.csr_spmm": check_csr_spmm,
-    "twopgraph.spmm.scatter_rows": check_scatter_rows,
+    "twopgraph.locality.kernels.cluster_bfs_order": check_cluster_bfs_order,
+    "twopgraph.locality.kernels.sparsify_csr": check_sparsify_csr,
+    "twopgraph.locality.kernels.cut_edges": check_cut_edges,
+    "twopgraph.locality.labelprop.lp_propose": check_lp_propose,
+    "twopgraph.locality.labelprop.lp_apply": check_lp_apply,
+    "twopgraph.locality.labelprop.subround_order": check_subround_order,
+    "twopgraph.locality.contract.group_by": check_group_by,
+    "twopgraph.locality.contract.contract": check_contract,
+    "twopgraph.locality.contract.heavy_edges": check_heavy_edges,
+    "twopgraph.locality.coarsen.greedy_pack": check_greedy_pack,
+    "twopgraph.locality.kernels.ball_seeds": check_ball_seeds,
+    "twopgraph.locality.kernels.edge_chunks": check_edge_chunks,
+    "twopgraph.locality.kernels.halo_masks": check_halo_masks,
+    "twopgraph.locality.kernels.shared_edges": check_shared_edges,
+    "twopgraph.locality.kernels.cluster_pairs": check_cluster_pairs,
+    "twopgraph.models.dropout.relu_dropout_fwd": check_relu_dropout_fwd,
+    "twopgraph.models.dropout.relu_dropout_bwd": check_relu_dropout_bwd,
+    "twopgraph.graph.spmm.csr_spmm": check_csr_spmm,
+    "twopgraph.graph.spmm.scatter_rows": check_scatter_rows,
 }
 
 
@@ -907,8 +909,8 @@ def run_python(code: str, *args: str, **env: str) -> subprocess.CompletedProcess
 CONCURRENT = """
     import sys, threading
     import numba, numpy as np
-    from twopgraph import jit
-    from twopgraph.graph import CSRGraph
+    from twopgraph.runtime import jit
+    from twopgraph.graph.data import CSRGraph
     from twopgraph.sampler.kernels import sample_neighbors
     jit.all_kernels()  # importing every kernel module changes nothing
     assert numba.config.THREADING_LAYER == "workqueue", numba.config.THREADING_LAYER
@@ -955,7 +957,7 @@ def test_configure_threading_refuses_in_one_line():
         import sys
         sys.modules["numba.np.ufunc.omppool"] = None
         sys.modules["numba.np.ufunc.tbbpool"] = None
-        from twopgraph import jit
+        from twopgraph.runtime import jit
         from twopgraph.errors import ConfigError
         try:
             jit.configure_threading()
@@ -969,7 +971,7 @@ def test_configure_threading_refuses_in_one_line():
     r = run_python("""
         import numba
         numba.get_num_threads()
-        from twopgraph import jit
+        from twopgraph.runtime import jit
         from twopgraph.errors import ConfigError
         try:
             jit.configure_threading()
@@ -985,7 +987,7 @@ def test_thread_count_sets_calling_thread_and_restores():
     r = run_python("""
         import threading
         import numba
-        from twopgraph import jit
+        from twopgraph.runtime import jit
         assert jit.max_threads() == 3
         assert jit.num_threads() == 3
         with jit.thread_count(1) as n:

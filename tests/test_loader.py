@@ -11,9 +11,10 @@ import pytest
 import torch
 
 from twopgraph.cache import FeatureCache, HostFeatures, PolicyContext, make_policy
-from twopgraph.graph import CSRGraph
-from twopgraph.loader import Loader, ThreadPlan
-from twopgraph.sampler import NeighborSampler, RandomScheduler
+from twopgraph.graph.data import CSRGraph
+from twopgraph.locality import RandomScheduler
+from twopgraph.pipeline.loader import Loader, ThreadPlan
+from twopgraph.sampler import NeighborSampler
 
 
 def _graph(n=600, deg=6, seed=0):

@@ -7,13 +7,13 @@ import copy
 import numpy as np
 import pytest
 import torch
-
-from twopgraph.graph import CSRGraph
-from twopgraph.models import build_model
-from twopgraph.minibatch import Block
-from twopgraph.sampler import NeighborSampler
-from twopgraph.inference import layerwise_inference
 from conftest import community_data, random_graph
+
+from twopgraph.core.minibatch import Block
+from twopgraph.graph.data import CSRGraph
+from twopgraph.inference import layerwise_inference
+from twopgraph.models import build_model
+from twopgraph.sampler import NeighborSampler
 
 
 # -- dense references, written from the formulas in the docstrings (float64) --------------------
@@ -273,7 +273,8 @@ def test_unknown_model():
 @pytest.mark.parametrize("p", [0.3, 0.5])
 def test_relu_dropout_semantics(p):
     from torch.nn import Dropout
-    from twopgraph.dropout import relu_dropout
+
+    from twopgraph.models.dropout import relu_dropout
     torch.manual_seed(0)
     d = Dropout(p)
     x = (torch.rand(301, 257) - 0.25).requires_grad_()  # odd sizes: a lone last element
@@ -299,7 +300,8 @@ def test_relu_dropout_semantics(p):
 def test_relu_dropout_thread_count_independent():
     import numba
     from torch.nn import Dropout
-    from twopgraph.dropout import relu_dropout
+
+    from twopgraph.models.dropout import relu_dropout
     x = torch.randn(1000, 77)
     outs = []
     prev = numba.get_num_threads()
@@ -315,11 +317,11 @@ def test_relu_dropout_thread_count_independent():
 
 def test_inference_products_match_trainings(monkeypatch):
     """Without a gradient (evaluation) a block's aggregation runs the numba CSR kernel
-    (:mod:`twopgraph.spmm`); with one, torch's (autograd). The two agree to float rounding,
+    (:mod:`twopgraph.graph.spmm`); with one, torch's (autograd). The two agree to float rounding,
     for SAGE and GCN, and the kernel is what evaluation calls."""
-    import twopgraph.spmm as spmm_mod
+    import twopgraph.graph.spmm as spmm_mod
+    from twopgraph.core.minibatch import Block
     from twopgraph.models import build_model
-    from twopgraph.minibatch import Block
     rng = np.random.default_rng(3)
     ns, nd = 50, 20
     cnt = rng.integers(0, 6, nd)

@@ -1,4 +1,4 @@
-"""``twopgraph predict`` and :func:`twopgraph.predict.load_model`: predictions of a trained
+"""``twopgraph predict`` and :func:`twopgraph.run.predict.load_model`: predictions of a trained
 model reproduce the run's accuracy exactly, come in the data's original vertex order, and bad
 input is one line (exit 2) with no output file."""
 
@@ -12,14 +12,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
 from conftest import community_data, run_cli
+
 from twopgraph.config import TrainConfig
 from twopgraph.datasets import load_dataset
 from twopgraph.errors import ConfigError
 from twopgraph.models import BlockGNN
-from twopgraph.predict import load_model, predict
-from twopgraph.train import train
+from twopgraph.run.predict import load_model, predict
+from twopgraph.run.train import train
 
 FAST = ["--epochs", "2", "--hidden", "16", "--fanouts", "5,5", "--batch-size", "256",
         "--no-progress", "--device", "cpu", "--threads", "1"]

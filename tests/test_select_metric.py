@@ -17,16 +17,16 @@ import pytest
 import torch
 from conftest import community_data, run_cli, shared_dataset
 
-from twopgraph.errors import ConfigError
-from twopgraph.graph import GraphData
-from twopgraph.inference import accuracy, layerwise_inference, resolve_metric, rocauc, score
-from twopgraph.predict import load_model
-from twopgraph.sampler import NeighborSampler
-from twopgraph.checkpoint import CHECKPOINT
 from twopgraph.config import TrainConfig
-from twopgraph.runrecord import METRICS
-from twopgraph.selection import Selection
-from twopgraph.train import train
+from twopgraph.errors import ConfigError
+from twopgraph.graph.data import GraphData
+from twopgraph.inference import accuracy, layerwise_inference, resolve_metric, rocauc, score
+from twopgraph.run.checkpoint import CHECKPOINT
+from twopgraph.run.predict import load_model
+from twopgraph.run.records import METRICS
+from twopgraph.run.selection import Selection
+from twopgraph.run.train import train
+from twopgraph.sampler import NeighborSampler
 
 CPU = torch.device("cpu")
 TOP = ("val_acc", "test_acc", "val_score", "test_score")
@@ -236,7 +236,7 @@ def test_eval_every_selects_among_evaluated_epochs(cdata, tmp_path):
 
 
 def test_running_metrics_hold_the_best_so_far(cdata, tmp_path, monkeypatch):
-    import twopgraph.runrecord as rr
+    import twopgraph.run.records as rr
     seen = []
     real = rr.write_json
     monkeypatch.setattr(rr, "write_json", lambda p, obj: (seen.append(copy.deepcopy(obj)),
@@ -364,7 +364,7 @@ def test_resume_of_a_checkpoint_without_selection(cdata, tmp_path):
 # -- distributed -----------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def parts1(tmp_path_factory, cdata):
-    from twopgraph.partition.selfdep import partition_selfdep
+    from twopgraph.distributed.partition.selfdep import partition_selfdep
     folder = tmp_path_factory.mktemp("parts") / "p1"
     partition_selfdep(cdata, 1, 2, folder, num_clusters=6)
     return folder
@@ -414,7 +414,7 @@ def test_distributed_run_records_the_selection(cdata, parts1, tmp_path, caplog):
 
 
 def test_distributed_rocauc_and_resume(cdata, tmp_path):
-    from twopgraph.partition.selfdep import partition_selfdep
+    from twopgraph.distributed.partition.selfdep import partition_selfdep
     data = two_class(cdata)
     parts = tmp_path / "p1"
     partition_selfdep(data, 1, 2, parts, num_clusters=6)
@@ -453,7 +453,7 @@ def test_two_ranks_gather_the_rocauc_of_all_their_vertices(cdata, tmp_path):
     import torch.multiprocessing as mp
     from conftest import join_all
 
-    from twopgraph.partition.selfdep import partition_selfdep
+    from twopgraph.distributed.partition.selfdep import partition_selfdep
     data = two_class(cdata)
     parts = tmp_path / "p2"
     partition_selfdep(data, 2, 2, parts, num_clusters=8)
@@ -525,14 +525,14 @@ def test_best_val_with_scores_records_best_val_as_the_rule(cdata, tmp_path, capl
     ([0.5, 0.4, 0.3], 2, True), ([None, None, None], 1, False), ([0.5, 0.6, 0.4], 0, False),
     ([0.5, None], 1, True)])
 def test_patience_counts_evaluated_epochs_without_a_better_score(log, patience, stops):
-    from twopgraph.selection import patience_exhausted
+    from twopgraph.run.selection import patience_exhausted
     epochs = [{"epoch": i, "val_score": v} for i, v in enumerate(log)]
     epochs.insert(1, {"epoch": 99})  # not evaluated: not counted
     assert patience_exhausted(epochs, patience) is stops
 
 
 def test_patience_stops_the_run_and_a_resume_keeps_it_stopped(cdata, tmp_path, caplog):
-    from twopgraph.selection import patience_exhausted
+    from twopgraph.run.selection import patience_exhausted
     root = str(tmp_path / "data")
     train(cfg(tmp_path / "whole", data_root=root), cdata)
     whole = read(tmp_path / "whole")
@@ -565,7 +565,7 @@ def test_patience_flag_is_checked(tmp_path, capsys):
 # -- the distributed JSON line ---------------------------------------------------------------
 def test_distributed_json_line_has_the_single_process_keys(cdata, parts1, tmp_path, capsys,
                                                            monkeypatch):
-    from twopgraph.runrecord import result_record
+    from twopgraph.run.records import result_record
     monkeypatch.setenv("RANK", "0")
     monkeypatch.setenv("WORLD_SIZE", "1")
     monkeypatch.delenv("MASTER_ADDR", raising=False)

@@ -1,4 +1,5 @@
-"""The dataset store (twopgraph.store): streaming conversion, memory maps, one-line refusals."""
+"""The dataset store (twopgraph.store.reader): streaming conversion, memory maps, one-line
+refusals."""
 
 from __future__ import annotations
 
@@ -11,15 +12,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import community_data
 
-from twopgraph import npzstore, store, storewriter
 from twopgraph.datasets import load_dataset, store_folder
 from twopgraph.errors import GraphFormatError
-from twopgraph.graph import GraphData
-from twopgraph.partition.renumber import renumber
-from twopgraph.partition.cluster import Clustering
-
-from conftest import community_data
+from twopgraph.graph.data import GraphData
+from twopgraph.locality.cluster import Clustering
+from twopgraph.locality.renumber import renumber
+from twopgraph.store import npz as npzstore
+from twopgraph.store import reader as store
+from twopgraph.store import writer as storewriter
 
 KEYS = ("indptr", "indices", "feat", "label", "train_idx", "val_idx", "test_idx")
 
@@ -159,11 +161,11 @@ def test_killed_conversion_leaves_no_store(tmp_path, data):
     and is removed by the next writer."""
     npz = data.save_npz(tmp_path / "d.npz")
     code = (f"import os, numpy as np\nfrom twopgraph import npzstore, storewriter\n"
-            f"orig = storewriter._Writer.put\n"
+            f"orig = storewriter.StoreWriter.put\n"
             f"def put(self, name, *a, **k):\n"
             f"    orig(self, name, *a, **k)\n"
             f"    if name == 'feat': os._exit(9)\n"
-            f"storewriter._Writer.put = put\n"
+            f"storewriter.StoreWriter.put = put\n"
             f"npzstore.convert_npz({str(npz)!r}, {str(tmp_path / 's')!r})\n")
     p = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parent.parent)
     assert p.returncode == 9

@@ -10,16 +10,21 @@ import json
 
 import numpy as np
 import pytest
+from conftest import community_data
+from test_ingest import coo_file
 
 from twopgraph import config
 from twopgraph.cli import main
-from twopgraph import metrics
-from twopgraph.datasets import (STORE_DTYPE_CHOICES, STORE_DTYPES, float32_feature_bytes,
-                                load_dataset, resolve_store_dtype)
+from twopgraph.datasets import (
+    STORE_DTYPE_CHOICES,
+    STORE_DTYPES,
+    float32_feature_bytes,
+    load_dataset,
+    resolve_store_dtype,
+)
 from twopgraph.errors import ConfigError, GraphFormatError
-from twopgraph.store import is_store
-from conftest import community_data
-from test_ingest import coo_file
+from twopgraph.runtime import memory as metrics
+from twopgraph.store.reader import is_store
 
 
 def test_the_dtypes_agree():
@@ -57,7 +62,7 @@ def test_auto_halves_a_table_larger_than_half_the_memory(tmp_path, monkeypatch):
 
 
 def test_auto_sizes_from_the_sources():
-    from twopgraph.papers import parse_preset
+    from twopgraph.datasets.papers import parse_preset
     spec = parse_preset("synthetic-papers:0.001")
     assert float32_feature_bytes("synthetic-papers:0.001") == 4 * spec.num_nodes * 128
     assert float32_feature_bytes("synthetic-tiny") is None  # generated, small

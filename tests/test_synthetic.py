@@ -1,4 +1,5 @@
-"""Tests of twopgraph.synthetic: structure, determinism and the public door of generate()."""
+"""Tests of twopgraph.datasets.synthetic: structure, determinism and the public door of
+generate()."""
 
 from __future__ import annotations
 
@@ -7,10 +8,16 @@ from dataclasses import fields, replace
 import numpy as np
 import pytest
 
+from twopgraph.datasets.synthetic import (
+    SYNTHETIC_PRESETS,
+    SyntheticSpec,
+    edge_homophily,
+    generate,
+    spec_fingerprint,
+    spec_summary,
+)
 from twopgraph.errors import ConfigError
-from twopgraph.graph import GraphData
-from twopgraph.synthetic import (SYNTHETIC_PRESETS, SyntheticSpec, edge_homophily, generate,
-                                 spec_fingerprint, spec_summary)
+from twopgraph.graph.data import GraphData
 
 TINY = "synthetic-tiny"
 
@@ -169,7 +176,7 @@ def test_bad_arguments_raise():
 
 
 def test_spec_fingerprint_covers_every_field_that_changes_the_arrays(monkeypatch):
-    from twopgraph import synthetic
+    from twopgraph.datasets import synthetic
     spec = SYNTHETIC_PRESETS[TINY]
     base = spec_fingerprint(spec)
     assert spec_fingerprint(replace(spec, name="x", description="y")) == base

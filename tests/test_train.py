@@ -1,4 +1,4 @@
-"""End-to-end tests of :func:`twopgraph.train.train`: metrics, determinism, resume, prefetch."""
+"""End-to-end tests of :func:`twopgraph.run.train.train`: metrics, determinism, resume, prefetch."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ import threading
 import numpy as np
 import pytest
 import torch
-
-from twopgraph.errors import ConfigError
-from twopgraph.sampler.neighbor import NeighborSampler
-from twopgraph.checkpoint import CHECKPOINT
-from twopgraph.config import TrainConfig
-from twopgraph.runrecord import METRICS
-from twopgraph.train import train
 from conftest import community_data
+
+from twopgraph.config import TrainConfig
+from twopgraph.errors import ConfigError
+from twopgraph.run.checkpoint import CHECKPOINT
+from twopgraph.run.records import METRICS
+from twopgraph.run.train import train
+from twopgraph.sampler.neighbor import NeighborSampler
 
 EPOCH_KEYS = {"epoch", "epoch_s", "sample_s", "load_s", "compute_s", "input_nodes_per_batch",
               "feature_rows", "h2d_bytes", "loss", "val_acc"}

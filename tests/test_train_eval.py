@@ -11,20 +11,25 @@ import warnings
 import numpy as np
 import pytest
 import torch
-
-import twopgraph.inference.passes as passes_mod
-import twopgraph.inference.tables as tables_mod
-import twopgraph.train as tr
-from twopgraph.cache import FeatureCache, HostFeatures, make_policy
-from twopgraph.models import build_model
-from twopgraph.sampler.neighbor import NeighborSampler
-from twopgraph.metrics import fillable_host_bytes
-from twopgraph.inference import (EvalTable, Relabel, layerwise_inference, relabel_on_device, table_place)
-from twopgraph.metrics import available_host_bytes
-from twopgraph.pipeline import eval_features, make_loader
 from conftest import community_data
 from test_cache import sampled_stream
 from test_models import _randomize_params
+
+import twopgraph.inference.passes as passes_mod
+import twopgraph.inference.tables as tables_mod
+import twopgraph.run.train as tr
+from twopgraph.cache import FeatureCache, HostFeatures, make_policy
+from twopgraph.inference import (
+    EvalTable,
+    Relabel,
+    layerwise_inference,
+    relabel_on_device,
+    table_place,
+)
+from twopgraph.models import build_model
+from twopgraph.pipeline.assemble import eval_features, make_loader
+from twopgraph.runtime.memory import available_host_bytes, fillable_host_bytes
+from twopgraph.sampler.neighbor import NeighborSampler
 
 CPU = torch.device("cpu")
 

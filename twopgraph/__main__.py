@@ -1,5 +1,5 @@
 """``python -m twopgraph`` = the ``twopgraph`` command (torchrun uses this form)."""
 
-from .cli import main
+from twopgraph.cli import main
 
 raise SystemExit(main())

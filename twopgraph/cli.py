@@ -2,11 +2,11 @@
 datasets | info``.
 
 Every verb's flags are generated from its config (:mod:`twopgraph.config` and the verbs'
-own: :mod:`twopgraph.predictconfig`, :mod:`twopgraph.bench.config`,
-:mod:`twopgraph.distributed.partitionconfig`; help texts and defaults live there). Bad input (unknown dataset -- with the closest known names --,
-unreadable file, malformed flag, incompatible checkpoint, an ``--out`` in use by another run,
-holding a run without ``--resume``/``--overwrite`` or not writable, a ``--dataset`` that is
-not the one of ``--partitions``, a full disk)
+own: :mod:`twopgraph.run.predictconfig`, :mod:`twopgraph.bench.config`,
+:mod:`twopgraph.distributed.partition.config`; help texts and defaults live there). Bad input
+(unknown dataset -- with the closest known names --, unreadable file, malformed flag, incompatible
+checkpoint, an ``--out`` in use by another run, holding a run without ``--resume``/``--overwrite``
+or not writable, a ``--dataset`` that is not the one of ``--partitions``, a full disk)
 prints one line ``twopgraph: error: ...`` on stderr and exits with code 2; no traceback, no
 output files. Exit codes: 0 ok, 2 user error, 3 training diverged (non-finite loss:
 ``metrics.json`` says ``"status": "diverged"``), 130 interrupted (SIGINT), 128 + N stopped by
@@ -26,11 +26,11 @@ import signal
 import sys
 import threading
 
-from .bench.config import BenchCacheConfig, BenchSamplerConfig
-from .config import DataConfig, TrainConfig, add_section_arguments
-from .distributed.partitionconfig import PartitionConfig
-from .errors import Stopped, TwopgraphError
-from .predictconfig import PredictConfig
+from twopgraph.bench.config import BenchCacheConfig, BenchSamplerConfig
+from twopgraph.config import DataConfig, TrainConfig, add_section_arguments
+from twopgraph.distributed.partition.config import PartitionConfig
+from twopgraph.errors import Stopped, TwopgraphError
+from twopgraph.run.predictconfig import PredictConfig
 
 log = logging.getLogger("twopgraph")
 
@@ -49,7 +49,7 @@ _UNSET = object()
 def build_parser(unset: tuple[str, ...] = ()) -> argparse.ArgumentParser:
     """The parser of every verb; ``unset``: ``train`` options whose default becomes
     :data:`_UNSET` (see :func:`given`)."""
-    from . import __version__
+    from twopgraph import __version__
     p = _Parser(prog="twopgraph", description="Locality-aware mini-batch GNN training (2PGraph).")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     p.add_argument("--version", action="version", version=f"twopgraph {__version__}")
@@ -99,10 +99,10 @@ def given(argv: list[str], dest: str) -> bool:
 
 
 def cmd_train(a) -> int:
-    from .runrecord import result_record
-    from .train import train
+    from twopgraph.run.records import result_record
+    from twopgraph.run.train import train
     cfg = TrainConfig.from_args(a)
-    from .distributed.commands import run_partitioned
+    from twopgraph.distributed.commands import run_partitioned
     # --partitions: data-parallel over self-dependence parts; the dataset is the partition's
     code = run_partitioned(cfg, a.argv, dataset_given=given(a.argv, "dataset")
                            if cfg.dist.partitions is not None else None)
@@ -114,32 +114,36 @@ def cmd_train(a) -> int:
 
 
 def cmd_predict(a) -> int:
-    from .predict import run_predict
+    from twopgraph.run.predict import run_predict
     print(json.dumps(run_predict(PredictConfig.from_args(a))))
     return 0
 
 
 def cmd_bench_sampler(a) -> int:
-    from .bench.sampler import format_record, run
+    from twopgraph.bench.sampler import format_record, run
     res = run(BenchSamplerConfig.from_args(a))
     print(json.dumps(res) if a.json else format_record(res))
     return 0
 
 
 def cmd_bench_cache(a) -> int:
-    from .bench.cache import run
+    from twopgraph.bench.cache import run
     return run(BenchCacheConfig.from_args(a))
 
 
 def cmd_partition(a) -> int:
-    from .distributed.commands import cmd_partition as run
+    from twopgraph.distributed.commands import cmd_partition as run
     PartitionConfig.from_args(a).validate()
     return run(a)
 
 
 def cmd_datasets(a) -> int:
-    from .datasets import (DATASET_PATH_ENV, dataset_search_path, list_datasets,
-                           resolve_data_root)
+    from twopgraph.datasets import (
+        DATASET_PATH_ENV,
+        dataset_search_path,
+        list_datasets,
+        resolve_data_root,
+    )
     rows = list_datasets(a.data_root)
     print(f"data root: {resolve_data_root(a.data_root)}")
     folders = dataset_search_path()
@@ -153,7 +157,7 @@ def cmd_datasets(a) -> int:
 
 
 def cmd_info(a) -> int:
-    from .datasets import dataset_path, store_dtype_of
+    from twopgraph.datasets import dataset_path, store_dtype_of
     data = DataConfig(a.dataset, a.data_root, a.symmetrize, a.store_dtype).validate().load()
     info = data.summary()
     path = dataset_path(a.dataset, a.data_root, store_dtype_of(data, a.store_dtype))
@@ -171,8 +175,8 @@ def _memory_plan(data) -> dict:
     ``resident_private_mib``: the largest private tables of a run with the default model, the
     N x hidden output of an evaluation layer plus its N x 2 x classes projections (float32;
     written to a scratch file instead when memory is short)."""
-    from .config import ModelConfig
-    from .store import disk_bytes
+    from twopgraph.config import ModelConfig
+    from twopgraph.store.reader import disk_bytes
     mib = 2 ** 20
     n = data.num_nodes
     shared = (data.graph.indptr.nbytes + data.graph.indices.nbytes + data.feat.nbytes
@@ -216,8 +220,8 @@ def main(argv: list[str] | None = None) -> int:
     key = (args.command, args.bench) if args.command == "bench" else args.command
     previous = _stop_on_signals()
     try:
-        from .heap import configure_heap
-        from .jit import configure_threading
+        from twopgraph.runtime.heap import configure_heap
+        from twopgraph.runtime.jit import configure_threading
         configure_heap()  # before the worker threads exist: their arenas follow it
         configure_threading()  # before any parallel kernel: numba picks its layer at the first
         return COMMANDS[key](args)

@@ -238,9 +238,9 @@ def test_bench_sampler_format_record():
 
 
 def test_bench_sampler_record_formats(root, capsys):
+    from twopgraph.bench.config import BenchSamplerConfig
     from twopgraph.bench.sampler import format_record, run
     from twopgraph.cli import build_parser
-    from twopgraph.bench.config import BenchSamplerConfig
     argv = ["bench", "sampler", "--dataset", "synthetic-tiny", "--data-root", str(root),
             "--fanouts", "5,5", "--batch-size", "256", "--epochs", "1", "--warmup", "0",
             "--schedule", "locality"]

@@ -12,21 +12,29 @@ import math
 import numpy as np
 import pytest
 import torch
+from conftest import community_data, power_law_data, shared_dataset
+from oracles import belady_copies, exhaustive_copies, simulate_static, simulate_window, static_order
 
-from twopgraph.rng import mix_key
-from twopgraph.cache import (CacheDirectory, FeatureCache, HostFeatures, PolicyContext,
-                             belady_min, build_feature_source, make_policy, replay,
-                             resolve_budget)
+from twopgraph.cache import (
+    CacheDirectory,
+    FeatureCache,
+    HostFeatures,
+    PolicyContext,
+    belady_min,
+    build_feature_source,
+    make_policy,
+    replay,
+    resolve_budget,
+)
 from twopgraph.cache.layer import input_probability
 from twopgraph.cache.window import NO_USE, NextUseWindow
-from twopgraph.errors import ConfigError
-from twopgraph.protocols import CACHE_POLICIES
-from twopgraph.sampler import NeighborSampler, RandomScheduler, make_scheduler
 from twopgraph.config import TrainConfig
-from twopgraph.train import train
-from conftest import community_data, power_law_data, shared_dataset
-from oracles import (belady_copies, exhaustive_copies, simulate_static, simulate_window,
-                     static_order)
+from twopgraph.core.protocols import CACHE_POLICIES
+from twopgraph.core.rng import mix_key
+from twopgraph.errors import ConfigError
+from twopgraph.locality import RandomScheduler, make_scheduler
+from twopgraph.run.train import train
+from twopgraph.sampler import NeighborSampler
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
     not torch.cuda.is_available(), reason="no CUDA device"))]
@@ -444,7 +452,7 @@ def test_training_with_the_cache_sees_the_same_features(cdata, tmp_path):
 
 def test_interrupted_epoch_leaves_the_window_consistent(cdata):
     """Batches announced by an abandoned epoch are forgotten at the next epoch's start."""
-    from twopgraph.loader import Loader
+    from twopgraph.pipeline.loader import Loader
     stream, ctx = sampled_stream(cdata)
     cache = FeatureCache(torch.from_numpy(cdata.feat), make_policy("layer", ctx, lookahead=3),
                          100)

@@ -11,15 +11,16 @@ import json
 import numpy as np
 import pytest
 import torch
+from conftest import community_data
+from test_cache import sampled_stream
 
-from twopgraph.cache import (FeatureCache, HostFeatures, attach_host_cache, make_policy)
+from twopgraph.cache import FeatureCache, HostFeatures, attach_host_cache, make_policy
 from twopgraph.cache.host import HostTable
 from twopgraph.cache.hostrows import HostRowCache, host_cache_rows
 from twopgraph.errors import ConfigError
-from twopgraph.loader import Loader
-from twopgraph.sampler import NeighborSampler, RandomScheduler
-from conftest import community_data
-from test_cache import sampled_stream
+from twopgraph.locality import RandomScheduler
+from twopgraph.pipeline.loader import Loader
+from twopgraph.sampler import NeighborSampler
 
 
 @pytest.fixture(scope="module")
@@ -206,7 +207,7 @@ def test_readahead_flag(tmp_path, capsys):
 def test_an_explicit_host_cache_that_cannot_be_built_says_so(tmp_path, caplog, cdata):
     """A table held in memory (here a caller's arrays) gets no host row cache: one warning."""
     from twopgraph.config import TrainConfig
-    from twopgraph.train import train
+    from twopgraph.run.train import train
     cfg = TrainConfig.of(epochs=1, out=str(tmp_path / "o"), host_cache="degree",
                          host_cache_gb=0.001, progress=False, batch_size=256)
     with caplog.at_level("WARNING", logger="twopgraph"):

@@ -14,16 +14,16 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from conftest import community_data
+from test_cache import sampled_stream
 
 from twopgraph.cache import FeatureCache, HostFeatures, build_feature_source, make_policy
 from twopgraph.cache.host import HostTable, Staging
-from twopgraph.cache.readahead import (PAGE, Readahead, find_mmap, page_ranges,
-                                       page_ranges_reference)
+from twopgraph.cache.readahead import PAGE, Readahead, find_mmap, page_ranges, page_ranges_reference
 from twopgraph.errors import ConfigError
-from twopgraph.loader import Loader
-from twopgraph.sampler import NeighborSampler, RandomScheduler
-from conftest import community_data
-from test_cache import sampled_stream
+from twopgraph.locality import RandomScheduler
+from twopgraph.pipeline.loader import Loader
+from twopgraph.sampler import NeighborSampler
 
 
 @pytest.fixture(scope="module")
@@ -294,7 +294,7 @@ def test_reads_of_no_rows(cdata):
 def test_read_ahead_only_a_table_larger_than_memory(monkeypatch):
     """Training reads ahead (and marks the map MADV_RANDOM) only for a table larger than half
     the memory the process can fill: one that stays in the page cache gains nothing."""
-    import twopgraph.metrics as metrics
+    import twopgraph.runtime.memory as metrics
     from twopgraph.cache.readahead import worth_reading_ahead
     monkeypatch.setattr(metrics, "available_host_bytes", lambda: 1000)
     assert worth_reading_ahead(501) and not worth_reading_ahead(500)
@@ -382,10 +382,10 @@ def test_advise_leaves_out_resident_pages(paged, monkeypatch, chunk):
 def test_readahead_auto_skips_resident_pages_on_explicit_on_it_does_not(tmp_path, monkeypatch):
     """``make_loader``: ``--readahead auto`` (a table larger than memory) turns on
     ``skip_resident``; ``on`` advises every range."""
+    import twopgraph.pipeline.assemble as pipeline
     from twopgraph.config import TrainConfig
     from twopgraph.datasets import load_dataset
-    from twopgraph.pipeline import make_loader
-    import twopgraph.pipeline as pipeline
+    from twopgraph.pipeline.assemble import make_loader
     data = load_dataset("synthetic-tiny", data_root=str(tmp_path), progress=False)
     monkeypatch.setattr(pipeline, "worth_reading_ahead", lambda nbytes: True)
     for mode, skip in (("auto", True), ("on", False)):

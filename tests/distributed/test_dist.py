@@ -13,21 +13,29 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import torch.distributed as dist
 import torch.multiprocessing as mp
-
 from conftest import community_data, join_all
-from twopgraph.distributed import DistEnv, FixedSteps, PartSampler, torchrun_command, train_distributed
+
+from twopgraph.config import TrainConfig
+from twopgraph.core.protocols import MODELS
+from twopgraph.distributed import (
+    DistEnv,
+    FixedSteps,
+    PartSampler,
+    torchrun_command,
+    train_distributed,
+)
 from twopgraph.distributed.env import process_group
 from twopgraph.distributed.evaluate import evaluate_distributed
 from twopgraph.distributed.launch import strip_nproc
+from twopgraph.distributed.partition.load import load_part
+from twopgraph.distributed.partition.selfdep import partition_selfdep
 from twopgraph.errors import ConfigError, TwopgraphError
-from twopgraph.models import build_model
-from twopgraph.protocols import MODELS
-from twopgraph.partition.partload import load_part
-from twopgraph.partition.selfdep import partition_selfdep
-from twopgraph.sampler import NeighborSampler, RandomScheduler
-from twopgraph.config import TrainConfig
 from twopgraph.inference import accuracy, layerwise_inference
+from twopgraph.locality import RandomScheduler
+from twopgraph.models import build_model
+from twopgraph.sampler import NeighborSampler
 
 FANOUTS = [5, 5]
 
@@ -257,9 +265,12 @@ def _eval_worker(rank, world, port, parts, jobs, result_dir):
 
 
 def _save_eval(result_dir, i, rank, part, scratch, val, test, seen, during) -> None:
+    # between two barriers: no rank has started the next job's scratch folder yet
+    dist.barrier()
+    after = sorted(p.name for p in scratch.iterdir())
+    dist.barrier()
     torch.save({"val": val, "test": test, "logits": torch.cat(seen) if seen else None,
-                "owned": np.asarray(part.owned).copy(), "during": during,
-                "after": sorted(p.name for p in scratch.iterdir())},
+                "owned": np.asarray(part.owned).copy(), "during": during, "after": after},
                Path(result_dir) / f"eval{i}-rank{rank}.pt")
 
 
@@ -409,7 +420,7 @@ def test_cli_nproc_must_match_parts(parts2, tmp_path, capsys):
 @pytest.mark.skipif(not Path("/proc/self/smaps_rollup").exists(),
                     reason="needs Linux /proc smaps_rollup")
 def test_pss_monitor_keeps_the_peak(tmp_path):
-    from twopgraph.metrics import PssMonitor, current_pss_mib, process_pss_monitor
+    from twopgraph.runtime.memory import PssMonitor, current_pss_mib, process_pss_monitor
     base = current_pss_mib()
     assert base is not None and base > 0
     with PssMonitor(interval=0.01) as mon:
@@ -434,7 +445,7 @@ def test_pss_monitor_keeps_the_peak(tmp_path):
 def test_pss_monitor_waits_in_proportion_to_the_cost_of_a_read(monkeypatch):
     """A slow read (a process with a large store mapped) spaces the samples out: at most
     1 / PSS_COST_RATIO of a core goes to reading PSS, whatever ``interval`` asks."""
-    from twopgraph import metrics
+    from twopgraph.runtime import memory as metrics
     calls = []
     real = metrics.current_pss_mib
 

@@ -21,14 +21,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import community_data
 
 from twopgraph.cli import main
 from twopgraph.config import DataConfig, TrainConfig
 from twopgraph.datasets import dataset_path, load_dataset
+from twopgraph.datasets.synthetic import generate
 from twopgraph.errors import GraphFormatError
-from twopgraph.graph import CSRGraph, GraphData
-from twopgraph.synthetic import generate
-from conftest import community_data
+from twopgraph.graph.data import CSRGraph, GraphData
 
 
 @pytest.fixture(autouse=True)
@@ -279,7 +279,7 @@ def test_label_below_minus_one_is_refused(cdata):
 def test_training_tolerates_unlabelled_vertices(tmp_path, cdata, policy, schedule):
     """-1 labels outside the splits through train, the locality scheduler (label balancing,
     renumbering) and the presample cache; labels converted from int32 on the way."""
-    from twopgraph.train import train
+    from twopgraph.run.train import train
     d = unlabelled(cdata)
     d = GraphData(d.graph, d.feat.astype(np.float64), d.label.astype(np.int32),
                   d.train_idx.astype(np.int32), d.val_idx, d.test_idx, name="unlabelled")
@@ -516,7 +516,7 @@ def test_one_class_training_set_is_warned(tmp_path, cdata, caplog):
     single = replace(cdata, label=np.zeros_like(cdata.label), num_classes=1)
     assert "one class only" in single.class_problem()
     assert cdata.class_problem() is None
-    from twopgraph.train import train
+    from twopgraph.run.train import train
     cfg = TrainConfig.of(epochs=1, batch_size=64, out=str(tmp_path / "o"), progress=False,
                          renumber=False, schedule="random", eval_every=0)
     with caplog.at_level(logging.WARNING, logger="twopgraph"):

@@ -23,11 +23,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
-from twopgraph.errors import OutputError, TwopgraphError
-from twopgraph.files import atomic_write_bytes
-from twopgraph.partition import cluster_graph
 from conftest import community_data, run_cli
+
+from twopgraph.core.files import atomic_write_bytes
+from twopgraph.errors import OutputError, TwopgraphError
+from twopgraph.locality import cluster_graph
 
 REPO = Path(__file__).resolve().parents[2]
 HOST = re.sub(r"[^A-Za-z0-9.]", "_", socket.gethostname())[:64] or "localhost"
@@ -80,7 +80,7 @@ def _leftovers(folder: Path, keep=()) -> list[str]:
 KILLED_WRITER = """
 import sys, time
 from pathlib import Path
-from twopgraph.files import atomic_write_bytes
+from twopgraph.core.files import atomic_write_bytes
 target, flag = Path(sys.argv[1]), Path(sys.argv[2])
 def write(f):
     f.write(b"half a file")
@@ -311,7 +311,7 @@ def test_train_checkpoint_on_a_full_disk_is_one_line_exit_2(tmpfs, data_root, tm
 def test_ingestion_on_a_full_disk_is_one_line_exit_2_not_sigbus(tmpfs, tmp_path):
     """The CSR is scattered into a memory-mapped scratch file: unreserved, a full disk killed
     the process with SIGBUS (exit -7, no message) in the middle of the scatter."""
-    from twopgraph.papers import PapersSpec, write_ogb_raw
+    from twopgraph.datasets.papers import PapersSpec, write_ogb_raw
     raw = tmp_path / "src" / "ogbn_papers100M"
     write_ogb_raw(PapersSpec(scale=2e-5), raw)  # 2,221 vertices: a 256 KiB CSR scratch file
     disk = tmpfs(128 * 1024)
@@ -451,7 +451,7 @@ def test_partition_json_is_one_stdout_line_when_metis_warns(data_root, tmp_path)
 @pytest.fixture(scope="module")
 def small_checkpoint(tmp_path_factory):
     from twopgraph.config import TrainConfig
-    from twopgraph.train import train
+    from twopgraph.run.train import train
     out = tmp_path_factory.mktemp("ckpt") / "o"
     cfg = TrainConfig.of(epochs=1, batch_size=64, out=str(out), progress=False,
                          renumber=False, schedule="random", eval_every=0)
@@ -462,8 +462,8 @@ def small_checkpoint(tmp_path_factory):
 @pytest.mark.parametrize("size", [0, 10, 50_000])
 def test_truncated_checkpoint_is_named_truncated_or_corrupt(small_checkpoint, tmp_path, size):
     from twopgraph.errors import ConfigError
-    from twopgraph.predict import read_model_checkpoint
-    from twopgraph.checkpoint import read_checkpoint
+    from twopgraph.run.checkpoint import read_checkpoint
+    from twopgraph.run.predict import read_model_checkpoint
     bad = tmp_path / "checkpoint.pt"
     bad.write_bytes(small_checkpoint.read_bytes()[:size])
     for read in (lambda: read_model_checkpoint(bad),
@@ -507,9 +507,9 @@ def test_dangling_partition_out_is_named_before_any_work(tmp_path, capsys, below
 @pytest.mark.parametrize("below", [False, True])
 def test_dangling_link_in_the_library_paths(tmp_path, below):
     """The same line from RunDir (any run folder) and partition_selfdep (the Python API)."""
+    from twopgraph.distributed.partition.selfdep import partition_selfdep
     from twopgraph.errors import ConfigError
-    from twopgraph.partition.selfdep import partition_selfdep
-    from twopgraph.rundir import RunDir
+    from twopgraph.run.outdir import RunDir
     link = tmp_path / "out"
     link.symlink_to(tmp_path / "gone")
     out = link / "sub" if below else link

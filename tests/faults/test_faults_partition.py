@@ -18,14 +18,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import community_data
+
 from twopgraph.cli import main
+from twopgraph.distributed.partition import format as partformat
+from twopgraph.distributed.partition import load as partload
+from twopgraph.distributed.partition import selfdep
+from twopgraph.distributed.partition.format import PartitionError
+from twopgraph.distributed.partition.load import load_part, read_meta
+from twopgraph.distributed.partition.selfdep import partition_selfdep
 from twopgraph.errors import ConfigError
-from twopgraph.partition import partformat, partload, selfdep
-from twopgraph.partition.partformat import PartitionError
-from twopgraph.partition.partload import load_part, read_meta
-from twopgraph.partition.selfdep import partition_selfdep
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAIN = ["--fanouts", "4,4", "--batch-size", "64", "--epochs", "1", "--hidden", "8",
@@ -89,7 +91,7 @@ def _one_error_line(err: str) -> str:
 
 # Damages of the issue (reversed ids, out-of-range neighbours, damaged labels and ids) and
 # more; each is (file, change, words of the message). Features are not in the parts (the
-# store's, checked by twopgraph.store).
+# store's, checked by twopgraph.store.reader).
 DAMAGES = {
     "label-zeroed": ("part1/label.npy", np.zeros_like, "label.npy"),
     "node-ids-reversed": ("part0/node_ids.npy", lambda a: a[::-1].copy(), "node_ids.npy"),
@@ -409,7 +411,7 @@ _KILLED_WRITER = """
 import os, signal, sys
 sys.path.insert(0, {tests!r})
 from conftest import community_data
-from twopgraph.partition import selfdep
+from twopgraph.distributed.partition import selfdep
 real = selfdep._write_part
 def write_then_die(folder, p, *a):
     meta = real(folder, p, *a)
@@ -502,6 +504,7 @@ def test_partition_out_unusable_is_one_line(tmp_path, capsys):
 def test_process_group_refuses_unusable_timeouts(timeout):
     """Today `inf` and 1e300 raise OverflowError in each rank."""
     import torch
+
     from twopgraph.distributed.env import DistEnv, process_group
     with pytest.raises(ConfigError, match="dist-timeout"):
         with process_group(DistEnv(), torch.device("cpu"), timeout):
@@ -511,7 +514,7 @@ def test_process_group_refuses_unusable_timeouts(timeout):
 # -- one writer per output folder and cache (issue 22, item 6) ---------------------------------
 _HOLDER = """
 import sys, time
-from twopgraph.rundir import FileLock
+from twopgraph.core.locks import FileLock
 with FileLock(sys.argv[1], "x", blocking=True):
     print("held", flush=True)
     time.sleep(float(sys.argv[2]))
@@ -530,7 +533,7 @@ def _hold(lock_path, seconds: float) -> subprocess.Popen:
 def test_a_second_partition_into_a_folder_being_written_is_refused(data, tmp_path):
     """Two `twopgraph partition --out SAME` both exited 0, one silently replacing the other;
     the second is now refused in one line (exit 2) and touches nothing."""
-    from twopgraph.rundir import sibling_lock
+    from twopgraph.core.locks import sibling_lock
     npz = data.save_npz(tmp_path / "comm.npz")
     out = tmp_path / "parts"
     args = [sys.executable, "-m", "twopgraph", "partition", "--dataset", str(npz),
@@ -556,7 +559,7 @@ def test_a_second_partition_into_a_folder_being_written_is_refused(data, tmp_pat
 
 
 def test_partition_api_refuses_a_folder_another_process_writes(data, tmp_path):
-    from twopgraph.rundir import sibling_lock
+    from twopgraph.core.locks import sibling_lock
     out = tmp_path / "p"
     holder = _hold(sibling_lock(out), 60)
     try:
@@ -572,7 +575,7 @@ def test_cluster_cache_waits_for_its_writer_instead_of_computing_it_twice(data, 
                                                                           caplog):
     import logging
 
-    from twopgraph.partition.cluster import cache_path, cluster_graph, cluster_key
+    from twopgraph.locality.cluster import cache_path, cluster_graph, cluster_key
     cache = tmp_path / "clusters"
     key = cluster_key(data.graph, 12, train_idx=data.train_idx)
     path = cache_path(cache, key, "metis")

@@ -21,12 +21,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import community_data, join_all, run_cli
 
-from conftest import community_data, run_cli, join_all
 from twopgraph.cli import main
+from twopgraph.core.files import human_bytes
 from twopgraph.errors import ConfigError, TrainingDiverged, TwopgraphError
-from twopgraph.files import human_bytes
-from twopgraph.rundir import LOCK_NAME, RunDir
+from twopgraph.run.outdir import LOCK_NAME, RunDir
 
 TRAIN_FAST = ["--epochs", "1", "--hidden", "16", "--fanouts", "5,5", "--batch-size", "256",
               "--no-progress", "--device", "cpu"]
@@ -210,8 +210,8 @@ def test_divergence_exit_3_strict_metrics_no_accuracy(root, tmp_path, capsys):
 def test_nonfinite_weights_after_a_good_epoch(root, tmp_path, capsys, monkeypatch):
     """Weights that turn non-finite with a finite loss (checked after every epoch): exit 3,
     no accuracy; the checkpoint of the last good epoch is kept as it was."""
-    import twopgraph.epoch as ep
-    import twopgraph.train as tr
+    import twopgraph.pipeline.epoch as ep
+    import twopgraph.run.train as tr
     out = tmp_path / "out"
     real = ep.train_epoch
 
@@ -235,7 +235,7 @@ def test_nonfinite_weights_after_a_good_epoch(root, tmp_path, capsys, monkeypatc
 
 
 def test_success_metrics_status_ok_and_running(root, tmp_path, monkeypatch):
-    import twopgraph.runrecord as rr
+    import twopgraph.run.records as rr
     seen = []
     real = rr.write_json
     monkeypatch.setattr(rr, "write_json", lambda p, obj: (seen.append(obj["status"]),
@@ -352,8 +352,8 @@ def _failing_writes(monkeypatch, name: str, after: int, err=errno.ENOSPC):
     """Make the ``after``-th and later writes of ``name`` by a run (checkpoint.py, metrics.py)
     fail half-way with ``err``, inside the real atomic writer (which must leave no temp
     file)."""
-    import twopgraph.checkpoint as ck
-    import twopgraph.metrics as metrics
+    import twopgraph.run.checkpoint as ck
+    import twopgraph.core.files as metrics
     real = ck.atomic_write_bytes
     count = [0]
 
@@ -459,7 +459,7 @@ def test_failed_before_training_leaves_no_folder(root, tmp_path, capsys, case):
 @pytest.mark.parametrize("fault", ["interrupt", "disk-full"])
 def test_failed_in_first_epoch_leaves_no_empty_folder(root, tmp_path, capsys, monkeypatch,
                                                       fault):
-    import twopgraph.train as tr
+    import twopgraph.run.train as tr
     out = tmp_path / "out"
     if fault == "interrupt":
         def ctrl_c(*a, **k):
@@ -494,7 +494,7 @@ def test_existing_out_kept_when_a_run_fails(root, tmp_path, capsys):
 
 @pytest.fixture(scope="module")
 def parts1(tmp_path_factory):
-    from twopgraph.partition.selfdep import partition_selfdep
+    from twopgraph.distributed.partition.selfdep import partition_selfdep
     folder = tmp_path_factory.mktemp("parts") / "p1"
     partition_selfdep(community_data(600, k=4), 1, 2, folder, num_clusters=6)
     return folder
@@ -536,8 +536,8 @@ def _free_port() -> int:
 def _diverge_worker(rank, world, port, parts, out, result_dir):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                       WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
+    import twopgraph.pipeline.epoch as ep
     from twopgraph.distributed import train_distributed
-    import twopgraph.epoch as ep
     if rank == 1:  # only rank 1 sees a non-finite loss, in epoch 1
         real = ep.F.cross_entropy
 
@@ -568,7 +568,8 @@ def _diverge_worker(rank, world, port, parts, out, result_dir):
 @pytest.mark.slow
 def test_two_ranks_stop_together_on_divergence(tmp_path_factory, tmp_path):
     import torch.multiprocessing as mp
-    from twopgraph.partition.selfdep import partition_selfdep
+
+    from twopgraph.distributed.partition.selfdep import partition_selfdep
     parts = tmp_path_factory.mktemp("parts2") / "p2"
     partition_selfdep(community_data(1200, k=4), 2, 2, parts, num_clusters=12)
     out = tmp_path / "run"

@@ -15,12 +15,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
-from twopgraph import livemap, store, storewriter
-from twopgraph.datasets import load_dataset
-from twopgraph.graph import GraphData
-
 from conftest import community_data
+
+from twopgraph.datasets import load_dataset
+from twopgraph.graph.data import GraphData
+from twopgraph.store import mapped as livemap
+from twopgraph.store import reader as store
+from twopgraph.store import writer as storewriter
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -42,7 +43,7 @@ def test_truncated_store_file_is_one_line_exit_2_not_sigbus(tmp_path, data):
     folder = storewriter.write_store(data, tmp_path / "s")
     r = _script(tmp_path, f"""
         import os, numpy as np
-        from twopgraph.store import open_store
+        from twopgraph.store.reader import open_store
         d = open_store({str(folder)!r})
         print(float(np.asarray(d.feat[-1]).sum()), flush=True)
         os.truncate({str(folder / 'feat.npy')!r}, 4096)
@@ -60,8 +61,8 @@ def test_parallel_numba_threads_that_fault_give_one_line(tmp_path, data):
     folder = storewriter.write_store(data, tmp_path / "s")
     r = _script(tmp_path, f"""
         import os, numba, numpy as np
-        from twopgraph.jit import configure_threading
-        from twopgraph.store import open_store
+        from twopgraph.runtime.jit import configure_threading
+        from twopgraph.store.reader import open_store
         configure_threading()
         numba.set_num_threads(2)
 
@@ -87,7 +88,7 @@ def test_a_map_not_registered_gets_the_generic_line(tmp_path):
     np.save(tmp_path / "x.npy", np.ones(1 << 16, dtype=np.float64))
     r = _script(tmp_path, """
         import os, numpy as np
-        from twopgraph import livemap
+        from twopgraph.store import mapped as livemap
         livemap.install()
         x = np.load("x.npy", mmap_mode="r")
         os.truncate("x.npy", 4096)
@@ -171,7 +172,7 @@ def test_run_stopped_by_a_changed_store_says_failed(tmp_path, data, monkeypatch)
     "failed" with that line (it stayed "running" for ever), the lock is released and the
     checkpoint of the last completed epoch is kept."""
     from twopgraph.config import TrainConfig
-    from twopgraph.train import train
+    from twopgraph.run.train import train
     folder = storewriter.write_store(data, tmp_path / "s")
     out = tmp_path / "run"
     cfg = TrainConfig.of(dataset=str(folder), fanouts=[5, 5], batch_size=256, epochs=6,
@@ -260,8 +261,8 @@ def test_renumbered_store_rewritten_in_place_is_rebuilt_with_what_changed(tmp_pa
                                                                          caplog):
     """The warning names what changed (StoreChanged.what), not "damaged ... delete the store
     folder": the renumbered store is a cache, rebuilt at once."""
-    from twopgraph.partition.cluster import cluster_graph
-    from twopgraph.partition.renumber import renumber
+    from twopgraph.locality.cluster import cluster_graph
+    from twopgraph.locality.renumber import renumber
     d = store.open_store(storewriter.write_store(data, tmp_path / "s"))
     clustering = cluster_graph(d.graph, 8, train_idx=d.train_idx)
     first, _, perm = renumber(d, clustering, cache_dir=tmp_path / "clusters")

@@ -221,8 +221,8 @@ def test_launcher_passes_stop_signals_to_every_rank(tiny_parts, tmp_path, sig):
 def test_launcher_stop_then_resume_equals_an_uninterrupted_run(tiny_parts, tmp_path):
     """1 rank through the launcher, stopped by SIGTERM, resumed (in-process: the same code as a
     rank, world size 1): the same epochs and figures as a run never stopped."""
-    from twopgraph.distributed import DistEnv, train_distributed
     from twopgraph.config import TrainConfig
+    from twopgraph.distributed import DistEnv, train_distributed
     root, parts, _ = tiny_parts
     out = tmp_path / "run"
     code, err, _ = _stop_launcher(_launch(parts, root, out, 1, "--epochs", "5"), out,
@@ -283,7 +283,7 @@ def _one_stop_line(code: int, err: str, sig: int, hint: str = "") -> None:
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
 def test_partition_stops_on_a_signal_and_leaves_nothing(tmp_path, sig):
     patch = """
-from twopgraph.partition import selfdep
+from twopgraph.distributed.partition import selfdep
 real = selfdep._write_part
 def write_part(folder, p, *a):
     out = real(folder, p, *a)
@@ -315,7 +315,7 @@ def tiny_run(tmp_path_factory):
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
 def test_predict_stops_on_a_signal_while_writing_and_leaves_no_file(tiny_run, tmp_path, sig):
     patch = """
-import twopgraph.predict as pr
+import twopgraph.run.predict as pr
 real = pr.write_rows
 def write_rows(f, *a, **k):
     f.write(b"x" * 4096)

@@ -4,17 +4,24 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from twopgraph.errors import ConfigError
-from twopgraph.graph import CSRGraph
-from twopgraph.partition import (Clustering, cluster_graph, cluster_permutation,
-                                 default_num_clusters, edge_cut, renumber, to_original_order)
-from twopgraph.partition import cluster as cluster_mod
-from twopgraph.partition.cluster import sparsify
-from twopgraph.config import TrainConfig
-from twopgraph.inference import accuracy
-from twopgraph.train import train
 from conftest import community_data, random_graph
+
+from twopgraph.config import TrainConfig
+from twopgraph.errors import ConfigError
+from twopgraph.graph.data import CSRGraph
+from twopgraph.inference import accuracy
+from twopgraph.locality import (
+    Clustering,
+    cluster_graph,
+    cluster_permutation,
+    default_num_clusters,
+    edge_cut,
+    renumber,
+    to_original_order,
+)
+from twopgraph.locality import cluster as cluster_mod
+from twopgraph.locality.cluster import sparsify
+from twopgraph.run.train import train
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +73,7 @@ def test_cluster_cache_hit_and_key(cdata, tmp_path, monkeypatch):
 
 
 def test_cluster_cache_is_keyed_by_the_content_fingerprint(cdata, tmp_path, monkeypatch):
-    from twopgraph.fingerprint import fingerprint
+    from twopgraph.core.fingerprint import fingerprint
     g, train = cdata.graph, cdata.train_idx
     first = cluster_graph(g, 6, train_idx=train, cache_dir=tmp_path)
     key = cluster_mod.cluster_key(g, 6, train_idx=train)
@@ -178,7 +185,7 @@ def test_to_original_order_numpy_and_torch():
     assert t.tolist() == [0.0, 10.0, 20.0]
     c = Clustering(np.array([1, 0, 0]), 2, 1)
     assert cluster_permutation(
-        __import__("twopgraph.graph", fromlist=["CSRGraph"]).CSRGraph.from_edges(
+        __import__("twopgraph.graph.data", fromlist=["CSRGraph"]).CSRGraph.from_edges(
             [0, 1], [1, 2], 3), c).tolist() == [1, 2, 0]
 
 

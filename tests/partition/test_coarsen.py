@@ -12,13 +12,13 @@ import tracemalloc
 
 import numpy as np
 import pytest
-
 from conftest import community_data, power_law_data
+
 from twopgraph.errors import ConfigError
-from twopgraph.graph import CSRGraph
-from twopgraph.partition import cluster as cluster_mod
-from twopgraph.partition import cluster_graph, cluster_key, coarsen, edge_cut
-from twopgraph.partition.cluster import resolve_method, vertex_weights
+from twopgraph.graph.data import CSRGraph
+from twopgraph.locality import cluster as cluster_mod
+from twopgraph.locality import cluster_graph, cluster_key, coarsen, edge_cut
+from twopgraph.locality.cluster import resolve_method, vertex_weights
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -106,7 +106,7 @@ def test_method_is_in_the_cache_key(big, tmp_path, monkeypatch):
     monkeypatch.setattr(cluster_mod, "COARSEN_EDGES", 1)
     assert cluster_key(g, 12, train_idx=train, method="auto") == keys["coarsen"]
     # METIS keys are those of earlier versions (no method entry): old caches stay valid
-    from twopgraph.fingerprint import fingerprint
+    from twopgraph.core.fingerprint import fingerprint
     assert keys["metis"] == fingerprint("metis-clusters", {
         "graph": g.fingerprint(), "num_clusters": 12, "seed": 0,
         "ufactor": cluster_mod.DEFAULT_UFACTOR, "format": cluster_mod.CACHE_FORMAT,
@@ -126,9 +126,9 @@ _THREADS_SCRIPT = textwrap.dedent("""
     import sys, numpy as np
     sys.path[:0] = [{here!r}, {tests!r}]
     from test_coarsen import big_community
-    from twopgraph.jit import configure_threading, thread_count
-    from twopgraph.partition import coarsen
-    from twopgraph.partition.cluster import vertex_weights
+    from twopgraph.runtime.jit import configure_threading, thread_count
+    from twopgraph.locality import coarsen
+    from twopgraph.locality.cluster import vertex_weights
     configure_threading()
     g, train, _ = big_community(n=24_000)
     vw = vertex_weights(g.num_nodes, train)
@@ -199,12 +199,13 @@ def _cfg(tmp_path, **kw):
 def test_auto_schedule_skips_clustering_where_the_probe_says_it_cannot_pay(tmp_path,
                                                                           monkeypatch):
     from test_autoschedule import clustered_data, dense_data
-    from twopgraph.sampler.autoschedule import PROBE_THRESHOLD
-    from twopgraph.pipeline import locality_for, make_loader
-    from twopgraph.train import train
+
+    from twopgraph.locality.auto import PROBE_THRESHOLD
+    from twopgraph.pipeline.assemble import locality_for, make_loader
+    from twopgraph.run.train import train
     calls = []
     real = cluster_mod.cluster_graph
-    renumber_mod = sys.modules["twopgraph.partition.renumber"]
+    renumber_mod = sys.modules["twopgraph.locality.renumber"]
     monkeypatch.setattr(renumber_mod, "cluster_graph",
                         lambda *a, **k: calls.append(1) or real(*a, **k))
     dense = dense_data()
@@ -233,8 +234,9 @@ def test_auto_schedule_skips_clustering_where_the_probe_says_it_cannot_pay(tmp_p
 
 def test_probe_is_deterministic_and_cheap():
     from test_autoschedule import clustered_data
+
+    from twopgraph.locality.auto import decide_probe, probe_locality
     from twopgraph.sampler import NeighborSampler
-    from twopgraph.sampler.autoschedule import decide_probe, probe_locality
     d = clustered_data()
     s = NeighborSampler(d.graph, [3, 3], seed=0)
     a = probe_locality(s, d.graph, d.train_idx, 50, 0)

@@ -9,17 +9,17 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-
 from conftest import community_data
+
 from twopgraph.cli import main
+from twopgraph.distributed.partition.format import FORMAT_VERSION, PartitionError
+from twopgraph.distributed.partition.load import load_part, read_meta, verify_partition
+from twopgraph.distributed.partition.selfdep import GLOBAL_SHARE, partition_selfdep
 from twopgraph.errors import ConfigError
-from twopgraph.graph import CSRGraph, inverse_permutation
-from twopgraph.partition.partformat import FORMAT_VERSION, PartitionError
-from twopgraph.partition.partload import load_part, read_meta, verify_partition
-from twopgraph.partition.selfdep import GLOBAL_SHARE, partition_selfdep
+from twopgraph.graph.data import CSRGraph, inverse_permutation
 from twopgraph.sampler import NeighborSampler
-from twopgraph.store import open_store
-from twopgraph.storewriter import write_store
+from twopgraph.store.reader import open_store
+from twopgraph.store.writer import write_store
 
 FANOUTS = [4, 3, 3]
 
@@ -102,7 +102,7 @@ def test_layout_and_meta(data, parts):
     allown = np.concatenate(owned)
     assert np.array_equal(np.sort(allown), np.arange(n))  # owned sets partition the graph
     # the edge cut, summed from the cluster graph, is that of the vertices' parts
-    from twopgraph.partition.cluster import edge_cut
+    from twopgraph.locality.cluster import edge_cut
     owner = np.empty(n, dtype=np.int64)
     for i, own in enumerate(owned):
         owner[own] = i
@@ -279,7 +279,7 @@ def test_cli_partition_and_stale_source(data, tmp_path, capsys):
 
 
 def _count_part_writes(monkeypatch) -> list:
-    from twopgraph.partition import selfdep
+    from twopgraph.distributed.partition import selfdep
     writes = []
     real = selfdep._write_part
     monkeypatch.setattr(selfdep, "_write_part", lambda *a: writes.append(a[1]) or real(*a))
@@ -356,7 +356,7 @@ def test_small_real_graphs_balance_training_vertices_and_vertices(tmp_path, name
     be within the README's few percent (3 %, or one cluster's weight where that is more)."""
     from conftest import shared_dataset
 
-    from twopgraph.partition.partsplit import BALANCE_TOLERANCE
+    from twopgraph.distributed.partition.split import BALANCE_TOLERANCE
     d = shared_dataset(name)
     meta = partition_selfdep(d, num_parts, 1, tmp_path / "p")
     train = np.array([p["num_train"] for p in meta["parts"]])
@@ -368,8 +368,9 @@ def test_small_real_graphs_balance_training_vertices_and_vertices(tmp_path, name
 
 
 def test_rebalance_moves_whole_clusters_and_keeps_a_balanced_split():
-    from twopgraph.partition.partsplit import rebalance
     import scipy.sparse as sp
+
+    from twopgraph.distributed.partition.split import rebalance
     k = 40
     w = np.stack([np.full(k, 10), np.tile([1, 0], k // 2)], axis=1)
     ring = sp.coo_matrix((np.ones(k), (np.arange(k), (np.arange(k) + 1) % k)), shape=(k, k))
@@ -384,8 +385,8 @@ def test_rebalance_moves_whole_clusters_and_keeps_a_balanced_split():
 
 def test_halos_of_more_than_eight_parts_are_the_hop_balls(data):
     # 10 parts: two bytes of part masks; each part's halo is the BFS ball of its seeds
-    from twopgraph.partition.partsplit import _halos
-    from twopgraph.partition.selfdep import _local_entries
+    from twopgraph.distributed.partition.selfdep import _local_entries
+    from twopgraph.distributed.partition.split import _halos
     g = data.graph
     owner = np.random.default_rng(0).integers(0, 10, g.num_nodes)
     reached = _halos(g, owner, data.train_idx, 10, 2)
@@ -399,7 +400,7 @@ def test_halos_of_more_than_eight_parts_are_the_hop_balls(data):
 
 
 def test_dense_and_sparse_cluster_graphs_agree(data, monkeypatch):
-    from twopgraph.partition import partsplit
+    from twopgraph.distributed.partition import split as partsplit
     fine = np.random.default_rng(1).integers(0, 40, data.num_nodes)
     dense = partsplit._cluster_graph(data.graph, fine, 40)
     monkeypatch.setattr(partsplit, "DENSE_CLUSTER_GRAPH", 0)

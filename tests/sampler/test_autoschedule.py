@@ -13,17 +13,23 @@ import numpy as np
 import pytest
 import torch
 import torch.multiprocessing as mp
-
 from conftest import join_all
+
 from twopgraph.config import TrainConfig
 from twopgraph.errors import ConfigError
-from twopgraph.graph import CSRGraph, GraphData
-from twopgraph.nodeloader import NodeLoader
+from twopgraph.graph.data import CSRGraph, GraphData
+from twopgraph.locality.auto import (
+    AUTO_BATCHES,
+    AUTO_THRESHOLD,
+    ScheduleChoice,
+    choose_schedule,
+    decide,
+    measure,
+)
+from twopgraph.pipeline.assemble import make_loader
+from twopgraph.pipeline.nodeloader import NodeLoader
+from twopgraph.run.train import train
 from twopgraph.sampler import NeighborSampler
-from twopgraph.sampler.autoschedule import (AUTO_BATCHES, AUTO_THRESHOLD, ScheduleChoice,
-                                            choose_schedule, decide, measure)
-from twopgraph.pipeline import make_loader
-from twopgraph.train import train
 
 COMMUNITIES, SIZE = 40, 25  # 1000 vertices in 40 closed communities
 
@@ -138,7 +144,7 @@ def _batches(loader, epoch):
 @pytest.mark.parametrize("data_fn,expect", [(clustered_data, "locality"),
                                             (dense_data, "random")])
 def test_auto_loader_draws_the_batches_of_the_explicit_schedule(tmp_path, data_fn, expect):
-    from twopgraph.pipeline import locality_for
+    from twopgraph.pipeline.assemble import locality_for
     data = data_fn()
     kw = dict(fanouts=[10, 10]) if expect == "random" else {}
     auto = _cfg(tmp_path, "a", schedule="auto", **kw)
@@ -190,11 +196,12 @@ def test_small_graph_decides_without_clustering(tmp_path, monkeypatch, name):
     import sys
 
     from conftest import shared_dataset
-    from twopgraph.sampler.autoschedule import PROBE_BALLS_THRESHOLD, probe_balls
-    from twopgraph.pipeline import locality_for
+
+    from twopgraph.locality.auto import PROBE_BALLS_THRESHOLD, probe_balls
+    from twopgraph.pipeline.assemble import locality_for
     data = shared_dataset(name)
     calls = []
-    renumber_mod = sys.modules["twopgraph.partition.renumber"]
+    renumber_mod = sys.modules["twopgraph.locality.renumber"]
     monkeypatch.setattr(renumber_mod, "cluster_graph",
                         lambda *a, **k: calls.append(1) or pytest.fail("clustered"))
     cfg = TrainConfig.of(dataset=name, data_root=str(tmp_path / "data"), fanouts=[10, 10],
@@ -216,7 +223,7 @@ def test_nodeloader_auto_probes_before_clustering(tmp_path, monkeypatch):
     that clusters cannot pay, nothing is clustered (it always ran METIS); the batches are
     those of schedule="random"."""
     import sys
-    renumber_mod = sys.modules["twopgraph.partition.renumber"]
+    renumber_mod = sys.modules["twopgraph.locality.renumber"]
     monkeypatch.setattr(renumber_mod, "cluster_graph",
                         lambda *a, **k: pytest.fail("clustered"))
     data = dense_data()

@@ -16,11 +16,12 @@ import pytest
 import torch
 from conftest import power_law_data, random_graph
 
+from twopgraph.core.protocols import SAMPLERS, Sampler
+from twopgraph.core.rng import draw_ref, mix_key
 from twopgraph.errors import ConfigError
-from twopgraph.graph import CSRGraph
-from twopgraph.protocols import SAMPLERS, Sampler
-from twopgraph.rng import draw_ref, mix_key
-from twopgraph.sampler import NeighborSampler, RandomScheduler, make_sampler, sampled_batches
+from twopgraph.graph.data import CSRGraph
+from twopgraph.locality import RandomScheduler
+from twopgraph.sampler import NeighborSampler, make_sampler, sampled_batches
 from twopgraph.sampler.device import TorchNeighborSampler, _umod, draw_torch
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
@@ -285,10 +286,10 @@ def test_input_vertex_counts_match_neighbor_sampler(device):
 # -- training ------------------------------------------------------------------------------------
 def _train_accuracy(data, sampler, seed: int, epochs: int = 3) -> float:
     from twopgraph.cache import HostFeatures
-    from twopgraph.loader import Loader
-    from twopgraph.models import build_model
     from twopgraph.inference import accuracy, layerwise_inference
-    from twopgraph.epoch import train_epoch
+    from twopgraph.models import build_model
+    from twopgraph.pipeline.epoch import train_epoch
+    from twopgraph.pipeline.loader import Loader
     torch.manual_seed(seed)
     feat = torch.from_numpy(data.feat)
     labels = torch.from_numpy(data.label)
@@ -306,7 +307,7 @@ def test_trains_to_the_accuracy_of_neighbor_sampler():
     """synthetic-tiny, 3 seeds, SAGE 2 layers, 3 epochs: the mean test accuracy with the
     device sampler (other sampler seeds: other batches) is within 3 points of the numba
     sampler's."""
-    from twopgraph.synthetic import generate
+    from twopgraph.datasets.synthetic import generate
     data = generate("synthetic-tiny")
     before = torch.get_num_threads()
     try:

@@ -9,19 +9,19 @@ import argparse
 import numpy as np
 import pytest
 import torch
+from conftest import community_data, random_graph
 
-from twopgraph import jit
 from twopgraph.config import TrainConfig
+from twopgraph.core.rng import batch_key
 from twopgraph.errors import ConfigError
-from twopgraph.graph import CSRGraph
+from twopgraph.graph.data import CSRGraph
+from twopgraph.locality.schedule import RandomScheduler
 from twopgraph.models.gcn import GCNConv
 from twopgraph.models.ops import mean_weights, spmm_block
-from twopgraph.pipeline import build_sampler
-from twopgraph.rng import batch_key
+from twopgraph.pipeline.assemble import build_sampler
+from twopgraph.runtime import jit
 from twopgraph.sampler import NeighborSampler, make_sampler, sampled_batches, sampler_options
 from twopgraph.sampler.labor import LaborSampler
-from twopgraph.sampler.schedule import RandomScheduler
-from conftest import community_data, random_graph
 
 DRAWS = 2000
 Z = 5.0  # |z| bound of one statistic; with a few hundred of them, a false alarm is ~1e-4
@@ -381,7 +381,7 @@ def test_flags_reach_the_sampler():
 
 
 def test_nodeloader_takes_labor_and_its_options():
-    from twopgraph.nodeloader import NodeLoader
+    from twopgraph.pipeline.nodeloader import NodeLoader
     data = community_data()
     loader = NodeLoader(data, [4, 4], batch_size=64, schedule="random", sampler="labor",
                         sampler_options={"iterations": 1, "batch_dependency": 2}, prefetch=0)
@@ -396,7 +396,7 @@ def test_nodeloader_takes_labor_and_its_options():
 
 
 def test_train_with_labor_learns(tmp_path):
-    from twopgraph.train import train
+    from twopgraph.run.train import train
     data = community_data()
     cfg = TrainConfig.of(dataset="community", epochs=6, hidden=16, fanouts=[5, 5],
                          batch_size=64, lr=0.01, dropout=0.1, seed=0, device="cpu",

@@ -7,14 +7,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from conftest import community_data, random_graph
 
+from twopgraph.core.protocols import SAMPLERS, Sampler
+from twopgraph.core.rng import batch_key
 from twopgraph.errors import ConfigError
-from twopgraph.protocols import SAMPLERS, Sampler
-from twopgraph.rng import batch_key
 from twopgraph.sampler import make_sampler, sampler_options
 from twopgraph.sampler.labor import LaborSampler
 from twopgraph.sampler.labor_device import TorchLaborSampler, variates_torch
-from conftest import community_data, random_graph
 
 OPTIONS = [{}, {"iterations": 1}, {"iterations": 3}, {"layer_dependency": True},
            {"batch_dependency": 3}, {"iterations": 2, "layer_dependency": True,
@@ -101,7 +101,7 @@ def test_registered_as_the_twin_and_takes_the_options():
 
 
 def test_nodeloader_trains_with_the_twin():
-    from twopgraph.nodeloader import NodeLoader
+    from twopgraph.pipeline.nodeloader import NodeLoader
     data = community_data()
     loader = NodeLoader(data, [4, 4], batch_size=64, schedule="random",
                         sampler="labor-device", sampler_options={"iterations": 1}, prefetch=0)
@@ -114,7 +114,7 @@ def test_the_saturation_loop_matches_the_kernels_row_by_row():
     """Rows whose large ``pi`` saturate (``c pi >= 1``): after the fixed-point rounds of a
     real layer this is rare, so the loop is checked on its own, against the kernel's twin."""
     from twopgraph.sampler.labor_device import _solve
-    from twopgraph.sampler.labor_kernels import _solve_row_ref
+    from twopgraph.sampler.labor_pi import _solve_row_ref
     rng = np.random.default_rng(5)
     deg = rng.integers(0, 30, 400)
     pi = rng.uniform(0.001, 0.2, int(deg.sum()))

@@ -5,11 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from conftest import random_graph
 
 from twopgraph.errors import ConfigError
-from twopgraph.graph import CSRGraph
-from twopgraph.sampler import NeighborSampler, RandomScheduler, make_scheduler, parse_fanouts
-from conftest import random_graph
+from twopgraph.graph.data import CSRGraph
+from twopgraph.locality import RandomScheduler, make_scheduler
+from twopgraph.sampler import NeighborSampler, parse_fanouts
 
 
 def _edges_ok(graph, mb):
@@ -124,7 +125,8 @@ def test_scheduler_errors():
 def test_batch_parallel_sampling_gives_the_same_batches(workers):
     """Several sampler threads (each a whole batch, serial kernels) yield the same batches, in
     the same order, as the calling thread alone; early close stops the workers."""
-    from twopgraph.sampler import RandomScheduler, sampled_batches
+    from twopgraph.locality import RandomScheduler
+    from twopgraph.sampler import sampled_batches
     g = random_graph(500, 4000, seed=3)
     sampler = NeighborSampler(g, [4, 3], seed=5)
     sched = RandomScheduler(np.arange(0, 500, 3), 16, seed=1)

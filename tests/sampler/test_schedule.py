@@ -6,14 +6,13 @@ import json
 
 import numpy as np
 import pytest
+from conftest import community_data
 
 from twopgraph.cli import main as cli_main
-from twopgraph.errors import ConfigError
-from twopgraph.partition import cluster_graph
-from twopgraph.sampler import LocalityScheduler, RandomScheduler, make_scheduler
 from twopgraph.config import TrainConfig
-from twopgraph.train import train
-from conftest import community_data
+from twopgraph.errors import ConfigError
+from twopgraph.locality import LocalityScheduler, RandomScheduler, cluster_graph, make_scheduler
+from twopgraph.run.train import train
 
 N = 3000
 

@@ -61,16 +61,24 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..cache import (CacheDirectory, FeatureCache, PolicyContext, belady_min, feat_dtype,
-                     make_policy, replay)
-from ..cache.directory import announced
-from ..files import atomic_write_bytes
-from ..jit import thread_count
-from ..loader import Loader
-from ..metrics import ratio, transfer_metrics
-from ..sampler import make_sampler, make_scheduler, sampler_options
-from ..pipeline import locality_for
-from .config import BenchCacheConfig
+from twopgraph.bench.config import BenchCacheConfig
+from twopgraph.cache import (
+    CacheDirectory,
+    FeatureCache,
+    PolicyContext,
+    belady_min,
+    feat_dtype,
+    make_policy,
+    replay,
+)
+from twopgraph.cache.directory import announced
+from twopgraph.core.files import atomic_write_bytes
+from twopgraph.core.metrics import ratio, transfer_metrics
+from twopgraph.locality import make_scheduler
+from twopgraph.pipeline.assemble import locality_for
+from twopgraph.pipeline.loader import Loader
+from twopgraph.runtime.jit import thread_count
+from twopgraph.sampler import make_sampler, sampler_options
 
 log = logging.getLogger("twopgraph")
 

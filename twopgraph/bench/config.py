@@ -9,13 +9,21 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..choices import FEAT_DTYPE_NAMES
-from ..config import (TRAIN_ONLY_SAMPLING, Config, DataConfig, SamplingConfig, Section,
-                      csv_list, option, resolve_device)
-from ..config.checks import int_at_least, not_dangling, one_of, positive_int, seed_ok
-from ..config.options import feat_dtype_option, seed_option, threads_option
-from ..errors import ConfigError
-from ..protocols import CACHE_POLICIES, SCHEDULERS
+from twopgraph.config import (
+    TRAIN_ONLY_SAMPLING,
+    Config,
+    DataConfig,
+    SamplingConfig,
+    Section,
+    csv_list,
+    option,
+    resolve_device,
+)
+from twopgraph.config.checks import int_at_least, not_dangling, one_of, positive_int, seed_ok
+from twopgraph.config.options import feat_dtype_option, seed_option, threads_option
+from twopgraph.core.names import FEAT_DTYPE_NAMES
+from twopgraph.core.protocols import CACHE_POLICIES, SCHEDULERS
+from twopgraph.errors import ConfigError
 
 
 @dataclass

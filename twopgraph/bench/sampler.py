@@ -13,11 +13,12 @@ import logging
 import statistics
 import time
 
-from ..loader import Loader, ThreadPlan
-from ..sampler import make_sampler, make_scheduler, sampler_options
-from ..sampler.autoschedule import choose_schedule
-from ..pipeline import locality_for
-from .config import BenchSamplerConfig
+from twopgraph.bench.config import BenchSamplerConfig
+from twopgraph.locality import make_scheduler
+from twopgraph.locality.auto import choose_schedule
+from twopgraph.pipeline.assemble import locality_for
+from twopgraph.pipeline.loader import Loader, ThreadPlan
+from twopgraph.sampler import make_sampler, sampler_options
 
 log = logging.getLogger("twopgraph")
 

@@ -2,7 +2,7 @@
 :class:`FeatureCache` (a device buffer over the host table, driven by a cache policy), and the
 offline optimum the policies are judged against.
 
-Policies register in :data:`~twopgraph.protocols.CACHE_POLICIES` (name -> factory), one module
+Policies register in :data:`~twopgraph.core.protocols.CACHE_POLICIES` (name -> factory), one module
 each: ``none`` (no cache), ``degree`` (PaGraph), ``presample`` (GNNLab PreSC), ``layer``
 (2PGraph: layer-aware static rank + schedule lookahead window). A new policy is a new module
 of this package.
@@ -15,7 +15,7 @@ counted); ``rows`` maps a part's ids onto the shared table.
 
 Example::
 
-    >>> from twopgraph.graph import CSRGraph
+    >>> from twopgraph.graph.data import CSRGraph
     >>> g = CSRGraph.from_edges([0, 1, 2], [1, 2, 3], num_nodes=4)
     >>> ctx = PolicyContext(g, np.array([0, 1]), fanouts=[2, 2], batch_size=2)
     >>> cache = FeatureCache(torch.ones(4, 3), make_policy("degree", ctx), budget=2)
@@ -30,16 +30,16 @@ import inspect
 import numpy as np
 import torch
 
-from ..errors import ConfigError
-from ..metrics import CacheCounters
-from ..protocols import CACHE_POLICIES
-from .base import CachePolicy, PolicyContext
-from .directory import CacheDirectory, GatherPlan, replay
-from .feature_cache import FEAT_DTYPES, FeatureCache, feat_dtype, resolve_budget
-from .host import HostFeatures, HostTable, Staging
-from .hostrows import HostRowCache, host_cache_rows
-from .optimal import belady_min
-from .readahead import Readahead, find_mmap
+from twopgraph.cache.base import CachePolicy, PolicyContext
+from twopgraph.cache.directory import CacheDirectory, GatherPlan, replay
+from twopgraph.cache.feature_cache import FEAT_DTYPES, FeatureCache, feat_dtype, resolve_budget
+from twopgraph.cache.host import HostFeatures, HostTable, Staging
+from twopgraph.cache.hostrows import HostRowCache, host_cache_rows
+from twopgraph.cache.optimal import belady_min
+from twopgraph.cache.readahead import Readahead, find_mmap
+from twopgraph.core.metrics import CacheCounters
+from twopgraph.core.protocols import CACHE_POLICIES
+from twopgraph.errors import ConfigError
 
 
 def make_policy(name: str, ctx: PolicyContext, **options) -> CachePolicy:
@@ -61,10 +61,10 @@ def build_feature_source(policy: str, feat, ctx: PolicyContext, device, *,
     from ``ratio`` or ``gb`` (default: see :func:`resolve_budget`), or, when that budget is 0
     rows or the policy caches nothing, the plain :class:`HostFeatures` (nothing to rank, no
     window held, no second copy of any row); ``budget`` gives it in rows instead (a caller that
-    resolved it already, as :func:`twopgraph.pipeline.make_loader` does). ``feat`` (host N x F, NumPy or torch) is used as
-    it is; ``rows`` (int64, optional) maps the source's ids to rows of ``feat`` (a part of a
-    partitioned run over the machine's shared table; ``ctx`` and the budget are in the
-    source's ids); ``readahead`` advises sampled rows of a memory-mapped ``feat``."""
+    resolved it already, as :func:`twopgraph.pipeline.assemble.make_loader` does). ``feat`` (host N
+    x F, NumPy or torch) is used as it is; ``rows`` (int64, optional) maps the source's ids to rows
+    of ``feat`` (a part of a partitioned run over the machine's shared table; ``ctx`` and the budget
+    are in the source's ids); ``readahead`` advises sampled rows of a memory-mapped ``feat``."""
     factory = CACHE_POLICIES.get(policy)
     tdtype = feat_dtype(dtype)
     num_rows = int(feat.shape[0] if rows is None else len(rows))
@@ -86,7 +86,7 @@ def attach_host_cache(source, setting: str, ctx: PolicyContext, *, gb: float | N
     """Give ``source`` (a :class:`HostFeatures` or :class:`FeatureCache`) a
     :class:`~twopgraph.cache.hostrows.HostRowCache` by ``--host-cache`` ``setting``: ``none``
     (never), ``auto`` (``degree``, sized by :func:`~twopgraph.cache.hostrows.host_cache_rows`
-    from ``available`` bytes -- default :func:`~twopgraph.metrics.available_host_bytes` --
+    from ``available`` bytes -- default :func:`~twopgraph.runtime.memory.available_host_bytes` --
     and ``structure_bytes``, when the memory-mapped table does not fit in
     memory) or a registered cache policy's name, whose static rank (``initial_rows``, built
     from ``ctx``) picks the rows; ``gb`` sizes it in GiB instead. Only a table that is a
@@ -104,7 +104,7 @@ def attach_host_cache(source, setting: str, ctx: PolicyContext, *, gb: float | N
         k = min(n, int(gb * 2**30) // max(1, row_bytes))
     else:
         if available is None:
-            from ..metrics import available_host_bytes
+            from twopgraph.runtime.memory import available_host_bytes
             available = available_host_bytes()
         k = host_cache_rows(table_bytes, row_bytes, n, structure_bytes, available)
     if k <= 0:

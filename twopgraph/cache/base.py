@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from ..graph import CSRGraph
-from .window import NextUseWindow
+from twopgraph.cache.window import NextUseWindow
+from twopgraph.graph.data import CSRGraph
 
 # Priority keys: smaller = keep first. DROP_KEY or larger = never keep.
 DROP_KEY = np.int64(np.iinfo(np.int64).max)

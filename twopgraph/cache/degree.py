@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..protocols import CACHE_POLICIES
-from .base import CachePolicy, PolicyContext, top_rows
+from twopgraph.cache.base import CachePolicy, PolicyContext, top_rows
+from twopgraph.core.protocols import CACHE_POLICIES
 
 
 class DegreeCache(CachePolicy):
@@ -13,7 +13,7 @@ class DegreeCache(CachePolicy):
 
     Example::
 
-        >>> from twopgraph.graph import CSRGraph
+        >>> from twopgraph.graph.data import CSRGraph
         >>> g = CSRGraph.from_edges([0, 0, 0, 1], [1, 2, 3, 2], num_nodes=4)
         >>> DegreeCache(g.degrees()).initial_rows(2).tolist()
         [0, 1]

@@ -21,9 +21,9 @@ from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from ..errors import ConfigError
-from ..metrics import CacheCounters
-from .base import DROP_KEY, CachePolicy
+from twopgraph.cache.base import DROP_KEY, CachePolicy
+from twopgraph.core.metrics import CacheCounters
+from twopgraph.errors import ConfigError
 
 
 @dataclass

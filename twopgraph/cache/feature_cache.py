@@ -18,15 +18,16 @@ from contextlib import nullcontext
 import numpy as np
 import torch
 
-from ..choices import FEAT_DTYPE_NAMES
-from ..errors import ConfigError
-from ..metrics import CacheCounters
-from .base import CachePolicy
-from .directory import CacheDirectory
-from .host import HostTable, Staging, _as_ids as _as_numpy
-from .readahead import Readahead
+from twopgraph.cache.base import CachePolicy
+from twopgraph.cache.directory import CacheDirectory
+from twopgraph.cache.host import HostTable, Staging
+from twopgraph.cache.host import _as_ids as _as_numpy
+from twopgraph.cache.readahead import Readahead
+from twopgraph.core.metrics import CacheCounters
+from twopgraph.core.names import FEAT_DTYPE_NAMES
+from twopgraph.errors import ConfigError
 
-#: ``--feat-dtype``: each name of :data:`~twopgraph.choices.FEAT_DTYPE_NAMES` and its torch dtype
+#: ``--feat-dtype``: each name of :data:`~twopgraph.core.names.FEAT_DTYPE_NAMES` and its torch dtype
 FEAT_DTYPES = {name: getattr(torch, name) for name in FEAT_DTYPE_NAMES}
 # Bytes of device memory left free for training when the budget is "whatever fits".
 DEFAULT_TRAIN_MARGIN = 0.25

@@ -22,9 +22,9 @@ import warnings
 import numpy as np
 import torch
 
-from ..errors import ConfigError
-from ..metrics import CacheCounters
-from .readahead import Readahead
+from twopgraph.cache.readahead import Readahead
+from twopgraph.core.metrics import CacheCounters
+from twopgraph.errors import ConfigError
 
 
 def host_tensor(table) -> torch.Tensor:

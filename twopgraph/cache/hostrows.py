@@ -7,7 +7,7 @@ rows: with 512-byte rows (128 float32, ogbn-papers100M's width) a 4 KiB page hol
 rows, most of which the next batches do not need, so the page cache holds the hot rows at
 an eighth of its density, and the kernel's LRU keeps whatever was touched last. The row cache
 keeps the rows a static policy of the registry ranks best
-(:data:`~twopgraph.protocols.CACHE_POLICIES`: ``degree`` by default, PaGraph's rank, or
+(:data:`~twopgraph.core.protocols.CACHE_POLICIES`: ``degree`` by default, PaGraph's rank, or
 ``presample``) packed in anonymous memory, read once at the start (a sequential pass over the
 table, read ahead in row ranges); a gather then takes the hits from there and only the misses
 from the mapping, and read-ahead is asked for the misses alone. The page cache still serves
@@ -36,8 +36,8 @@ import time
 import numpy as np
 import torch
 
-from ..errors import ConfigError
-from .host import host_tensor
+from twopgraph.cache.host import host_tensor
+from twopgraph.errors import ConfigError
 
 #: Share of the memory left (after the memory-mapped graph structure) that an
 #: automatic host row cache takes; the rest stays page cache for the misses and the CSR.
@@ -128,7 +128,7 @@ class HostRowCache:
 def host_cache_rows(table_bytes: int, row_bytes: int, num_rows: int, structure_bytes: int,
                     available: int | None, share: float = HOST_CACHE_SHARE) -> int:
     """Rows of an automatic host row cache: 0 when ``available`` (bytes the process can still
-    fill, :func:`~twopgraph.metrics.available_host_bytes`) is unknown or the table
+    fill, :func:`~twopgraph.runtime.memory.available_host_bytes`) is unknown or the table
     (``table_bytes``) fits in half of it (the page cache keeps it: nothing to gain), else
     ``share`` of what is left after the memory-mapped graph structure (``structure_bytes``:
     it wants the page cache too), in rows of ``row_bytes``, at most ``num_rows``; the rest

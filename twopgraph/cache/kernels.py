@@ -6,7 +6,7 @@ the window live in a ring ``link`` (size a power of two, ``mask = size - 1``) wh
 none is announced yet). ``last_g[r]`` is the flat index of the latest announced occurrence of
 row r (-1: none); ``next_use[r]`` is the batch in which r is next used (:data:`NO_USE`: not in
 the window). All arrays are int64; each kernel costs O(rows of the batch). Each has a
-plain-Python/NumPy twin registered in :mod:`twopgraph.jit`.
+plain-Python/NumPy twin registered in :mod:`twopgraph.runtime.jit`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ..jit import register
+from twopgraph.runtime.jit import register
 
 #: "Not used in the window": later than any batch position (2**40).
 NO_USE = np.int64(1 << 40)

@@ -23,10 +23,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import ConfigError
-from ..protocols import CACHE_POLICIES
-from .base import DROP_KEY, PolicyContext, WindowPolicy, next_use_keys, rank_of, top_rows
-from .window import NO_USE
+from twopgraph.cache.base import (
+    DROP_KEY,
+    PolicyContext,
+    WindowPolicy,
+    next_use_keys,
+    rank_of,
+    top_rows,
+)
+from twopgraph.cache.window import NO_USE
+from twopgraph.core.protocols import CACHE_POLICIES
+from twopgraph.errors import ConfigError
 
 DEFAULT_LOOKAHEAD = 32
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..protocols import CACHE_POLICIES
-from .base import CachePolicy, PolicyContext
+from twopgraph.cache.base import CachePolicy, PolicyContext
+from twopgraph.core.protocols import CACHE_POLICIES
 
 
 class NoCache(CachePolicy):

@@ -22,10 +22,10 @@ from typing import Sequence
 
 import numpy as np
 
-from ..errors import ConfigError
-from .base import DROP_KEY, WindowPolicy, next_use_keys
-from .directory import CacheCounters, CacheDirectory, replay
-from .window import NO_USE
+from twopgraph.cache.base import DROP_KEY, WindowPolicy, next_use_keys
+from twopgraph.cache.directory import CacheCounters, CacheDirectory, replay
+from twopgraph.cache.window import NO_USE
+from twopgraph.errors import ConfigError
 
 
 class OfflineOptimal(WindowPolicy):

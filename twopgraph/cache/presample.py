@@ -7,10 +7,10 @@ import time
 
 import numpy as np
 
-from ..errors import ConfigError
-from ..protocols import CACHE_POLICIES
-from ..sampler.stream import sampled_batches
-from .base import CachePolicy, PolicyContext, top_rows
+from twopgraph.cache.base import CachePolicy, PolicyContext, top_rows
+from twopgraph.core.protocols import CACHE_POLICIES
+from twopgraph.errors import ConfigError
+from twopgraph.sampler.stream import sampled_batches
 
 # Pre-sampling epochs use stream keys no training epoch uses (epochs count up from 0).
 PRESAMPLE_EPOCH0 = 1 << 20

@@ -151,9 +151,9 @@ class Residency:
 def worth_reading_ahead(nbytes: int) -> bool:
     """Whether a memory-mapped table of ``nbytes`` should be read ahead: larger than
     :data:`READAHEAD_SHARE` of the memory this process can still fill
-    (:func:`~twopgraph.metrics.available_host_bytes`: ``MemAvailable``, its cgroup's limit).
+    (:func:`~twopgraph.runtime.memory.available_host_bytes`: ``MemAvailable``, its cgroup's limit).
     False where that is unknown."""
-    from ..metrics import available_host_bytes
+    from twopgraph.runtime.memory import available_host_bytes
     avail = available_host_bytes()
     return avail is not None and nbytes > READAHEAD_SHARE * avail
 

@@ -22,7 +22,7 @@ from collections import deque
 
 import numpy as np
 
-from . import kernels
+from twopgraph.cache import kernels
 
 NO_USE = int(kernels.NO_USE)
 

@@ -16,10 +16,10 @@ they are. The package:
 - :mod:`.train`: :class:`TrainConfig`, one of each.
 
 The other verbs' configs sit beside their verbs, built from the same sections and fields:
-:mod:`twopgraph.predictconfig` (``predict``), :mod:`twopgraph.bench.config` (``bench
-sampler``, ``bench cache``), :mod:`twopgraph.distributed.partitionconfig` (``partition``).
-The closed sets of names a flag takes come from :mod:`twopgraph.choices`, the registries'
-names from their sources (:meth:`~twopgraph.registry.Registry.declared`): this package imports
+:mod:`twopgraph.run.predictconfig` (``predict``), :mod:`twopgraph.bench.config` (``bench
+sampler``, ``bench cache``), :mod:`twopgraph.distributed.partition.config` (``partition``).
+The closed sets of names a flag takes come from :mod:`twopgraph.core.names`, the registries'
+names from their sources (:meth:`~twopgraph.core.registry.Registry.declared`): this package imports
 neither torch nor numba, nor any implementation, so that ``twopgraph VERB --help`` is fast.
 Flags and metric keys are a contract: they keep their names.
 
@@ -30,17 +30,39 @@ Example::
     ([5, 5], 2)
 """
 
-from ..choices import (AMP_MODES, CLUSTER_METHODS, EVAL_SCOPES, FEAT_DTYPE_NAMES, METRICS,
-                       READAHEAD_MODES, REPRESENTATIONS, SAMPLER_DEVICES, SELECT_MODES,
-                       STORE_DTYPE_CHOICES, STORE_DTYPES)
-from .arguments import add_section_arguments, registry_help
-from .base import Config
-from .checks import csv_list, resolve_device
-from .defaults import SIZE_DEFAULTS, SMALL_GRAPH_NODES, describe_defaults, size_profile
-from .options import Section, option
-from .sections import (TRAIN_ONLY_SAMPLING, CacheConfig, DataConfig, DistConfig, ModelConfig,
-                       RunConfig, SamplingConfig)
-from .train import TrainConfig
+from twopgraph.config.arguments import add_section_arguments, registry_help
+from twopgraph.config.base import Config
+from twopgraph.config.checks import csv_list, resolve_device
+from twopgraph.config.defaults import (
+                                  SIZE_DEFAULTS,
+                                  SMALL_GRAPH_NODES,
+                                  describe_defaults,
+                                  size_profile,
+)
+from twopgraph.config.options import Section, option
+from twopgraph.config.sections import (
+                                  TRAIN_ONLY_SAMPLING,
+                                  CacheConfig,
+                                  DataConfig,
+                                  DistConfig,
+                                  ModelConfig,
+                                  RunConfig,
+                                  SamplingConfig,
+)
+from twopgraph.config.train import TrainConfig
+from twopgraph.core.names import (
+                                  AMP_MODES,
+                                  CLUSTER_METHODS,
+                                  EVAL_SCOPES,
+                                  FEAT_DTYPE_NAMES,
+                                  METRICS,
+                                  READAHEAD_MODES,
+                                  REPRESENTATIONS,
+                                  SAMPLER_DEVICES,
+                                  SELECT_MODES,
+                                  STORE_DTYPE_CHOICES,
+                                  STORE_DTYPES,
+)
 
 __all__ = ["AMP_MODES", "CLUSTER_METHODS", "EVAL_SCOPES", "FEAT_DTYPE_NAMES", "METRICS",
            "READAHEAD_MODES", "REPRESENTATIONS", "SAMPLER_DEVICES", "SELECT_MODES",

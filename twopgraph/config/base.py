@@ -10,10 +10,15 @@ import logging
 import typing
 from dataclasses import asdict, fields
 
-from ..errors import ConfigError
-from .arguments import add_section_arguments
-from .defaults import (SIZE_DEFAULTS, SIZE_SECTIONS, SMALL_GRAPH_NODES, describe_defaults,
-                       size_profile)
+from twopgraph.config.arguments import add_section_arguments
+from twopgraph.config.defaults import (
+    SIZE_DEFAULTS,
+    SIZE_SECTIONS,
+    SMALL_GRAPH_NODES,
+    describe_defaults,
+    size_profile,
+)
+from twopgraph.errors import ConfigError
 
 
 class Config:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..errors import ConfigError
+from twopgraph.errors import ConfigError
 
 if TYPE_CHECKING:
     import torch
@@ -89,7 +89,7 @@ def seed_ok(seed) -> None:
 
 
 def not_dangling(out: Path, flag: str = "--out") -> None:
-    """:func:`twopgraph.rundir.refuse_dangling`: a symbolic link to nothing in ``out``'s
+    """:func:`twopgraph.core.files.refuse_dangling`: a symbolic link to nothing in ``out``'s
     path is refused in one line naming it."""
-    from ..rundir import refuse_dangling
+    from twopgraph.core.files import refuse_dangling
     refuse_dangling(out, flag)

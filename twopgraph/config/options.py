@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import MISSING, Field, field
 
-from ..choices import FEAT_DTYPE_NAMES
+from twopgraph.core.names import FEAT_DTYPE_NAMES
 
 
 def option(default=MISSING, help: str = "", *, flag: str | None = None, factory=None,
@@ -21,12 +21,12 @@ def option(default=MISSING, help: str = "", *, flag: str | None = None, factory=
     default on the command line; ``show_default`` replaces the default shown in ``--help``;
     ``result`` marks a parameter that changes the trained model (the checkpoint fingerprint
     covers exactly these); ``choices`` (a tuple of names, or a function returning them: a
-    registry's :meth:`~twopgraph.registry.Registry.declared`) are shown in ``--help`` as the
+    registry's :meth:`~twopgraph.core.registry.Registry.declared`) are shown in ``--help`` as the
     flag's value, ``{a,b}`` (``{a,b}[,...]`` for a comma-separated ``listed`` option); the
     section's ``validate`` checks the value (with its own message). ``fingerprint_default``
     False: a result parameter added after checkpoints existed, left out of the fingerprint at
     its default value (so those checkpoints still resume). ``registry``: ``--help`` lists its
-    names with their summaries (:meth:`~twopgraph.registry.Registry.described`) after the
+    names with their summaries (:meth:`~twopgraph.core.registry.Registry.described`) after the
     text. ``spec``: a field the model is built from, recorded in the checkpoint's model spec
     (:meth:`~twopgraph.config.ModelConfig.spec`)."""
     meta = {"help": help, "flag": flag, "required": required, "negatable": negatable,

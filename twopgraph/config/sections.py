@@ -9,7 +9,7 @@
 - :class:`DistConfig` (partitioned data-parallel training).
 
 Names are checked against the registries (read from their sources, nothing imported) and the
-closed sets of :mod:`twopgraph.choices`; validation imports what it needs (torch for devices,
+closed sets of :mod:`twopgraph.core.names`; validation imports what it needs (torch for devices,
 the fanout parser) only when it runs.
 """
 
@@ -20,19 +20,42 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..choices import (AMP_MODES, CLUSTER_METHODS, EVAL_SCOPES, FEAT_DTYPE_NAMES, METRICS,
-                       READAHEAD_MODES, SAMPLER_DEVICES, SELECT_MODES, STORE_DTYPE_CHOICES)
-from ..fanouts import parse_fanouts
-from ..errors import ConfigError
-from ..protocols import CACHE_POLICIES, MODELS, SAMPLERS, SCHEDULERS
-from .checks import (cuda_available, int_at_least, is_number, not_dangling, one_of,
-                     positive_int, resolve_device, seed_ok)
-from .defaults import auto_shown
-from .options import (Section, feat_dtype_option, num_clusters_option, option, seed_option,
-                      threads_option)
+from twopgraph.config.checks import (
+    cuda_available,
+    int_at_least,
+    is_number,
+    not_dangling,
+    one_of,
+    positive_int,
+    resolve_device,
+    seed_ok,
+)
+from twopgraph.config.defaults import auto_shown
+from twopgraph.config.options import (
+    Section,
+    feat_dtype_option,
+    num_clusters_option,
+    option,
+    seed_option,
+    threads_option,
+)
+from twopgraph.core.fanouts import parse_fanouts
+from twopgraph.core.names import (
+    AMP_MODES,
+    CLUSTER_METHODS,
+    EVAL_SCOPES,
+    FEAT_DTYPE_NAMES,
+    METRICS,
+    READAHEAD_MODES,
+    SAMPLER_DEVICES,
+    SELECT_MODES,
+    STORE_DTYPE_CHOICES,
+)
+from twopgraph.core.protocols import CACHE_POLICIES, MODELS, SAMPLERS, SCHEDULERS
+from twopgraph.errors import ConfigError
 
 if TYPE_CHECKING:
-    from ..graph import GraphData
+    from twopgraph.graph.data import GraphData
 
 
 @dataclass
@@ -73,7 +96,7 @@ class DataConfig(Section):
     def load(self, progress: bool = True) -> "GraphData":
         """The dataset of these options, validated (``--symmetrize`` applied):
         :func:`twopgraph.datasets.load_dataset`."""
-        from ..datasets import load_dataset
+        from twopgraph.datasets import load_dataset
         return load_dataset(self.dataset, self.data_root, progress=progress,
                             symmetrize=self.symmetrize, store_dtype=self.store_dtype)
 

@@ -5,10 +5,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..errors import ConfigError
-from .base import Config
-from .checks import resolve_device
-from .sections import CacheConfig, DataConfig, DistConfig, ModelConfig, RunConfig, SamplingConfig
+from twopgraph.config.base import Config
+from twopgraph.config.checks import resolve_device
+from twopgraph.config.sections import (
+    CacheConfig,
+    DataConfig,
+    DistConfig,
+    ModelConfig,
+    RunConfig,
+    SamplingConfig,
+)
+from twopgraph.errors import ConfigError
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 Names resolve in this order (:func:`load_dataset`):
 
-1. a synthetic preset (``twopgraph.synthetic.SYNTHETIC_PRESETS``, e.g. ``synthetic-tiny``):
+1. a synthetic preset (``twopgraph.datasets.synthetic.SYNTHETIC_PRESETS``, e.g. ``synthetic-tiny``):
    generated once, straight into its store ``<root>/stores/<name>-<hash of its spec>/`` in
    chunks (see :func:`load_preset`; an older twopgraph's ``<root>/<name>.npz`` cache is no
    longer needed);
@@ -45,18 +45,36 @@ Example::
     ['synthetic-tiny']
 """
 
-from .builtin import OGB_BINARY, OGB_DATASETS
-from .catalogue import list_datasets
-from .download import OGB_NET_TIMEOUT_S, ogb_session
-from .dtype import (AUTO_HALF_SHARE, STORE_DTYPE_CHOICES, STORE_DTYPES, float32_feature_bytes,
-                    resolve_store_dtype, store_dtype_of)
-from .identity import (dataset_identity, dataset_path, partition_dataset, same_dataset,
-                       source_dataset)
-from .load import load_dataset
-from .names import dataset_search_path, named_dataset
-from .paths import (DATA_ROOT_ENV, DATASET_PATH_ENV, DEFAULT_DATA_ROOT, OGB_CACHE_FILE,
-                    STORES_DIR, resolve_data_root, store_folder)
-from .presets import load_papers, load_preset, load_synthetic, preset_store
+from twopgraph.datasets.builtin import OGB_BINARY, OGB_DATASETS
+from twopgraph.datasets.catalogue import list_datasets
+from twopgraph.datasets.download import OGB_NET_TIMEOUT_S, ogb_session
+from twopgraph.datasets.dtype import (
+                                      AUTO_HALF_SHARE,
+                                      STORE_DTYPE_CHOICES,
+                                      STORE_DTYPES,
+                                      float32_feature_bytes,
+                                      resolve_store_dtype,
+                                      store_dtype_of,
+)
+from twopgraph.datasets.identity import (
+                                      dataset_identity,
+                                      dataset_path,
+                                      partition_dataset,
+                                      same_dataset,
+                                      source_dataset,
+)
+from twopgraph.datasets.load import load_dataset
+from twopgraph.datasets.names import dataset_search_path, named_dataset
+from twopgraph.datasets.paths import (
+                                      DATA_ROOT_ENV,
+                                      DATASET_PATH_ENV,
+                                      DEFAULT_DATA_ROOT,
+                                      OGB_CACHE_FILE,
+                                      STORES_DIR,
+                                      resolve_data_root,
+                                      store_folder,
+)
+from twopgraph.datasets.presets import load_papers, load_preset, load_synthetic, preset_store
 
 __all__ = ["AUTO_HALF_SHARE", "DATASET_PATH_ENV", "DATA_ROOT_ENV", "DEFAULT_DATA_ROOT",
            "OGB_BINARY", "OGB_CACHE_FILE", "OGB_DATASETS", "OGB_NET_TIMEOUT_S",

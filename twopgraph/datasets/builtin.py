@@ -1,11 +1,10 @@
 """The built-in datasets: the OGB names (:data:`OGB_DATASETS`, with a line about each;
 :data:`OGB_BINARY`: those downloaded in OGB's binary layout), the synthetic presets of
-:mod:`twopgraph.synthetic` and the ``synthetic-papers[:SCALE]`` presets of
-:mod:`twopgraph.papers` (both imported lazily: they pull in numba).
+:mod:`twopgraph.datasets.synthetic` and the ``synthetic-papers[:SCALE]`` presets of
+:mod:`twopgraph.datasets.papers` (both imported lazily: they pull in numba).
 """
 
 from __future__ import annotations
-
 
 OGB_DATASETS = {
     "ogbn-arxiv": "OGB citation graph: 169,343 nodes, 1.17M edges, 128 features, 40 classes",
@@ -21,16 +20,18 @@ OGB_BINARY = frozenset({"ogbn-papers100M"})
 
 
 def _synthetic_presets() -> dict:
-    """The preset table of :mod:`twopgraph.synthetic` (imported lazily: it pulls in numba)."""
-    from ..synthetic import SYNTHETIC_PRESETS
+    """The preset table of :mod:`twopgraph.datasets.synthetic` (imported lazily: it pulls in
+    numba)."""
+    from twopgraph.datasets.synthetic import SYNTHETIC_PRESETS
     return SYNTHETIC_PRESETS
 
 
 def _papers_spec(name: str):
-    """The :class:`~twopgraph.papers.PapersSpec` of ``synthetic-papers[:SCALE]``, else None."""
+    """The :class:`~twopgraph.datasets.papers.PapersSpec` of ``synthetic-papers[:SCALE]``, else
+    None."""
     if not name.startswith("synthetic-papers"):
         return None
-    from ..papers import parse_preset
+    from twopgraph.datasets.papers import parse_preset
     return parse_preset(name)
 
 

@@ -9,13 +9,13 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
-from ..errors import TwopgraphError
-from ..store import is_store
-from .builtin import OGB_DATASETS, _describe_preset, _synthetic_presets
-from .identity import dataset_identity, dataset_path
-from .names import _converted_stores, _plain_name, dataset_search_path
-from .paths import DATASET_PATH_ENV, _ogb_folder, _source_path, resolve_data_root
-from .presets import _preset_meta, preset_store
+from twopgraph.datasets.builtin import OGB_DATASETS, _describe_preset, _synthetic_presets
+from twopgraph.datasets.identity import dataset_identity, dataset_path
+from twopgraph.datasets.names import _converted_stores, _plain_name, dataset_search_path
+from twopgraph.datasets.paths import DATASET_PATH_ENV, _ogb_folder, _source_path, resolve_data_root
+from twopgraph.datasets.presets import _preset_meta, preset_store
+from twopgraph.errors import TwopgraphError
+from twopgraph.store.reader import is_store
 
 
 def list_datasets(data_root=None) -> list[dict]:

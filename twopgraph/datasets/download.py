@@ -18,9 +18,8 @@ import urllib.error
 import zipfile
 from pathlib import Path
 
-from ..errors import TwopgraphError
-from .paths import _ogb_folder
-
+from twopgraph.datasets.paths import _ogb_folder
+from twopgraph.errors import TwopgraphError
 
 # Seconds one network operation of ogb (connect, one read) may block before it fails.
 OGB_NET_TIMEOUT_S = 60.0
@@ -69,6 +68,7 @@ def _download_ogb(name: str, root: Path, meta: dict, progress: bool) -> None:
 def _fetch_ogb(name: str, root: Path, folder: Path, meta: dict) -> None:
     """ogb's download steps (``NodePropPredDataset.pre_process`` without the processing)."""
     import shutil
+
     from ogb.utils.url import decide_download, download_url, extract_zip
     if not decide_download(meta["url"]):
         raise TwopgraphError(f"{name}: download declined; the raw files are expected in "

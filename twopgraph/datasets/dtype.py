@@ -10,18 +10,18 @@ from pathlib import Path
 
 import numpy as np
 
-from ..choices import STORE_DTYPE_CHOICES, STORE_DTYPES
-from ..errors import ConfigError, GraphFormatError
-from ..graph import GraphData
-from ..ingest import NpzMember
-from ..store import is_store, read_store_meta
-from .builtin import OGB_DATASETS, _papers_spec
-from .names import _npz_file, _plain_name, named_dataset
-from .paths import _dtype_suffix, _ogb_source, _store_of_source, resolve_data_root
+from twopgraph.core.names import STORE_DTYPE_CHOICES, STORE_DTYPES
+from twopgraph.datasets.builtin import OGB_DATASETS, _papers_spec
+from twopgraph.datasets.names import _npz_file, _plain_name, named_dataset
+from twopgraph.datasets.paths import _dtype_suffix, _ogb_source, _store_of_source, resolve_data_root
+from twopgraph.errors import ConfigError, GraphFormatError
+from twopgraph.graph.data import GraphData
+from twopgraph.ingest import NpzMember
+from twopgraph.store.reader import is_store, read_store_meta
 
 log = logging.getLogger("twopgraph")
 
-# STORE_DTYPES, STORE_DTYPE_CHOICES (twopgraph.choices, imported above): ``--store-dtype``:
+# STORE_DTYPES, STORE_DTYPE_CHOICES (twopgraph.core.names, imported above): ``--store-dtype``:
 # the types a store may keep its features in, and ``auto`` (chosen by
 # :func:`resolve_store_dtype`).
 
@@ -78,7 +78,7 @@ def resolve_store_dtype(store_dtype: str, name: str, data_root=None) -> str:
     """``--store-dtype`` as a type: ``float32`` / ``float16`` as given; ``auto`` = float16
     when the dataset's float32 features (:func:`float32_feature_bytes`) would take more than
     :data:`AUTO_HALF_SHARE` of the memory this process can fill (MemAvailable, its cgroup's
-    limit: :func:`~twopgraph.metrics.available_host_bytes`), so that the table stays in the
+    limit: :func:`~twopgraph.runtime.memory.available_host_bytes`), so that the table stays in the
     page cache instead of being read from disk batch after batch; else (or when either is
     unknown) float32. The choice is logged when it is float16."""
     if store_dtype not in STORE_DTYPE_CHOICES:
@@ -86,7 +86,7 @@ def resolve_store_dtype(store_dtype: str, name: str, data_root=None) -> str:
                           f"{', '.join(STORE_DTYPE_CHOICES)}")
     if store_dtype != "auto":
         return store_dtype
-    from ..metrics import available_host_bytes
+    from twopgraph.runtime.memory import available_host_bytes
     need, avail = float32_feature_bytes(name, data_root), available_host_bytes()
     if need is None or avail is None or need <= AUTO_HALF_SHARE * avail:
         return "float32"

@@ -9,16 +9,22 @@ from __future__ import annotations
 
 import contextlib
 import os
+import tempfile
 from pathlib import Path
 
-from ..errors import ConfigError, TwopgraphError
-from ..store import files_changed, is_store, read_store_meta
-from .builtin import OGB_DATASETS, _synthetic_presets
-from .names import _npz_file, named_dataset
-from .paths import (OGB_CACHE_FILE, _ogb_folder, _ogb_source, _store_of_source,
-                    resolve_data_root)
-from .presets import _legacy_preset_cache, _preset_meta, preset_store
-from .sourcestore import _fresh
+from twopgraph.datasets.builtin import OGB_DATASETS, _synthetic_presets
+from twopgraph.datasets.names import _npz_file, named_dataset
+from twopgraph.datasets.paths import (
+    OGB_CACHE_FILE,
+    _ogb_folder,
+    _ogb_source,
+    _store_of_source,
+    resolve_data_root,
+)
+from twopgraph.datasets.presets import _legacy_preset_cache, _preset_meta, preset_store
+from twopgraph.datasets.sourcestore import _fresh
+from twopgraph.errors import ConfigError, TwopgraphError
+from twopgraph.store.reader import files_changed, is_store, read_store_meta
 
 
 def dataset_path(name: str, data_root=None, store_dtype: str = "float32") -> Path | None:
@@ -147,3 +153,38 @@ def partition_dataset(name: str, data_root, partitions, source: dict, given: boo
                           f"made from ({source.get('name')}: {where}); leave --dataset out "
                           f"(the partition's is used) or partition {name} first")
     return name
+
+
+def check_data_root(data_root=None, dataset: str | None = None) -> None:
+    """Refuse, before anything is loaded, a data root (``data_root``, else
+    ``$TWOPGRAPH_DATA``, else ``./datasets``) that is not a folder, or that cannot be written
+    when ``dataset`` must be generated or converted there (it is not cached yet). A read-only
+    data root holding what the run needs is fine (a shared cache): a cluster cache it cannot
+    write costs a METIS rerun and a warning. Creates nothing."""
+    root = resolve_data_root(data_root)
+    flag = "--data-root" if data_root else "the data root"
+    existing = root
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ConfigError(f"{flag} {root}: {existing} is not a folder")
+    problem = _probe(existing)
+    if problem is None:
+        return
+    cache = dataset_path(dataset, data_root) if dataset else None  # a file or a store folder
+    if cache is not None and not cache.exists():
+        raise ConfigError(f"{flag} {root} is not writable ({problem}): {dataset} is not cached "
+                          f"there and cannot be generated or converted; choose a writable "
+                          f"--data-root (or $TWOPGRAPH_DATA)")
+
+
+def _probe(folder: Path) -> str | None:
+    """None if a file can be created (and removed again) in ``folder``, else the reason."""
+    try:
+        fd, name = tempfile.mkstemp(dir=folder, prefix=".twopgraph-probe-")
+    except OSError as e:
+        return e.strerror or str(e)
+    os.close(fd)
+    with contextlib.suppress(OSError):
+        os.unlink(name)
+    return None

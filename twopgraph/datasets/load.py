@@ -9,18 +9,18 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import ConfigError, TwopgraphError
-from ..graph import GraphData
-from ..store import is_store, open_store
-from ..storewriter import HalfRangeError
-from .builtin import OGB_DATASETS, _papers_spec, _synthetic_presets
-from .catalogue import _did_you_mean, _known_names
-from .dtype import STORE_DTYPE_CHOICES, STORE_DTYPES, resolve_store_dtype
-from .names import _npz_file, named_dataset
-from .ogb import _load_ogb
-from .paths import resolve_data_root
-from .presets import load_papers, load_preset
-from .sourcestore import _read_npz, _symmetrized
+from twopgraph.datasets.builtin import OGB_DATASETS, _papers_spec, _synthetic_presets
+from twopgraph.datasets.catalogue import _did_you_mean, _known_names
+from twopgraph.datasets.dtype import STORE_DTYPE_CHOICES, STORE_DTYPES, resolve_store_dtype
+from twopgraph.datasets.names import _npz_file, named_dataset
+from twopgraph.datasets.ogb import _load_ogb
+from twopgraph.datasets.paths import resolve_data_root
+from twopgraph.datasets.presets import load_papers, load_preset
+from twopgraph.datasets.sourcestore import _read_npz, _symmetrized
+from twopgraph.errors import ConfigError, TwopgraphError
+from twopgraph.graph.data import GraphData
+from twopgraph.store.reader import is_store, open_store
+from twopgraph.store.writer import HalfRangeError
 
 log = logging.getLogger("twopgraph")
 

@@ -11,10 +11,16 @@ import contextlib
 import os
 from pathlib import Path
 
-from ..errors import ConfigError, TwopgraphError
-from ..store import is_store, read_store_meta
-from .builtin import OGB_DATASETS, _synthetic_presets
-from .paths import DATASET_PATH_ENV, STORES_DIR, _dtype_suffix, _source_path, resolve_data_root
+from twopgraph.datasets.builtin import OGB_DATASETS, _synthetic_presets
+from twopgraph.datasets.paths import (
+    DATASET_PATH_ENV,
+    STORES_DIR,
+    _dtype_suffix,
+    _source_path,
+    resolve_data_root,
+)
+from twopgraph.errors import ConfigError, TwopgraphError
+from twopgraph.store.reader import is_store, read_store_meta
 
 
 def dataset_search_path() -> list[Path]:

@@ -15,16 +15,23 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import GraphFormatError, OutputError, TwopgraphError
-from ..graph import CSRGraph, GraphData
-from ..ingest import ingest, ogb_raw, read_ogb_split, source_record
-from ..store import is_store, open_store, read_store_meta, source_identity
-from ..storewriter import half_checked, write_store
-from .download import _download_ogb, _ogb_meta
-from .dtype import _converted
-from .paths import (DATA_ROOT_ENV, OGB_CACHE_FILE, _ogb_folder, _ogb_source, _source_key,
-                    _store_of_source, store_folder)
-from .sourcestore import _fresh, _rebuilding, _stored
+from twopgraph.datasets.download import _download_ogb, _ogb_meta
+from twopgraph.datasets.dtype import _converted
+from twopgraph.datasets.paths import (
+    DATA_ROOT_ENV,
+    OGB_CACHE_FILE,
+    _ogb_folder,
+    _ogb_source,
+    _source_key,
+    _store_of_source,
+    store_folder,
+)
+from twopgraph.datasets.sourcestore import _fresh, _rebuilding, _stored
+from twopgraph.errors import GraphFormatError, OutputError, TwopgraphError
+from twopgraph.graph.data import CSRGraph, GraphData
+from twopgraph.ingest import ingest, ogb_raw, read_ogb_split, source_record
+from twopgraph.store.reader import is_store, open_store, read_store_meta, source_identity
+from twopgraph.store.writer import half_checked, write_store
 
 log = logging.getLogger("twopgraph")
 

@@ -10,8 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .builtin import OGB_BINARY, OGB_DATASETS
-
+from twopgraph.datasets.builtin import OGB_BINARY, OGB_DATASETS
 
 DATA_ROOT_ENV = "TWOPGRAPH_DATA"
 
@@ -31,7 +30,8 @@ STORES_DIR = "stores"
 
 
 def resolve_data_root(arg: str | os.PathLike | None = None) -> Path:
-    """The data root: ``arg`` if given, else ``$TWOPGRAPH_DATA``, else ``datasets`` (cwd-relative)."""
+    """The data root: ``arg`` if given, else ``$TWOPGRAPH_DATA``, else ``datasets``
+    (cwd-relative)."""
     if arg is not None and str(arg) != "":
         return Path(arg).expanduser()
     env = os.environ.get(DATA_ROOT_ENV, "")

@@ -1,5 +1,5 @@
-"""The synthetic datasets: the presets of :mod:`twopgraph.synthetic` and
-``synthetic-papers:SCALE`` (:mod:`twopgraph.papers`), generated straight into their stores
+"""The synthetic datasets: the presets of :mod:`twopgraph.datasets.synthetic` and
+``synthetic-papers:SCALE`` (:mod:`twopgraph.datasets.papers`), generated straight into their stores
 (``<root>/stores/<name>-<8 hex digits of the spec fingerprint>``) on first use and reused
 while they hold the same spec; and :func:`load_synthetic`, a spec cached as a ``.npz`` file
 with a ``.spec.json`` sidecar (for tools that need a file).
@@ -14,25 +14,25 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import GraphFormatError, OutputError, TwopgraphError
-from ..files import atomic_write_bytes
-from ..graph import GraphData
-from ..ingest import ingest
-from ..store import is_store, open_store, read_store_meta
-from ..storewriter import half_checked
-from .dtype import _converted
-from .paths import DATA_ROOT_ENV, STORES_DIR, _dtype_suffix, resolve_data_root
-from .sourcestore import _in_memory, _rebuilding
+from twopgraph.core.files import atomic_write_bytes
+from twopgraph.datasets.dtype import _converted
+from twopgraph.datasets.paths import DATA_ROOT_ENV, STORES_DIR, _dtype_suffix, resolve_data_root
+from twopgraph.datasets.sourcestore import _in_memory, _rebuilding
+from twopgraph.errors import GraphFormatError, OutputError, TwopgraphError
+from twopgraph.graph.data import GraphData
+from twopgraph.ingest import ingest
+from twopgraph.store.reader import is_store, open_store, read_store_meta
+from twopgraph.store.writer import half_checked
 
 log = logging.getLogger("twopgraph")
 
 def load_papers(spec, data_root=None, progress: bool = False,
                 store_dtype: str = "float32") -> GraphData:
-    """The store of the papers-shaped preset ``spec`` (:mod:`twopgraph.papers`), generated
+    """The store of the papers-shaped preset ``spec`` (:mod:`twopgraph.datasets.papers`), generated
     straight into ``<data root>/stores/synthetic-papers-<scale>-<hash>/`` in chunks on first
     use (one copy: no ``.npz``); reused while its spec and generator version match."""
     root = resolve_data_root(data_root)
-    from ..papers import papers_raw
+    from twopgraph.datasets.papers import papers_raw
     fp = spec.fingerprint()
     folder = root / STORES_DIR / (f"synthetic-papers-{spec.scale:g}-{fp[:8]}".replace("/", "_")
                                   + _dtype_suffix(store_dtype))
@@ -55,10 +55,11 @@ def load_papers(spec, data_root=None, progress: bool = False,
 
 
 def preset_store(spec, data_root=None, store_dtype: str = "float32") -> Path:
-    """The store of the synthetic preset ``spec`` (:class:`~twopgraph.synthetic.SyntheticSpec`):
-    ``<data root>/stores/<name>-<8 hex digits of its spec fingerprint>`` (``-float16``
-    appended for ``store_dtype`` float16); it need not exist yet."""
-    from ..synthetic import spec_fingerprint
+    """The store of the synthetic preset ``spec``
+    (:class:`~twopgraph.datasets.synthetic.SyntheticSpec`): ``<data root>/stores/<name>-<8 hex
+    digits of its spec fingerprint>`` (``-float16`` appended for ``store_dtype`` float16); it need
+    not exist yet."""
+    from twopgraph.datasets.synthetic import spec_fingerprint
     root = resolve_data_root(data_root)
     stem = str(spec.name).replace("/", "_") or "synthetic"
     return root / STORES_DIR / (f"{stem}-{spec_fingerprint(spec)[:8]}"
@@ -68,7 +69,7 @@ def preset_store(spec, data_root=None, store_dtype: str = "float32") -> Path:
 def _preset_meta(spec, folder: Path) -> dict | None:
     """``store.json`` of the store at ``folder`` when it holds the preset ``spec`` (its spec
     fingerprint recorded), else None; a damaged one raises :class:`GraphFormatError`."""
-    from ..synthetic import spec_fingerprint
+    from twopgraph.datasets.synthetic import spec_fingerprint
     if not is_store(folder):
         return None
     meta = read_store_meta(folder)
@@ -79,15 +80,15 @@ def _preset_meta(spec, folder: Path) -> dict | None:
 def load_preset(spec, data_root=None, progress: bool = False,
                 store_dtype: str = "float32") -> GraphData:
     """The store of the synthetic preset ``spec`` (:func:`preset_store`), generated straight
-    into it on first use (:func:`twopgraph.synthetic.write_store`: the features and the CSR
+    into it on first use (:func:`twopgraph.datasets.synthetic.write_store`: the features and the CSR
     written chunk by chunk as they are made; one copy on disk, no ``.npz``) and reused while
     it holds this spec (its spec fingerprint: every field that changes the arrays and the
     generator version). A damaged store, or one whose files changed since it was written, is
     rebuilt with one warning. Where the store cannot be written (a read-only data root), an
     older twopgraph's ``<data root>/<name>.npz`` cache of the same spec is read into memory
     instead; without one, one line says to choose a writable data root."""
-    from ..synthetic import GENERATOR_VERSION, spec_fingerprint, spec_summary
-    from ..synthetic import write_store as generate_store
+    from twopgraph.datasets.synthetic import GENERATOR_VERSION, spec_fingerprint, spec_summary
+    from twopgraph.datasets.synthetic import write_store as generate_store
     root = resolve_data_root(data_root)
     folder = preset_store(spec, root, store_dtype)
     try:
@@ -122,7 +123,7 @@ def _legacy_preset_cache(spec, root: Path) -> Path | None:
     """``<root>/<name>.npz``, the cache an older twopgraph wrote for the preset ``spec``, when
     its ``.spec.json`` sidecar vouches for this spec; else None. No longer written (the
     preset's store is its one copy), only read where the store cannot be written."""
-    from ..synthetic import spec_fingerprint
+    from twopgraph.datasets.synthetic import spec_fingerprint
     path = root / f"{spec.name}.npz"
     try:
         have = json.loads(path.with_suffix(".spec.json").read_text()).get("fingerprint")
@@ -132,16 +133,16 @@ def _legacy_preset_cache(spec, root: Path) -> Path | None:
 
 
 def load_synthetic(spec, path: str | os.PathLike, progress: bool = False) -> GraphData:
-    """The dataset of :class:`~twopgraph.synthetic.SyntheticSpec` ``spec`` in memory, cached
-    as the ``.npz`` at ``path`` (for tools that need a file, e.g. ``scripts/bench_scaling.py``
-    for DGL): read from there if it was made from this spec, else generated and written
-    there. The presets of ``--dataset`` do not use it: they live in their store alone
-    (:func:`load_preset`).
+    """The dataset of :class:`~twopgraph.datasets.synthetic.SyntheticSpec` ``spec`` in memory,
+    cached as the ``.npz`` at ``path`` (for tools that need a file, e.g.
+    ``scripts/bench_scaling.py`` for DGL): read from there if it was made from this spec, else
+    generated and written there. The presets of ``--dataset`` do not use it: they live in their
+    store alone (:func:`load_preset`).
 
     Cache format: the ``.npz`` exchange format (docs/formats.md) plus a sidecar
     ``<path stem>.spec.json`` with ``fingerprint``
-    (:func:`~twopgraph.synthetic.spec_fingerprint`: every spec field that changes the arrays
-    and the generator version), and, for people, ``generator_version``
+    (:func:`~twopgraph.datasets.synthetic.spec_fingerprint`: every spec field that changes the
+    arrays and the generator version), and, for people, ``generator_version``
     and ``spec``. Only ``fingerprint`` is compared: a cache of another spec or generator
     version, or with a sidecar of an older format (no ``fingerprint``), is regenerated. The
     sidecar is removed before the ``.npz`` is rewritten and written after it, so a crash in
@@ -150,7 +151,12 @@ def load_synthetic(spec, path: str | os.PathLike, progress: bool = False) -> Gra
     regenerated. ``GraphData.name`` is the spec's name. An unwritable folder raises
     :class:`TwopgraphError`.
     """
-    from ..synthetic import GENERATOR_VERSION, generate, spec_fingerprint, spec_summary
+    from twopgraph.datasets.synthetic import (
+        GENERATOR_VERSION,
+        generate,
+        spec_fingerprint,
+        spec_summary,
+    )
     path = Path(path)
     sidecar = path.with_suffix(".spec.json")
     want = spec_fingerprint(spec)

@@ -10,15 +10,21 @@ import logging
 from dataclasses import replace
 from pathlib import Path
 
-from ..errors import GraphFormatError, OutputError
-from ..graph import GraphData
-from ..ingest import coo_npz, ingest, is_coo_npz, source_record
-from ..livemap import StoreChanged
-from ..npzstore import convert_npz
-from ..store import (NotUndirected, is_store, open_store, read_store_meta, rewrite_meta,
-                     source_digest)
-from .dtype import _converted
-from .paths import DATA_ROOT_ENV, _source_key, store_folder
+from twopgraph.datasets.dtype import _converted
+from twopgraph.datasets.paths import DATA_ROOT_ENV, _source_key, store_folder
+from twopgraph.errors import GraphFormatError, OutputError
+from twopgraph.graph.data import GraphData
+from twopgraph.ingest import coo_npz, ingest, is_coo_npz, source_record
+from twopgraph.store.mapped import StoreChanged
+from twopgraph.store.npz import convert_npz
+from twopgraph.store.reader import (
+    NotUndirected,
+    is_store,
+    open_store,
+    read_store_meta,
+    rewrite_meta,
+    source_digest,
+)
 
 log = logging.getLogger("twopgraph")
 

@@ -8,17 +8,18 @@ import logging
 import os
 from pathlib import Path
 
-from ..errors import ConfigError, Stopped, TwopgraphError
-from ..rundir import refuse_dangling
+from twopgraph.core.files import refuse_dangling
+from twopgraph.errors import ConfigError, Stopped, TwopgraphError
 
 log = logging.getLogger("twopgraph")
 
 
 def cmd_partition(a) -> int:
-    """``twopgraph partition``; ``a`` holds the flags of :class:`~twopgraph.distributed.partitionconfig.PartitionConfig`
-    (the CLI validated them). One writer per ``--out``: a second ``partition`` into a folder
-    being written is refused in one line (:class:`~twopgraph.rundir.FileLock`)."""
-    from ..rundir import FileLock, sibling_lock
+    """``twopgraph partition``; ``a`` holds the flags of
+    :class:`~twopgraph.distributed.partition.config.PartitionConfig` (the CLI validated them). One
+    writer per ``--out``: a second ``partition`` into a folder being written is refused in one line
+    (:class:`~twopgraph.core.locks.FileLock`)."""
+    from twopgraph.core.locks import FileLock, sibling_lock
     _check_out_folder(a.out)  # before loading data and METIS
     # one writer per --out, from before the data is loaded (partition_selfdep holds it too)
     with FileLock(sibling_lock(a.out), str(a.out)):
@@ -26,9 +27,9 @@ def cmd_partition(a) -> int:
 
 
 def _partition(a) -> int:
-    from ..config import DataConfig
-    from ..datasets import dataset_path, resolve_data_root
-    from ..partition.selfdep import partition_selfdep
+    from twopgraph.config import DataConfig
+    from twopgraph.datasets import dataset_path, resolve_data_root
+    from twopgraph.distributed.partition.selfdep import partition_selfdep
     data = DataConfig(a.dataset, a.data_root, a.symmetrize).validate().load()
     # Reused only if DIR holds the partition of this very content and settings (its
     # partition_id, a fingerprint) and passes verification; any other value, or --force,
@@ -82,9 +83,9 @@ def run_partitioned(cfg, argv: list[str], dataset_given: bool | None = None) -> 
 
     A run refused before it starts is refused here, before torchrun starts: an ``--out``
     that already holds a run (without ``--resume`` or ``--overwrite``,
-    :func:`~twopgraph.rundir.check_out`) and a ``--dataset`` that is not the partition's.
+    :func:`~twopgraph.run.outdir.check_out`) and a ``--dataset`` that is not the partition's.
 
-    The launcher checks every part (:func:`~twopgraph.partition.partload.verify_partition`)
+    The launcher checks every part (:func:`~twopgraph.distributed.partition.load.verify_partition`)
     before it starts any rank, so a damaged partition is refused in one line; each rank
     verifies its own part again as it loads it (so does a rank started by torchrun directly).
     A rank started by the launcher hands its user errors to the launcher, which prints one
@@ -94,13 +95,13 @@ def run_partitioned(cfg, argv: list[str], dataset_given: bool | None = None) -> 
     if d.partitions is None:
         return None
     if dataset_given is None:  # not from the command line: given unless the default
-        from ..config import DataConfig
+        from twopgraph.config import DataConfig
         dataset_given = cfg.data.dataset != DataConfig().dataset
     if d.nproc is not None and "RANK" not in os.environ:
-        from ..datasets import partition_dataset
-        from ..partition.partload import read_meta, verify_partition
-        from ..rundir import check_out
-        from .launch import launch
+        from twopgraph.datasets import partition_dataset
+        from twopgraph.distributed.launch import launch
+        from twopgraph.distributed.partition.load import read_meta, verify_partition
+        from twopgraph.run.outdir import check_out
         check_out(cfg.run.out, cfg.run.resume, cfg.run.overwrite)  # rank 0 checks it again
         meta = read_meta(d.partitions)  # refuse a stale partition up front
         parts = meta["num_parts"]
@@ -110,9 +111,9 @@ def run_partitioned(cfg, argv: list[str], dataset_given: bool | None = None) -> 
                           given=dataset_given)
         verify_partition(d.partitions, meta)
         return launch(d.nproc, argv)
-    from .env import detect
-    from .launch import ERROR_DIR_ENV, report_rank_error
-    from .trainer import train_distributed
+    from twopgraph.distributed.env import detect
+    from twopgraph.distributed.launch import ERROR_DIR_ENV, report_rank_error
+    from twopgraph.distributed.trainer import train_distributed
     env = detect()
     try:
         if d.nproc is not None and d.nproc != env.world_size:
@@ -128,6 +129,6 @@ def run_partitioned(cfg, argv: list[str], dataset_given: bool | None = None) -> 
             raise  # not started by `--nproc`: the CLI prints it
         raise SystemExit(getattr(e, "exit_code", 130)) from None  # the launcher prints it
     if env.is_main:
-        from ..runrecord import result_record
+        from twopgraph.run.records import result_record
         print(json.dumps(result_record(res)))  # the single-process line's keys
     return 0

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from ..errors import ConfigError
-from ..config import resolve_device
+from twopgraph.config import resolve_device
+from twopgraph.errors import ConfigError
 
 log = logging.getLogger("twopgraph")
 # Longest collective timeout accepted (a week; ``timedelta`` overflows on huge values).

@@ -50,15 +50,15 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ..errors import ConfigError
-from ..models import BlockGNN
-from ..partition.partload import Part
-from ..partition.selfdep import _gather_rows
-from ..minibatch import Block
-from ..inference.rows import edge_balanced_ranges
-from ..inference.scope import ScopePlan, plan_scope, scored_ids
-from ..inference.scores import ONE_CLASS_KEY, positive_scores, rocauc
-from ..inference.tables import EVAL_CHUNK_BYTES
+from twopgraph.core.minibatch import Block
+from twopgraph.distributed.partition.load import Part
+from twopgraph.distributed.partition.selfdep import _gather_rows
+from twopgraph.errors import ConfigError
+from twopgraph.inference.rows import edge_balanced_ranges
+from twopgraph.inference.scope import ScopePlan, plan_scope, scored_ids
+from twopgraph.inference.scores import ONE_CLASS_KEY, positive_scores, rocauc
+from twopgraph.inference.tables import EVAL_CHUNK_BYTES
+from twopgraph.models import BlockGNN
 
 log = logging.getLogger("twopgraph")
 

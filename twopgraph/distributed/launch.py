@@ -45,7 +45,7 @@ import threading
 import time
 from pathlib import Path
 
-from ..errors import ConfigError, Stopped
+from twopgraph.errors import ConfigError, Stopped
 
 # Folder (created by :func:`launch`) where workers report their user errors and the agent
 # wrapper its failure report.
@@ -306,8 +306,8 @@ def _failure(errdir: Path, code: int) -> tuple[str | None, int]:
 
 
 def agent_main(args: list[str]) -> int:
-    """``python -m twopgraph.distributed.launch <torchrun arguments>``: torchrun's agent, with its log
-    lines off (unless :data:`AGENT_LOGS_ENV` is set) and worker failures written to
+    """``python -m twopgraph.distributed.launch <torchrun arguments>``: torchrun's agent, with its
+    log lines off (unless :data:`AGENT_LOGS_ENV` is set) and worker failures written to
     :data:`ERROR_DIR_ENV`/``agent.json`` instead of raised; returns the exit code."""
     if not os.environ.get(AGENT_LOGS_ENV):
         logging.disable(logging.CRITICAL)

@@ -1,10 +1,11 @@
 """Data-parallel training over self-dependence partitions (one rank per part, DDP).
 
-Each rank loads only its own part (:func:`~twopgraph.partition.partload.load_part`), runs its own
-locality scheduler, sampler and feature cache on it, and trains a DDP replica: the only traffic
-between ranks in training is the gradient all-reduce. The pieces are those of single-process
-training (:mod:`twopgraph.train`, :mod:`twopgraph.epoch`, :mod:`twopgraph.selection`,
-:mod:`twopgraph.runrecord`: model, epoch pipeline, checkpoints, metrics), with:
+Each rank loads only its own part (:func:`~twopgraph.distributed.partition.load.load_part`), runs
+its own locality scheduler, sampler and feature cache on it, and trains a DDP replica: the only
+traffic between ranks in training is the gradient all-reduce. The pieces are those of single-process
+training (:mod:`twopgraph.run.train`, :mod:`twopgraph.pipeline.epoch`,
+:mod:`twopgraph.run.selection`, :mod:`twopgraph.run.records`: model, epoch pipeline, checkpoints,
+metrics), with:
 
 - **batches**: the global ``batch_size`` B is split over the W ranks, ``ceil(B / W)`` seeds per
   rank and step, and every rank runs the same number of steps per epoch: ``ceil(T / (W
@@ -17,12 +18,12 @@ training (:mod:`twopgraph.train`, :mod:`twopgraph.epoch`, :mod:`twopgraph.select
 - **files**: rank 0 alone logs and writes ``OUT/metrics.json`` and ``OUT/checkpoint.pt``
   (atomically, after every epoch). ``resume`` makes every rank read that checkpoint (with
   several machines ``OUT`` must be on a shared file system). Rank 0 owns ``OUT`` for the
-  whole job (:class:`~twopgraph.rundir.RunDir`, taken before any part is loaded): a job or
+  whole job (:class:`~twopgraph.run.outdir.RunDir`, taken before any part is loaded): a job or
   run already using it is refused on every rank with one line.
 - **accounting** (per rank under ``ranks`` and in total per epoch): the metrics of
-  docs/formats.md plus ``remote_graph_requests`` = expansions of a sampled vertex whose row the part holds only in
-  part (truncated at the boundary: the requests an exact sampler would send to another worker),
-  ``remote_feature_bytes`` = expected bytes of the feature rows those requests would bring
+  docs/formats.md plus ``remote_graph_requests`` = expansions of a sampled vertex whose row the part
+  holds only in part (truncated at the boundary: the requests an exact sampler would send to another
+  worker), ``remote_feature_bytes`` = expected bytes of the feature rows those requests would bring
   (sum over them of ``min(fanout, d) (d - d_local) / d`` rows), both 0 when hops >= layers, and
   ``halo_input_rows`` = input rows of replicated (not owned) vertices, which a partition without
   replication would have to fetch remotely. Totals sum counts over ranks and take the slowest
@@ -30,7 +31,7 @@ training (:mod:`twopgraph.train`, :mod:`twopgraph.epoch`, :mod:`twopgraph.select
 - **memory**: the part is memory-mapped and features are read from the dataset's store
   (read-only maps, one copy per machine in the page cache; a ``global`` part also samples on
   the store's CSR); ``metrics.json`` reports each rank's ``peak_rss_mib`` and ``peak_pss_mib``
-  and their sum ``peak_pss_mib_total`` (:class:`~twopgraph.metrics.PssMonitor`).
+  and their sum ``peak_pss_mib_total`` (:class:`~twopgraph.runtime.memory.PssMonitor`).
 - **robustness**: collectives time out after ``--dist-timeout`` seconds; a rank that loses its
   peers raises :class:`~twopgraph.errors.TwopgraphError` (one line: "connection lost" when a
   peer died, "did not answer within S s" when it timed out) instead of hanging. A non-finite
@@ -58,26 +59,45 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from ..rng import mix_key
-from ..config import DataConfig, TrainConfig, describe_defaults
-from ..datasets import partition_dataset
-from ..errors import ConfigError, OutputError, Stopped, TrainingDiverged, TwopgraphError
-from ..loader import available_cores
-from ..metrics import PssMonitor, peak_rss_mib, transfer_metrics
-from ..partition.partload import Part, load_part, read_meta
-from ..rundir import RunDir
-from ..sampler import make_sampler, sampler_options
-from ..checkpoint import (CHECKPOINT, build_training, dataset_record, model_record,
-                          read_checkpoint, run_signature, save_checkpoint)
-from ..inference.scores import resolve_metric
-from ..pipeline import make_loader
-from ..epoch import diverged, train_epoch
-from ..runrecord import (METRICS, final_line, log_epoch, write_diverged, write_failed,
-                         write_metrics)
-from ..selection import (Selection, early_stop_record, evaluates_after, log_early_stop,
-                         patience_exhausted)
-from .env import DistEnv, detect, process_group, rank_device
-from .evaluate import evaluate_scores
+from twopgraph.config import DataConfig, TrainConfig, describe_defaults
+from twopgraph.core.metrics import transfer_metrics
+from twopgraph.core.rng import mix_key
+from twopgraph.datasets import partition_dataset
+from twopgraph.distributed.env import DistEnv, detect, process_group, rank_device
+from twopgraph.distributed.evaluate import evaluate_scores
+from twopgraph.distributed.partition.load import Part, load_part, read_meta
+from twopgraph.errors import ConfigError, OutputError, Stopped, TrainingDiverged, TwopgraphError
+from twopgraph.inference.scores import resolve_metric
+from twopgraph.pipeline.assemble import make_loader
+from twopgraph.pipeline.epoch import diverged, train_epoch
+from twopgraph.pipeline.loader import available_cores
+from twopgraph.run.checkpoint import (
+    CHECKPOINT,
+    build_training,
+    dataset_record,
+    model_record,
+    read_checkpoint,
+    run_signature,
+    save_checkpoint,
+)
+from twopgraph.run.outdir import RunDir
+from twopgraph.run.records import (
+    METRICS,
+    final_line,
+    log_epoch,
+    write_diverged,
+    write_failed,
+    write_metrics,
+)
+from twopgraph.run.selection import (
+    Selection,
+    early_stop_record,
+    evaluates_after,
+    log_early_stop,
+    patience_exhausted,
+)
+from twopgraph.runtime.memory import PssMonitor, peak_rss_mib
+from twopgraph.sampler import make_sampler, sampler_options
 
 log = logging.getLogger("twopgraph")
 
@@ -276,11 +296,11 @@ def _quiet_unless_main(env: DistEnv):
 
 @contextlib.contextmanager
 def _own_out(out, env: DistEnv, resume: bool = False, overwrite: bool = False):
-    """Rank 0 claims ``out`` (:class:`~twopgraph.rundir.RunDir`: ``resume`` / ``overwrite``
+    """Rank 0 claims ``out`` (:class:`~twopgraph.run.outdir.RunDir`: ``resume`` / ``overwrite``
     allow a folder that already holds a run; ``overwrite`` removes its files) for the block;
     every rank learns the outcome (one broadcast), so a refusal stops all of them with rank
     0's line. The other ranks never touch the lock: the ``--nproc`` launcher does not either
-    (it only checks, :func:`~twopgraph.rundir.check_out`, before it starts torchrun)."""
+    (it only checks, :func:`~twopgraph.run.outdir.check_out`, before it starts torchrun)."""
     rundir, refusal = None, None
     if env.is_main:
         rundir = RunDir(out, resume=resume, overwrite=overwrite)
@@ -488,7 +508,7 @@ def dataset_summary(part: Part) -> dict:
 
 
 def summed_over_ranks(figures: dict, world: int) -> dict:
-    """``figures`` (:func:`~twopgraph.sampler.autoschedule.measure`'s, of this rank) summed
+    """``figures`` (:func:`~twopgraph.locality.auto.measure`'s, of this rank) summed
     over the ``world`` ranks key by key (``seconds``: the largest), the same on every rank
     (one ``all_gather_object``)."""
     every = [None] * world

@@ -2,12 +2,12 @@
 
 :func:`layerwise_inference` computes one layer at a time over all N vertices, dst range by dst
 range (:func:`edge_balanced_ranges`): each range reads only the distinct src rows it needs,
-through a feature source (:class:`~twopgraph.protocols.FeatureSource` ``read``: never the
+through a feature source (:class:`~twopgraph.core.protocols.FeatureSource` ``read``: never the
 whole table on the device, a memory-mapped table read row by row), and a range whose rows would
 exceed :data:`~twopgraph.inference.tables.EVAL_CHUNK_BYTES` is halved. Each layer's N x d
 output goes where there is room (:func:`table_place`: the device, host memory, or a nameless
 scratch file), judged from the memory available to this process
-(:func:`~twopgraph.metrics.available_host_bytes`: ``MemAvailable`` and the process's own
+(:func:`~twopgraph.runtime.memory.available_host_bytes`: ``MemAvailable`` and the process's own
 cgroup limit).
 
 When only some vertices are scored (a run's val + test), :func:`scored_inference` computes the
@@ -45,13 +45,26 @@ Example::
     >>> accuracy(logits, labels, data.test_idx)                                  # doctest: +SKIP
 """
 
-from .layerwise import layerwise_inference
-from .relabel import Relabel, relabel_on_device
-from .rows import edge_balanced_ranges
-from .scope import EVAL_SCOPES, ScopePlan, expand_frontier, plan_scope, scored_ids
-from .scored import ScoredLogits, evaluate_scored, scored_inference
-from .scores import SCORES, accuracy, positive_scores, resolve_metric, rocauc, score
-from .tables import EvalTable, table_place
+from twopgraph.inference.layerwise import layerwise_inference
+from twopgraph.inference.relabel import Relabel, relabel_on_device
+from twopgraph.inference.rows import edge_balanced_ranges
+from twopgraph.inference.scope import (
+           EVAL_SCOPES,
+           ScopePlan,
+           expand_frontier,
+           plan_scope,
+           scored_ids,
+)
+from twopgraph.inference.scored import ScoredLogits, evaluate_scored, scored_inference
+from twopgraph.inference.scores import (
+           SCORES,
+           accuracy,
+           positive_scores,
+           resolve_metric,
+           rocauc,
+           score,
+)
+from twopgraph.inference.tables import EvalTable, table_place
 
 __all__ = ["EVAL_SCOPES", "SCORES", "EvalTable", "Relabel", "ScopePlan", "ScoredLogits",
            "accuracy", "edge_balanced_ranges", "evaluate_scored", "expand_frontier",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from ..minibatch import Block
+from twopgraph.core.minibatch import Block
 
 
 def _projects(conv) -> bool:

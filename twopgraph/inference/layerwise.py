@@ -19,11 +19,11 @@ import itertools
 import numpy as np
 import torch
 
-from ..models import BlockGNN
-from ..sampler import NeighborSampler
-from .relabel import Relabel, _local_block
-from .rows import edge_balanced_ranges
-from .tables import EVAL_CHUNK_BYTES, EvalTable, _row_source, table_place
+from twopgraph.inference.relabel import Relabel, _local_block
+from twopgraph.inference.rows import edge_balanced_ranges
+from twopgraph.inference.tables import EVAL_CHUNK_BYTES, EvalTable, _row_source, table_place
+from twopgraph.models import BlockGNN
+from twopgraph.sampler import NeighborSampler
 
 
 @torch.no_grad()

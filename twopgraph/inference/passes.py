@@ -16,13 +16,13 @@ import math
 import numpy as np
 import torch
 
-from ..files import human_bytes
-from ..metrics import available_host_bytes, fillable_host_bytes
-from .convs import _agg_width
-from .push import _Push
-from .reads import _file_of, read_ranges
-from .rows import edge_balanced_ranges
-from .tables import EvalTable, table_place
+from twopgraph.core.files import human_bytes
+from twopgraph.inference.convs import _agg_width
+from twopgraph.inference.push import _Push
+from twopgraph.inference.reads import _file_of, read_ranges
+from twopgraph.inference.rows import edge_balanced_ranges
+from twopgraph.inference.tables import EvalTable, table_place
+from twopgraph.runtime.memory import available_host_bytes, fillable_host_bytes
 
 log = logging.getLogger("twopgraph")
 

@@ -11,12 +11,12 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..minibatch import Block
-from ..spmm import scatter_rows
-from .convs import _agg_width, _projects, _widths
-from .relabel import LevelIndex
-from .rows import _degree_of
-from .tables import EvalTable
+from twopgraph.core.minibatch import Block
+from twopgraph.graph.spmm import scatter_rows
+from twopgraph.inference.convs import _agg_width, _projects, _widths
+from twopgraph.inference.relabel import LevelIndex
+from twopgraph.inference.rows import _degree_of
+from twopgraph.inference.tables import EvalTable
 
 
 def _plan_push(nxt, conv, graph, level: np.ndarray, upper: np.ndarray,

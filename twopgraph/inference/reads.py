@@ -13,8 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from ..cache.readahead import find_mmap
-from ..errors import GraphFormatError
+from twopgraph.cache.readahead import find_mmap
+from twopgraph.errors import GraphFormatError
 
 
 def _file_of(arr) -> tuple[str, int] | None:

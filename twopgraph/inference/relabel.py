@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..minibatch import Block
+from twopgraph.core.minibatch import Block
 
 
 def id_dtype(n: int):

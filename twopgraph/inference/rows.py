@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..sampler.kernels import sample_neighbors, sample_neighbors_serial
+from twopgraph.sampler.kernels import sample_neighbors, sample_neighbors_serial
 
 
 def edge_balanced_ranges(indptr: np.ndarray, batch_edges: int) -> list[int]:

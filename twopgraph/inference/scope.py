@@ -14,15 +14,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..choices import EVAL_SCOPES
-from ..errors import ConfigError
-from ..models import BlockGNN
-from .convs import _projects
-from .relabel import id_dtype, sorted_unique
-from .rows import _prefix_degrees, _rows_of, edge_balanced_ranges
+from twopgraph.core.names import EVAL_SCOPES
+from twopgraph.errors import ConfigError
+from twopgraph.inference.convs import _projects
+from twopgraph.inference.relabel import id_dtype, sorted_unique
+from twopgraph.inference.rows import _prefix_degrees, _rows_of, edge_balanced_ranges
+from twopgraph.models import BlockGNN
 
-
-# EVAL_SCOPES (twopgraph.choices, imported above): ``--eval-scope``: ``all`` =
+# EVAL_SCOPES (twopgraph.core.names, imported above): ``--eval-scope``: ``all`` =
 # :func:`layerwise_inference` over every vertex, ``scored`` = :func:`scored_inference` over the
 # L-hop in-neighbourhood of the scored vertices, ``auto`` = the cheaper by :func:`plan_scope`'s
 # estimate.

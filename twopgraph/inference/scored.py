@@ -15,18 +15,18 @@ import itertools
 import numpy as np
 import torch
 
-from ..errors import ConfigError
-from ..metrics import fillable_host_bytes
-from ..models import BlockGNN
-from ..minibatch import Block
-from .convs import _projects, _widths
-from .layerwise import layerwise_inference
-from .passes import CHUNK_SHARE, _input_passes, _push_inputs
-from .push import _plan_push, _Push
-from .relabel import DENSE_LEVEL, LevelIndex
-from .rows import _degree_of, _prefix_degrees, _rows_of, edge_balanced_ranges
-from .scope import ScopePlan, plan_scope, scored_ids
-from .tables import EVAL_CHUNK_BYTES, EvalTable, _row_source, table_place
+from twopgraph.core.minibatch import Block
+from twopgraph.errors import ConfigError
+from twopgraph.inference.convs import _projects, _widths
+from twopgraph.inference.layerwise import layerwise_inference
+from twopgraph.inference.passes import CHUNK_SHARE, _input_passes, _push_inputs
+from twopgraph.inference.push import _plan_push, _Push
+from twopgraph.inference.relabel import DENSE_LEVEL, LevelIndex
+from twopgraph.inference.rows import _degree_of, _prefix_degrees, _rows_of, edge_balanced_ranges
+from twopgraph.inference.scope import ScopePlan, plan_scope, scored_ids
+from twopgraph.inference.tables import EVAL_CHUNK_BYTES, EvalTable, _row_source, table_place
+from twopgraph.models import BlockGNN
+from twopgraph.runtime.memory import fillable_host_bytes
 
 
 class ScoredLogits:
@@ -87,12 +87,12 @@ def scored_inference(model: BlockGNN, sampler, feat, device, scored,
     and all its in-neighbours`` (:func:`plan_scope`'s levels; computed here unless ``plan``
     gives them), each over its sorted ids in ranges of about ``batch_edges`` edges, a range
     cut into pieces while its distinct src rows exceed ``chunk_bytes``. A range gathers its
-    dst rows of the CSR, maps the src ids onto positions in the layer below's table (:class:`LevelIndex`),
-    reads those distinct rows -- through ``feat`` (as :func:`layerwise_inference` takes it)
-    for layer 0 -- and runs the conv on the block relabelled onto them; degrees are the
-    sampler's (the full graph's: GCN's normalisation is exact). A layer that shrinks the
-    width is computed from projections as in :func:`layerwise_inference` (layer 0's of the
-    input rows ``levels[0]``).
+    dst rows of the CSR, maps the src ids onto positions in the layer below's table
+    (:class:`LevelIndex`), reads those distinct rows -- through ``feat`` (as
+    :func:`layerwise_inference` takes it) for layer 0 -- and runs the conv on the block relabelled
+    onto them; degrees are the sampler's (the full graph's: GCN's normalisation is exact). A layer
+    that shrinks the width is computed from projections as in :func:`layerwise_inference` (layer 0's
+    of the input rows ``levels[0]``).
 
     A layer whose level is much larger than the next one's is *streamed* (``stream`` None:
     when the next layer's input tables are smaller than the table streaming saves; True:

@@ -16,9 +16,9 @@ import logging
 import numpy as np
 import torch
 
-from ..choices import SCORES
-from ..errors import ConfigError
-from ..loader import as_long_tensor
+from twopgraph.core.names import SCORES
+from twopgraph.errors import ConfigError
+from twopgraph.pipeline.loader import as_long_tensor
 
 log = logging.getLogger("twopgraph")
 
@@ -31,7 +31,7 @@ def accuracy(logits: torch.Tensor, labels: torch.Tensor, idx: np.ndarray) -> flo
     return float((logits[idx_t].argmax(1) == labels[idx_t]).float().mean())
 
 
-# SCORES (twopgraph.choices, imported above): the metrics a run can score with (``--metric``
+# SCORES (twopgraph.core.names, imported above): the metrics a run can score with (``--metric``
 # resolved by :func:`resolve_metric`).
 
 

@@ -3,7 +3,7 @@
 :class:`EvalTable`: an N x d (or ``|level|`` x d) float32 table of a layer's outputs on the
 device, in host memory or in a nameless memory-mapped scratch file, placed by
 :func:`table_place` from the memory available to this process
-(:func:`~twopgraph.metrics.available_host_bytes`) or the device's free memory;
+(:func:`~twopgraph.runtime.memory.available_host_bytes`) or the device's free memory;
 :data:`EVAL_CHUNK_BYTES` (bytes) bounds the rows one chunk gathers; :func:`_row_source`
 turns what the caller passes as input features into something rows are read from.
 """
@@ -15,10 +15,9 @@ import tempfile
 import numpy as np
 import torch
 
-from ..cache.host import HostFeatures
-from ..files import reserve
-from ..metrics import available_host_bytes
-
+from twopgraph.cache.host import HostFeatures
+from twopgraph.core.files import reserve
+from twopgraph.runtime.memory import available_host_bytes
 
 #: Bytes (float32) of the input rows one chunk of exact inference gathers at most: a dst range
 #: whose distinct src rows would take more is halved (down to one vertex).

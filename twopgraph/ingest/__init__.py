@@ -20,11 +20,11 @@ Two kinds of input, one path into the store (:func:`ingest`):
   or NaN = unlabelled), ``train_idx``, ``val_idx``, ``test_idx`` and optionally
   ``num_nodes`` and ``num_classes`` (docs/formats.md).
 
-Every array is read in chunks of about :data:`~twopgraph.store.CHUNK_BYTES`: an uncompressed
+Every array is read in chunks of about :data:`~twopgraph.store.reader.CHUNK_BYTES`: an uncompressed
 (stored) ``.npz`` member is memory-mapped in place; a compressed one is inflated chunk by
 chunk (the edge list into a scratch file inside the store being written, removed before it
 is committed). The graph is symmetrised, deduplicated and freed of self loops by the bounded
-memory CSR builder (:mod:`twopgraph.csrbuild`), and one log line says what changed. Labels
+memory CSR builder (:mod:`twopgraph.graph.csrbuild`), and one log line says what changed. Labels
 NaN become -1 (outside every split); a fractional or negative label, an edge id
 ``>= num_nodes``, a feature table of another row count, a split id out of range, a missing or
 truncated file: one line (:class:`~twopgraph.errors.GraphFormatError`) naming the file, and
@@ -42,11 +42,11 @@ Example::
     >>> ingest(raw, "datasets/stores/ogbn-arxiv-1a2b3c4d", source=None)   # doctest: +SKIP
 """
 
-from .coo import coo_npz, is_coo_npz
-from .npz import READ_ERRORS, NpzMember, members
-from .ogb import OGB_SPLIT_FILES, ogb_raw, read_ogb_split
-from .raw import RawDataset, labels_from
-from .write import SCATTER_MIN_BYTES, SCATTER_SHARE, ingest, source_record
+from twopgraph.ingest.coo import coo_npz, is_coo_npz
+from twopgraph.ingest.npz import READ_ERRORS, NpzMember, members
+from twopgraph.ingest.ogb import OGB_SPLIT_FILES, ogb_raw, read_ogb_split
+from twopgraph.ingest.raw import RawDataset, labels_from
+from twopgraph.ingest.write import SCATTER_MIN_BYTES, SCATTER_SHARE, ingest, source_record
 
 __all__ = ["OGB_SPLIT_FILES", "READ_ERRORS", "SCATTER_MIN_BYTES", "SCATTER_SHARE", "NpzMember",
            "RawDataset", "coo_npz", "ingest", "is_coo_npz", "labels_from", "members",

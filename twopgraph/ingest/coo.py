@@ -9,11 +9,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import GraphFormatError
-from ..graphio import SPLITS
-from .npz import NpzMember, members
-from .raw import (RawDataset, _check_feat, _count, _edge_arrays, _edge_count, _npz_labels,
-                  _rows_per_chunk, _split_ids)
+from twopgraph.errors import GraphFormatError
+from twopgraph.graph.io import SPLITS
+from twopgraph.ingest.npz import NpzMember, members
+from twopgraph.ingest.raw import (
+    RawDataset,
+    _check_feat,
+    _count,
+    _edge_arrays,
+    _edge_count,
+    _npz_labels,
+    _rows_per_chunk,
+    _split_ids,
+)
+
 
 def coo_npz(path, name: str | None = None) -> RawDataset:
     """The COO exchange ``.npz`` at ``path`` (see the module docstring)."""
@@ -23,7 +32,7 @@ def coo_npz(path, name: str | None = None) -> RawDataset:
     if missing:
         raise GraphFormatError(f"{path}: missing keys {', '.join(missing)} (the COO format has "
                                f"edge_index, feat, label, train_idx, val_idx, test_idx)")
-    from ..npzstore import warn_extra_keys
+    from twopgraph.store.npz import warn_extra_keys
     warn_extra_keys(path, have, ("edge_index", "feat", "label", *SPLITS, "num_nodes",
                                  "num_classes"))
     feat = NpzMember(path, "feat")

@@ -2,7 +2,7 @@
 
 :class:`NpzMember` reads a member's shape, dtype and memory order from its header only, then
 gives its values memory-mapped where they lie in the zip file (a stored, uncompressed member)
-or inflated chunk by chunk (about :data:`~twopgraph.store.CHUNK_BYTES` bytes each; a
+or inflated chunk by chunk (about :data:`~twopgraph.store.reader.CHUNK_BYTES` bytes each; a
 compressed member, into a scratch ``.npy`` file when it is needed whole). :func:`members` lists
 a file's arrays; :data:`READ_ERRORS` is what reading a damaged or truncated raw file raises.
 """
@@ -17,10 +17,10 @@ from typing import Iterator
 
 import numpy as np
 
-from ..errors import GraphFormatError
-from ..files import map_new_npy
-from ..npzstore import _member_chunks, _read_header
-from ..store import CHUNK_BYTES
+from twopgraph.core.files import map_new_npy
+from twopgraph.errors import GraphFormatError
+from twopgraph.store.npz import npy_chunks, read_npy_header
+from twopgraph.store.reader import CHUNK_BYTES
 
 #: What reading a damaged or truncated raw file raises (zip, gzip, zlib, pandas' parser).
 READ_ERRORS = (OSError, EOFError, ValueError, zipfile.BadZipFile, zlib.error, KeyError,
@@ -38,7 +38,7 @@ class NpzMember:
             with zipfile.ZipFile(self.path) as zf:
                 self.info = zf.getinfo(f"{key}.npy")
                 with zf.open(self.info) as f:
-                    self.shape, self.fortran, self.dtype = _read_header(f, self.where)
+                    self.shape, self.fortran, self.dtype = read_npy_header(f, self.where)
                     self._header = f.tell() if self.info.compress_type == zipfile.ZIP_STORED \
                         else None
         except KeyError:
@@ -83,7 +83,7 @@ class NpzMember:
         out = map_new_npy(scratch, self.dtype.newbyteorder("="), (self.size,))
         a = 0
         with _open_member(self) as f:
-            for c in _member_chunks(f, (self.size,), self.dtype, self.where):
+            for c in npy_chunks(f, (self.size,), self.dtype, self.where):
                 out[a:a + c.shape[0]] = c
                 a += c.shape[0]
         out.flush()
@@ -103,7 +103,7 @@ class NpzMember:
             return
         with _open_member(self) as f:
             shape = self.shape or (1,)
-            yield from _member_chunks(f, shape, self.dtype, self.where)
+            yield from npy_chunks(f, shape, self.dtype, self.where)
 
     def read(self) -> np.ndarray:
         """The whole member in memory (small arrays: counts, labels, splits); a scalar comes
@@ -118,7 +118,7 @@ class NpzMember:
 def _open_member(m: NpzMember):
     try:
         with zipfile.ZipFile(m.path) as zf, zf.open(m.info) as f:
-            _read_header(f, m.where)
+            read_npy_header(f, m.where)
             yield f
     except GraphFormatError:
         raise

@@ -20,11 +20,21 @@ from typing import Iterator
 
 import numpy as np
 
-from ..errors import GraphFormatError
-from ..files import map_new_npy
-from .npz import READ_ERRORS, NpzMember, members
-from .raw import (RawDataset, _check_feat, _count, _edge_arrays, _edge_count, _fail,
-                  _npz_labels, _rows_per_chunk, _split_ids, labels_from)
+from twopgraph.core.files import map_new_npy
+from twopgraph.errors import GraphFormatError
+from twopgraph.ingest.npz import READ_ERRORS, NpzMember, members
+from twopgraph.ingest.raw import (
+    RawDataset,
+    _check_feat,
+    _count,
+    _edge_arrays,
+    _edge_count,
+    _fail,
+    _npz_labels,
+    _rows_per_chunk,
+    _split_ids,
+    labels_from,
+)
 
 #: The split files' names in OGB's layout, by the store's split names.
 OGB_SPLIT_FILES = {"train_idx": "train", "val_idx": "valid", "test_idx": "test"}

@@ -3,10 +3,10 @@
 :class:`RawDataset` is the one input of :func:`~twopgraph.ingest.ingest`: sizes, and lazy
 readers of the edges, features (in chunks), labels and splits. The readers of the OGB layouts
 (:mod:`.ogb`), of the COO exchange format (:mod:`.coo`) and of the papers-shaped generator
-(:mod:`twopgraph.papers`) make one. The checks shared by those readers live here: labels
+(:mod:`twopgraph.datasets.papers`) make one. The checks shared by those readers live here: labels
 (:func:`labels_from`: NaN -> -1), split ids, counts, the ``edge_index`` shape and its
 ``(src, dst)`` views, the feature table's shape, and the rows per feature chunk (about
-:data:`~twopgraph.store.CHUNK_BYTES` bytes of float32).
+:data:`~twopgraph.store.reader.CHUNK_BYTES` bytes of float32).
 """
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from ..errors import GraphFormatError
-from ..store import CHUNK_BYTES
-from .npz import NpzMember
+from twopgraph.errors import GraphFormatError
+from twopgraph.ingest.npz import NpzMember
+from twopgraph.store.reader import CHUNK_BYTES
+
 
 @dataclass
 class RawDataset:

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ..csrbuild import build_csr
-from ..errors import GraphFormatError, OutputError
-from ..metrics import available_host_bytes
-from ..storewriter import _Writer, _progress, half_checked
-from .raw import RawDataset
+from twopgraph.errors import GraphFormatError, OutputError
+from twopgraph.graph.csrbuild import build_csr
+from twopgraph.ingest.raw import RawDataset
+from twopgraph.runtime.memory import available_host_bytes
+from twopgraph.store.writer import StoreWriter, half_checked, progress_bar
 
 log = logging.getLogger("twopgraph")
 
@@ -81,7 +81,7 @@ def ingest(raw: RawDataset, folder, *, source: dict | None, progress: bool = Fal
     stages = _Stages(raw.name, progress)
     t0 = time.perf_counter()
     try:
-        with _Writer(folder) as w:
+        with StoreWriter(folder) as w:
             with stages.stage("edges"):
                 src, dst = raw.edges(w.scratch)
             with stages.stage("csr"):
@@ -103,7 +103,7 @@ def ingest(raw: RawDataset, folder, *, source: dict | None, progress: bool = Fal
             log.info("%s: %s", raw.name, _describe(changes))
             with stages.stage("features"):
                 total = n * raw.feat_shape[1] * np.dtype(raw.feat_dtype).itemsize
-                with _progress(total, f"{raw.name} features", progress) as bar:
+                with progress_bar(total, f"{raw.name} features", progress) as bar:
                     def chunks():
                         for c in raw.feat_chunks():
                             bar.update(c.nbytes)

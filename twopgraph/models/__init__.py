@@ -1,5 +1,5 @@
 """The GNN models: one graph convolution per module, registered in
-:data:`~twopgraph.protocols.MODELS`, stacked by :class:`~twopgraph.models.base.BlockGNN`.
+:data:`~twopgraph.core.protocols.MODELS`, stacked by :class:`~twopgraph.models.base.BlockGNN`.
 
 - ``sage`` (:class:`~twopgraph.models.sage.SAGEConv`): GraphSAGE, mean aggregator;
 - ``gcn`` (:class:`~twopgraph.models.gcn.GCNConv`): GCN, symmetric normalisation;
@@ -15,11 +15,12 @@ Example::
     True
 """
 
-from ..protocols import MODELS
-from .base import BlockGNN, Conv, build_model, model_from_config
+from twopgraph.core.protocols import MODELS
+from twopgraph.models.base import BlockGNN, Conv, build_model, model_from_config
+
 # registration order = the order models are listed in: the default first
-from .sage import SAGEConv  # isort: skip
-from .gcn import GCNConv  # isort: skip
+from twopgraph.models.sage import SAGEConv  # isort: skip
+from twopgraph.models.gcn import GCNConv  # isort: skip
 
 __all__ = ["MODELS", "BlockGNN", "Conv", "GCNConv", "SAGEConv", "build_model",
            "model_from_config"]

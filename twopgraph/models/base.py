@@ -2,10 +2,10 @@
 defaults of the conv contract) and :class:`BlockGNN` (a stack of convs over a mini-batch's
 blocks, ReLU and dropout between them).
 
-A model is one conv class registered in :data:`~twopgraph.protocols.MODELS` (a module of
+A model is one conv class registered in :data:`~twopgraph.core.protocols.MODELS` (a module of
 ``twopgraph/models/``); :func:`build_model` and :func:`model_from_config` stack it. The conv
 contract (what training, exact inference and the cache budget call) is written in
-:class:`~twopgraph.protocols.Conv` and docs/architecture.md.
+:class:`~twopgraph.core.protocols.Conv` and docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ from typing import Callable
 import torch
 from torch import nn
 
-from ..dropout import relu_dropout
-from ..protocols import MODELS
-from ..minibatch import MiniBatch
+from twopgraph.core.minibatch import MiniBatch
+from twopgraph.core.protocols import MODELS
+from twopgraph.models.dropout import relu_dropout
 
 
 class Conv(nn.Module):
-    """Base of the graph convolutions in :data:`~twopgraph.protocols.MODELS`: ``in_dim`` ->
+    """Base of the graph convolutions in :data:`~twopgraph.core.protocols.MODELS`: ``in_dim`` ->
     ``out_dim`` columns, called as ``conv(block, h_src, h_dst)``.
 
     A subclass names in :attr:`options` the fields of the model config section it reads
@@ -107,7 +107,7 @@ class BlockGNN(nn.Module):
 
 def build_model(name: str, in_dim: int, hidden: int, num_classes: int, num_layers: int,
                 dropout: float = 0.5, **options) -> BlockGNN:
-    """A GNN of the conv registered as ``name`` in :data:`~twopgraph.protocols.MODELS`
+    """A GNN of the conv registered as ``name`` in :data:`~twopgraph.core.protocols.MODELS`
     ("sage", "gcn", ...; an unknown name is a one-line :class:`ConfigError`); ``options``:
     the conv's own options (:attr:`Conv.options`, e.g. ``heads=4`` for gat; defaults when
     left out)."""

@@ -36,11 +36,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..errors import ConfigError
-from ..protocols import MODELS
-from ..minibatch import Block
-from .base import Conv
-from .ops import edge_dst, spmm_block
+from twopgraph.core.minibatch import Block
+from twopgraph.core.protocols import MODELS
+from twopgraph.errors import ConfigError
+from twopgraph.models.base import Conv
+from twopgraph.models.ops import edge_dst, spmm_block
 
 #: LeakyReLU slope of the attention scores (the paper's and DGL's 0.2)
 NEGATIVE_SLOPE = 0.2

@@ -6,10 +6,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..protocols import MODELS
-from ..minibatch import Block
-from .base import Conv
-from .ops import spmm_block
+from twopgraph.core.minibatch import Block
+from twopgraph.core.protocols import MODELS
+from twopgraph.models.base import Conv
+from twopgraph.models.ops import spmm_block
 
 
 @MODELS.register("gcn")
@@ -36,7 +36,8 @@ class GCNConv(Conv):
         return self.combine(h_dst, self.aggregate(block, h_src), block.dst_deg)
 
     def aggregate(self, block: Block, h_src: torch.Tensor) -> torch.Tensor:
-        """The normalised neighbour sum of each dst (see :meth:`~twopgraph.models.sage.SAGEConv.aggregate`)."""
+        """The normalised neighbour sum of each dst (see
+        :meth:`~twopgraph.models.sage.SAGEConv.aggregate`)."""
         w = self._weights(block).to(h_src.dtype)
         if self.in_dim > self.out_dim:
             return spmm_block(block, w, self.lin(h_src))
@@ -48,13 +49,15 @@ class GCNConv(Conv):
 
     def edge_weight(self, src_deg: torch.Tensor, dst_deg: torch.Tensor,
                     count: torch.Tensor) -> torch.Tensor:
-        """See :meth:`~twopgraph.models.sage.SAGEConv.edge_weight`: ``d_v / s_v / sqrt((d_v + 1) (d_u + 1))``."""
+        """See :meth:`~twopgraph.models.sage.SAGEConv.edge_weight`: ``d_v / s_v / sqrt((d_v + 1)
+        (d_u + 1))``."""
         scale = dst_deg / count.clamp(min=1).to(dst_deg.dtype) / torch.sqrt(dst_deg + 1.0)
         return scale / torch.sqrt(src_deg + 1.0)
 
     def combine(self, h_dst: torch.Tensor, agg: torch.Tensor,
                 dst_deg: torch.Tensor) -> torch.Tensor:
-        """See :meth:`~twopgraph.models.sage.SAGEConv.combine`; the self loop's weight is ``1 / (dst_deg + 1)``."""
+        """See :meth:`~twopgraph.models.sage.SAGEConv.combine`; the self loop's weight is ``1 /
+        (dst_deg + 1)``."""
         self_term = h_dst / (dst_deg + 1.0).to(h_dst.dtype).unsqueeze(1)
         if self.in_dim > self.out_dim:
             return agg + self.lin(self_term) + self.bias
@@ -75,7 +78,8 @@ class GCNConv(Conv):
         return w / torch.sqrt(block.src_deg[block.indices] + 1.0)
 
     def project(self, h: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """Per-vertex part of the layer for rows ``h`` (see :meth:`~twopgraph.models.sage.SAGEConv.project`)."""
+        """Per-vertex part of the layer for rows ``h`` (see
+        :meth:`~twopgraph.models.sage.SAGEConv.project`)."""
         return (self.lin(h),)
 
     def from_projection(self, block: Block, proj: tuple[torch.Tensor, ...], dst_start: int,

@@ -1,7 +1,7 @@
-"""Sparse products over a :class:`~twopgraph.minibatch.Block`, shared by the convs.
+"""Sparse products over a :class:`~twopgraph.core.minibatch.Block`, shared by the convs.
 
 :func:`spmm_block` is ``A @ h`` where A (num_dst x num_src) holds the block's edges with
-per-edge values: the numba kernel of :mod:`twopgraph.spmm` when no gradient is needed (5-10x
+per-edge values: the numba kernel of :mod:`twopgraph.graph.spmm` when no gradient is needed (5-10x
 torch's CPU kernel), else torch's sparse CSR product (gradients flow to the values and to
 ``h``). :func:`mean_weights` and :func:`edge_dst` are per-edge helpers.
 """
@@ -13,8 +13,8 @@ import warnings
 
 import torch
 
-from .. import spmm
-from ..minibatch import Block
+from twopgraph.core.minibatch import Block
+from twopgraph.graph import spmm
 
 # torch prints "Sparse CSR tensor support is in beta" once per process, when the first CSR
 # tensor is built (TORCH_WARN_ONCE in SparseCsrTensorImpl). We silence exactly that first

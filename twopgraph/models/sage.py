@@ -13,10 +13,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..protocols import MODELS
-from ..minibatch import Block
-from .base import Conv
-from .ops import mean_weights, spmm_block
+from twopgraph.core.minibatch import Block
+from twopgraph.core.protocols import MODELS
+from twopgraph.models.base import Conv
+from twopgraph.models.ops import mean_weights, spmm_block
 
 
 @MODELS.register("sage")

@@ -1,14 +1,13 @@
 """Sampling: schedulers pick seeds, samplers expand them into blocks.
 
-Schedulers and samplers register in :data:`~twopgraph.protocols.SCHEDULERS` and
-:data:`~twopgraph.protocols.SAMPLERS`; a new one is a new module of this package.
+Schedulers and samplers register in :data:`~twopgraph.core.protocols.SCHEDULERS` and
+:data:`~twopgraph.core.protocols.SAMPLERS`; a new one is a new module of this package.
 """
 
-from ..protocols import SAMPLERS, SCHEDULERS
-from ..minibatch import Block, MiniBatch
-from .neighbor import NeighborSampler, parse_fanouts
-from .schedule import LocalityScheduler, RandomScheduler, make_scheduler
-from .stream import sampled_batches
+from twopgraph.core.minibatch import Block, MiniBatch
+from twopgraph.core.protocols import SAMPLERS, SCHEDULERS
+from twopgraph.sampler.neighbor import NeighborSampler, parse_fanouts
+from twopgraph.sampler.stream import sampled_batches
 
 
 def sampler_options(name: str, section) -> dict:

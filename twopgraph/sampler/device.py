@@ -13,7 +13,7 @@ algorithm on the same counter-based random stream:
    take ``t`` unless it was taken already, else ``j``. Every neighbour is then taken with
    probability ``min(1, f / d)`` and never twice, and every ``f``-subset is equally likely.
    The ``f`` draws of every sampled vertex are one ``(n, f)`` tensor op (the counter-based
-   :func:`~twopgraph.rng.draw`, splitmix64 evaluated in int64 arithmetic, which wraps like
+   :func:`~twopgraph.core.rng.draw`, splitmix64 evaluated in int64 arithmetic, which wraps like
    uint64); "taken already?" is resolved for all columns at once (a row-wise sort and
    ``ceil(log2 f)`` pointer-jumping rounds, see :func:`_floyd`): ``O(n f log f)`` work and a
    fixed number of tensor ops whatever the degrees (a hub of degree 10^6 costs ``f`` draws,
@@ -47,7 +47,7 @@ device kernels.
 
 Example::
 
-    >>> from twopgraph.graph import CSRGraph
+    >>> from twopgraph.graph.data import CSRGraph
     >>> from twopgraph.sampler import NeighborSampler
     >>> g = CSRGraph.from_edges([0, 0, 1], [1, 2, 3], num_nodes=4)
     >>> mb = TorchNeighborSampler(g, [2, 2], seed=0).sample(np.array([0]), key=5)
@@ -67,12 +67,12 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from ..errors import ConfigError
-from ..graph import CSRGraph
-from ..protocols import SAMPLERS
-from ..rng import MASK64, mix_key
-from ..minibatch import Block, MiniBatch
-from .neighbor import _FRESH_STREAM, check_seeds, parse_fanouts
+from twopgraph.core.minibatch import Block, MiniBatch
+from twopgraph.core.protocols import SAMPLERS
+from twopgraph.core.rng import MASK64, mix_key
+from twopgraph.errors import ConfigError
+from twopgraph.graph.data import CSRGraph
+from twopgraph.sampler.neighbor import _FRESH_STREAM, check_seeds, parse_fanouts
 
 
 def _i64(x: int) -> int:
@@ -94,7 +94,7 @@ def _shr(z: torch.Tensor, s: int) -> torch.Tensor:
 
 
 def _splitmix64_(z: torch.Tensor) -> torch.Tensor:
-    """:func:`twopgraph.rng.splitmix64` on an int64 tensor, in place (the same bits as the
+    """:func:`twopgraph.core.rng.splitmix64` on an int64 tensor, in place (the same bits as the
     uint64 one: int64 addition and multiplication wrap modulo 2**64 in torch, on the CPU and
     on CUDA)."""
     z.add_(_GOLDEN)
@@ -104,7 +104,7 @@ def _splitmix64_(z: torch.Tensor) -> torch.Tensor:
 
 
 def draw_torch(key: int, v: torch.Tensor, j: torch.Tensor) -> torch.Tensor:
-    """:func:`twopgraph.rng.draw` elementwise over int64 tensors ``v`` and ``j`` (broadcast);
+    """:func:`twopgraph.core.rng.draw` elementwise over int64 tensors ``v`` and ``j`` (broadcast);
     the uint64 result as int64 bits (a new tensor)."""
     return _splitmix64_(_splitmix64_(v * _FNV + j).bitwise_xor_(_i64(key)))
 
@@ -137,7 +137,7 @@ class TorchNeighborSampler:
 
     Example::
 
-        >>> from twopgraph.graph import CSRGraph
+        >>> from twopgraph.graph.data import CSRGraph
         >>> g = CSRGraph.from_edges([0, 0, 1], [1, 2, 3], num_nodes=4)
         >>> s = TorchNeighborSampler(g, [-1], device="cpu")
         >>> b = s.sample(np.array([0])).blocks[0]
@@ -180,7 +180,7 @@ class TorchNeighborSampler:
         tensor on ``device``); ``key`` picks the random stream (same seed + key => the same
         mini-batch, and the one NeighborSampler gives); without a key every call draws fresh
         randomness (keys from a counter that advances with each such call). ``parallel`` is
-        accepted for the :class:`~twopgraph.protocols.Sampler` protocol: torch decides the
+        accepted for the :class:`~twopgraph.core.protocols.Sampler` protocol: torch decides the
         threads (CPU: its intra-op count); the result never depends on it."""
         seeds = self._check_seeds(seeds)
         if key is None:

@@ -1,9 +1,9 @@
 """Sampling kernels: uniform neighbour sampling (Floyd's algorithm) and batch relabelling.
 
-Each kernel has a plain NumPy/Python twin (``*_ref``) registered in :mod:`twopgraph.jit`. The
-parallel kernels (``prange`` over vertices) have a ``*_serial`` variant with the same output
+Each kernel has a plain NumPy/Python twin (``*_ref``) registered in :mod:`twopgraph.runtime.jit`.
+The parallel kernels (``prange`` over vertices) have a ``*_serial`` variant with the same output
 for samplers that run several batches at once, one per thread. Randomness comes from
-:mod:`twopgraph.rng`, so a sample depends only on (key, vertex), not on the thread count.
+:mod:`twopgraph.core.rng`, so a sample depends only on (key, vertex), not on the thread count.
 Ids are int64 except ``nbrs``, which keeps the dtype of the graph's ``indices``.
 """
 
@@ -12,9 +12,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from ..jit import register
-from ..memhint import PREFETCH_DIST, prefetch
-from ..rng import draw_at, draw_ref, vertex_base
+from twopgraph.core.rng import draw_at, draw_ref, vertex_base
+from twopgraph.runtime.jit import register
+from twopgraph.runtime.prefetch import PREFETCH_DIST, prefetch
 
 # -- neighbour sampling (uniform, without replacement; Floyd's algorithm) -------------------------
 

@@ -7,16 +7,16 @@ uniform neighbour sampling at the same fanouts. ``c_s`` makes ``s`` keep ``min(f
 neighbours in expectation; ``pi`` is uniform (LABOR-0, ``iterations=0``) or the result of a
 few fixed-point rounds (LABOR-*, ``iterations >= 1``) that raise the importance of vertices
 many dsts share. Every kept edge carries its inverse inclusion probability, normalised per dst,
-in :attr:`~twopgraph.minibatch.Block.edge_weight` (SAGE's mean and GCN's normalisation read
+in :attr:`~twopgraph.core.minibatch.Block.edge_weight` (SAGE's mean and GCN's normalisation read
 it: an estimator of the full-neighbour mean). The kernels are in :mod:`.labor_kernels`.
 
-Variates are counter-based (:mod:`twopgraph.rng`), keyed by (seed, batch, layer, vertex) --
+Variates are counter-based (:mod:`twopgraph.core.rng`), keyed by (seed, batch, layer, vertex) --
 never by dst: ``layer_dependency`` drops the layer (the same variates in every layer: a vertex
 kept in one layer tends to be kept in the others), ``batch_dependency = K`` makes them drift
 smoothly over ``K`` consecutive batches (batch ``b`` mixes the variates of batch groups
 ``b // K`` and ``b // K + 1`` with weight ``(b mod K) / K``; each ``r_t`` stays uniform), so
 consecutive batches share input vertices (a feature cache hits more). The batch index is the
-one the loader's :class:`~twopgraph.rng.BatchKey` carries; a plain int ``key`` is taken as the
+one the loader's :class:`~twopgraph.core.rng.BatchKey` carries; a plain int ``key`` is taken as the
 index itself, and key-less calls count 0, 1, 2, ...
 """
 
@@ -28,13 +28,13 @@ from typing import Sequence
 
 import numpy as np
 
-from ..errors import ConfigError
-from ..graph import CSRGraph
-from ..minibatch import MiniBatch
-from ..protocols import SAMPLERS
-from ..rng import mix_key
-from . import kernels, labor_kernels
-from .neighbor import NeighborSampler, NodeMap, RelabelTable, check_seeds, settled
+from twopgraph.core.minibatch import MiniBatch
+from twopgraph.core.protocols import SAMPLERS
+from twopgraph.core.rng import mix_key
+from twopgraph.errors import ConfigError
+from twopgraph.graph.data import CSRGraph
+from twopgraph.sampler import kernels, labor_kernels, labor_pi, labor_variates
+from twopgraph.sampler.neighbor import NeighborSampler, NodeMap, RelabelTable, check_seeds, settled
 
 # Stream tags of the variate keys: the loader's (epoch, batch) keys, plain int keys, key-less
 # calls (a counter of their own).
@@ -151,7 +151,7 @@ class LaborSampler(NeighborSampler):
 
     @staticmethod
     def _stream_index(key: int) -> tuple[int, int]:
-        """``(stream, batch index)`` of a key: the loader's :class:`~twopgraph.rng.BatchKey`
+        """``(stream, batch index)`` of a key: the loader's :class:`~twopgraph.core.rng.BatchKey`
         gives its epoch's stream and its batch; a plain int is its own index."""
         if getattr(key, "batch", None) is not None:
             return mix_key(_LABOR, key.epoch), int(key.batch)
@@ -163,7 +163,7 @@ class LaborSampler(NeighborSampler):
         layer compares with ``c_s pi_t``."""
         key0, key1, ca, cb = self.variate_keys(*self._stream_index(key), hop)
         smooth = self.batch_dependency > 1
-        return np.array([labor_kernels.variate(np.uint64(key0), np.uint64(key1), ca, cb,
+        return np.array([labor_variates.variate(np.uint64(key0), np.uint64(key1), ca, cb,
                                                smooth, int(t)) for t in np.asarray(vertices)],
                         dtype=np.float64)
 
@@ -209,7 +209,7 @@ class LaborSampler(NeighborSampler):
         try:
             cand, count, distinct = table.relabel(every, 0, 0)
             if solve_pi:
-                solve = labor_kernels.labor_pi if parallel else labor_kernels.labor_pi_serial
+                solve = labor_pi.labor_pi if parallel else labor_pi.labor_pi_serial
                 c, pi = solve(g.indptr, nodes, cand, count, fanout, self.iterations)
             else:
                 pi = none_f
@@ -225,7 +225,8 @@ class LaborSampler(NeighborSampler):
         g = self.graph
         lk = labor_kernels
         sample = lk.labor_sample if parallel else lk.labor_sample_serial
-        variates = lk.labor_variates if parallel else lk.labor_variates_serial
+        variates = (labor_variates.labor_variates if parallel
+                    else labor_variates.labor_variates_serial)
         smooth = self.batch_dependency > 1
 
         dense_ok = self.iterations == 1 and not smooth

@@ -40,17 +40,17 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from ..graph import CSRGraph
-from ..minibatch import MiniBatch
-from ..protocols import SAMPLERS
-from .device import TorchNeighborSampler, _relabel, _rows, _shr, draw_torch
-from .labor import _FRESH_STREAM, LaborSampler, _check_options
-from .labor_kernels import _BELOW_ONE, _SQRT_HALF, _TWO_PI, _UNIT
+from twopgraph.core.minibatch import MiniBatch
+from twopgraph.core.protocols import SAMPLERS
+from twopgraph.graph.data import CSRGraph
+from twopgraph.sampler.device import TorchNeighborSampler, _rows, _shr, draw_torch
+from twopgraph.sampler.labor import _FRESH_STREAM, LaborSampler, _check_options
+from twopgraph.sampler.labor_variates import _BELOW_ONE, _SQRT_HALF, _TWO_PI, _UNIT
 
 
 def variates_torch(key0: int, key1: int, ca: float, cb: float, smooth: bool,
                    t: torch.Tensor) -> torch.Tensor:
-    """:func:`~twopgraph.sampler.labor_kernels.variate` of every vertex of ``t`` (int64):
+    """:func:`~twopgraph.sampler.labor_variates.variate` of every vertex of ``t`` (int64):
     float64 in [0, 1), on ``t``'s device."""
     if not smooth:
         return _shr(draw_torch(key0, t, 0), 11).to(torch.float64) * _UNIT
@@ -72,7 +72,7 @@ def _row_sum(values: torch.Tensor, row: torch.Tensor, n: int) -> torch.Tensor:
 
 def _solve(pi_e: torch.Tensor, row: torch.Tensor, deg: torch.Tensor, k: int) -> torch.Tensor:
     """Every row's ``c`` with ``sum_e min(1, c pi_e) = k`` (``inf`` when ``d <= k``): the
-    saturation loop of :func:`~twopgraph.sampler.labor_kernels._solve_row`, all rows in step;
+    saturation loop of :func:`~twopgraph.sampler.labor_pi._solve_row`, all rows in step;
     a row stops where the kernel's does and keeps its ``c``."""
     n = deg.shape[0]
     active = deg > k
@@ -125,7 +125,7 @@ class TorchLaborSampler(TorchNeighborSampler):
 
     Example::
 
-        >>> from twopgraph.graph import CSRGraph
+        >>> from twopgraph.graph.data import CSRGraph
         >>> g = CSRGraph.from_edges([0, 0, 0, 1], [1, 2, 3, 2], num_nodes=4)
         >>> a = TorchLaborSampler(g, [2], seed=0).sample(np.array([0]), key=1)
         >>> b = LaborSampler(g, [2], seed=0).sample(np.array([0]), key=1)

@@ -9,14 +9,11 @@ per-dst scale that makes ``s`` keep ``min(k, d_s)`` neighbours in expectation
 Each kept edge is weighted by its inverse inclusion probability ``1 / min(1, c_s pi_t)``,
 normalised over the dst's kept edges (:func:`labor_sample`).
 
-Variates: ``smooth = False``: the uniform of ``draw(key0, t, 0)``; ``smooth = True``
-(batch dependency): two standard normals ``z0, z1`` of ``t`` in streams ``key0`` and ``key1``
-(Box-Muller of two draws each) mixed as ``z = ca z0 + cb z1`` with ``ca^2 + cb^2 = 1``, and
-``r = Phi(z)``: uniform on [0, 1) whatever the mix, and moving continuously from stream
-``key0``'s value (``cb = 0``) to ``key1``'s (``ca = 0``).
+The variates are :mod:`twopgraph.sampler.labor_variates`, the scales and importances
+:mod:`twopgraph.sampler.labor_pi`; this module samples the edges.
 
 Each kernel has a plain-Python twin (``*_ref``, the same arithmetic in the same order, so the
-same floats) registered in :mod:`twopgraph.jit`; the parallel kernels (``prange`` over dsts)
+same floats) registered in :mod:`twopgraph.runtime.jit`; the parallel kernels (``prange`` over dsts)
 have ``*_serial`` variants with the same output. Candidate ids (``cand``) number the distinct
 neighbours of a layer's dsts; ``cand[e]`` is the candidate of the ``e``-th edge of the dsts'
 concatenated CSR rows.
@@ -29,237 +26,11 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from ..jit import register
-from ..memhint import PREFETCH_DIST, prefetch
-from ..rng import draw, draw_ref
-
-#: 2**-53: a 53-bit integer times this is a float64 in [0, 1).
-_UNIT = 1.0 / 9007199254740992.0
-#: The largest float64 below 1 (variates are clipped to it: r in [0, 1)).
-_BELOW_ONE = 1.0 - _UNIT
-_TWO_PI = 2.0 * math.pi
-_SQRT_HALF = math.sqrt(0.5)
-
-
-# -- variates ---------------------------------------------------------------------------------------
-@njit(inline="always", cache=True)
-def _normal(key, t):
-    """A standard normal of vertex ``t`` in stream ``key`` (Box-Muller of draws 0 and 1)."""
-    u1 = (np.float64(draw(key, t, 0) >> np.uint64(11)) + 1.0) * _UNIT  # (0, 1]
-    u2 = np.float64(draw(key, t, 1) >> np.uint64(11)) * _UNIT  # [0, 1)
-    return math.sqrt(-2.0 * math.log(u1)) * math.cos(_TWO_PI * u2)
-
-
-@njit(inline="always", cache=True)
-def variate(key0, key1, ca, cb, smooth, t):
-    """The variate ``r_t`` in [0, 1) of vertex ``t`` (float64; see the module docstring)."""
-    if not smooth:
-        return np.float64(draw(key0, t, 0) >> np.uint64(11)) * _UNIT
-    z = ca * _normal(key0, t) + cb * _normal(key1, t)
-    r = 0.5 * math.erfc(-z * _SQRT_HALF)
-    return r if r < _BELOW_ONE else _BELOW_ONE
-
-
-def variate_ref(key0, key1, ca, cb, smooth, t):
-    """Python twin of :func:`variate`."""
-    key0, key1, t = int(key0), int(key1), int(t)
-    if not smooth:
-        return float(draw_ref(key0, t, 0) >> 11) * _UNIT
-
-    def normal(key):
-        u1 = (float(draw_ref(key, t, 0) >> 11) + 1.0) * _UNIT
-        u2 = float(draw_ref(key, t, 1) >> 11) * _UNIT
-        return math.sqrt(-2.0 * math.log(u1)) * math.cos(_TWO_PI * u2)
-
-    z = ca * normal(key0) + cb * normal(key1)
-    r = 0.5 * math.erfc(-z * _SQRT_HALF)
-    return r if r < _BELOW_ONE else _BELOW_ONE
-
-
-@njit(parallel=True, nogil=True, cache=True)
-def labor_variates(key0, key1, ca, cb, smooth, vertices):
-    """:func:`variate` of every vertex of ``vertices`` (float64), parallel over them;
-    :func:`labor_variates_serial` is the same on one thread."""
-    n = vertices.shape[0]
-    out = np.empty(n, dtype=np.float64)
-    for i in prange(n):
-        out[i] = variate(key0, key1, ca, cb, smooth, vertices[i])
-    return out
-
-
-#: :func:`labor_variates` compiled without ``parallel`` (same output).
-labor_variates_serial = njit(nogil=True, cache=True)(getattr(labor_variates, "py_func",
-                                                            labor_variates))
-
-
-def labor_variates_ref(key0, key1, ca, cb, smooth, vertices):
-    """Python twin of :func:`labor_variates`."""
-    return np.array([variate_ref(key0, key1, ca, cb, smooth, int(t)) for t in vertices],
-                    dtype=np.float64)
-
-
-# -- c_s and pi_t -----------------------------------------------------------------------------------
-@njit(inline="always", cache=True)
-def _saturate(buf, d, k):
-    """``c`` with ``sum_j min(1, c buf[j]) = k`` over ``buf[:d]`` (``d > k >= 0``): the
-    saturated set grows monotonically, ``c = (k - |sat|) / (sum of buf outside sat)``,
-    repeated until ``sat`` (the entries with ``c buf >= 1``) stops growing."""
-    c = 0.0
-    prev = -1
-    for _ in range(d + 2):
-        sat = 0
-        rest = 0.0
-        for j in range(d):
-            p = buf[j]
-            if c * p >= 1.0:
-                sat += 1
-            else:
-                rest += p
-        if sat == prev or sat >= k or rest <= 0.0:
-            break
-        c = (k - sat) / rest
-        prev = sat
-    return c
-
-
-@njit(inline="always", cache=True)
-def _solve_row(pi, cand, e0, d, k, buf):
-    """``c`` with ``sum_e min(1, c pi[cand[e]]) = k`` over the row's edges ``e0 .. e0+d-1``
-    (``pi`` empty: all 1); ``inf`` when ``k < 0`` or ``d <= k`` (every neighbour kept).
-    The row's ``pi`` are read once into ``buf`` (scratch of at least ``d`` floats; the
-    candidates lie anywhere in ``pi``), then :func:`_saturate` runs on the copy."""
-    if k < 0 or d <= k:
-        return np.inf
-    uniform = pi.shape[0] == 0
-    for j in range(d):
-        if not uniform and j + PREFETCH_DIST < d:
-            prefetch(pi, cand[e0 + j + PREFETCH_DIST])
-        buf[j] = 1.0 if uniform else pi[cand[e0 + j]]
-    return _saturate(buf, d, k)
-
-
-def _solve_row_ref(pi, cand, e0, d, k):
-    """NumPy twin of :func:`_solve_row` (whole-row array ops per round; the sums in edge
-    order, as the kernel adds them)."""
-    if k < 0 or d <= k:
-        return math.inf
-    p = np.ones(d) if len(pi) == 0 else np.asarray(pi, dtype=np.float64)[cand[e0:e0 + d]]
-    c, prev = 0.0, -1
-    for _ in range(d + 2):
-        sat_e = c * p >= 1.0
-        sat, rest = int(sat_e.sum()), _ordered_sum(p[~sat_e])
-        if sat == prev or sat >= k or rest <= 0.0:
-            break
-        c, prev = (k - sat) / rest, sat
-    return c
-
-
-def _ordered_sum(x: np.ndarray) -> float:
-    """Left-to-right float64 sum (``np.sum`` adds pairwise: other last bits)."""
-    return float(np.cumsum(x)[-1]) if x.shape[0] else 0.0
-
-
-@njit(inline="always", cache=True)
-def _row_starts(indptr, nodes):
-    """Offsets of the dsts' rows in their concatenation (``indptr`` of the vertex
-    ``PREFETCH_DIST`` ahead prefetched)."""
-    n = nodes.shape[0]
-    starts = np.empty(n + 1, dtype=np.int64)
-    starts[0] = 0
-    for i in range(n):
-        if i + PREFETCH_DIST < n:
-            prefetch(indptr, nodes[i + PREFETCH_DIST])
-        v = nodes[i]
-        starts[i + 1] = starts[i] + indptr[v + 1] - indptr[v]
-    return starts
-
-
-#: Rows ahead whose first entries the sampling passes prefetch (a row is read whole, so a few
-#: rows ahead cover a miss; the hardware prefetcher follows each row once it is read).
-_ROWS_AHEAD = 4
-
-
-@njit(inline="always", cache=True)
-def _prefetch_row(indptr, indices, nodes, i):
-    """Prefetch the first entries of dst ``nodes[i]``'s row (nothing past the last dst)."""
-    if i < nodes.shape[0]:
-        prefetch(indices, indptr[nodes[i]])
-
-
-@njit(inline="always", cache=True)
-def _raised(starts, cand, c, pi):
-    """One fixed-point round: ``pi_t`` -> ``max_s min(1, c_s pi_t)`` over the rows having
-    ``t`` (a new array)."""
-    new = np.zeros(pi.shape[0], dtype=np.float64)
-    m = starts[starts.shape[0] - 1]
-    for i in range(starts.shape[0] - 1):
-        for e in range(starts[i], starts[i + 1]):
-            if e + PREFETCH_DIST < m:
-                prefetch(new, cand[e + PREFETCH_DIST])
-                prefetch(pi, cand[e + PREFETCH_DIST])
-            t = cand[e]
-            p = min(1.0, c[i] * pi[t])
-            if p > new[t]:
-                new[t] = p
-    return new
-
-
-#: dsts per task of :func:`labor_pi`'s solve (one scratch row buffer each).
-_SOLVE_CHUNK = 256
-
-
-@njit(parallel=True, nogil=True, cache=True)
-def labor_pi(indptr, nodes, cand, num_cand, fanout, iterations):
-    """``(c, pi)``: the per-dst scales ``c`` (float64, len(nodes)) and candidate importances
-    ``pi`` (float64, num_cand) after ``iterations`` fixed-point rounds (LABOR-*): from
-    ``pi = 1``, each round solves every ``c_s`` (:func:`_solve_row`, parallel over dsts) and
-    sets ``pi_t`` to ``t``'s inclusion probability in the layer, ``max_s min(1, c_s pi_t)``
-    over the dsts ``s`` that have ``t`` as a neighbour; ``c`` is solved once more for the last
-    ``pi``. ``iterations = 0`` gives LABOR-0 (``pi = 1``, ``c_s = k / d_s``)."""
-    n = nodes.shape[0]
-    starts = _row_starts(indptr, nodes)
-    maxd = 0
-    for i in range(n):
-        maxd = max(maxd, starts[i + 1] - starts[i])
-    pi = np.ones(num_cand, dtype=np.float64)
-    c = np.empty(n, dtype=np.float64)
-    nchunks = (n + _SOLVE_CHUNK - 1) // _SOLVE_CHUNK
-    for it in range(iterations + 1):
-        for ch in prange(nchunks):
-            buf = np.empty(maxd, dtype=np.float64)
-            for i in range(ch * _SOLVE_CHUNK, min(n, (ch + 1) * _SOLVE_CHUNK)):
-                c[i] = _solve_row(pi, cand, starts[i], starts[i + 1] - starts[i], fanout, buf)
-        if it == iterations:
-            break
-        pi = _raised(starts, cand, c, pi)  # scatter-max: serial (rows share candidates)
-    return c, pi
-
-
-#: :func:`labor_pi` on the calling thread only (same output): the same code compiled without
-#: ``parallel``, where ``prange`` is ``range``.
-labor_pi_serial = njit(nogil=True, cache=True)(getattr(labor_pi, "py_func", labor_pi))
-
-
-def labor_pi_ref(indptr, nodes, cand, num_cand, fanout, iterations):
-    """Python twin of :func:`labor_pi`."""
-    nodes = [int(v) for v in nodes]
-    starts = [0]
-    for v in nodes:
-        starts.append(starts[-1] + int(indptr[v + 1] - indptr[v]))
-    pi = np.ones(int(num_cand), dtype=np.float64)
-    c = np.empty(len(nodes), dtype=np.float64)
-    for it in range(iterations + 1):
-        for i in range(len(nodes)):
-            c[i] = _solve_row_ref(pi, cand, starts[i], starts[i + 1] - starts[i], fanout)
-        if it == iterations:
-            break
-        new = np.zeros(int(num_cand), dtype=np.float64)
-        for i in range(len(nodes)):
-            for e in range(starts[i], starts[i + 1]):
-                t = int(cand[e])
-                new[t] = max(new[t], min(1.0, c[i] * pi[t]))
-        pi = new
-    return c, pi
+from twopgraph.runtime.jit import register
+from twopgraph.runtime.prefetch import PREFETCH_DIST, prefetch
+from twopgraph.sampler.labor_pi import (_ROWS_AHEAD, _SOLVE_CHUNK, _prefetch_row, _row_starts,
+                                        _saturate, labor_pi_ref)
+from twopgraph.sampler.labor_variates import variate, variate_ref
 
 
 @njit(inline="always", cache=True)
@@ -649,11 +420,6 @@ def labor_sample_ref(indptr, indices, nodes, c, pi, cand, rv, key0, key1, ca, cb
             np.asarray(wts, dtype=np.float64))
 
 
-register(variate, variate_ref)
-register(labor_pi, labor_pi_ref)
-register(labor_pi_serial, labor_pi_ref, name="labor_pi_serial")
-register(labor_variates, labor_variates_ref)
-register(labor_variates_serial, labor_variates_ref, name="labor_variates_serial")
 register(labor_sample, labor_sample_ref)
 register(labor_sample_serial, labor_sample_ref, name="labor_sample_serial")
 register(labor_min_degree, labor_min_degree_ref)

@@ -9,13 +9,13 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from ..errors import ConfigError
-from ..graph import CSRGraph
-from ..fanouts import parse_fanouts
-from ..protocols import SAMPLERS
-from ..rng import mix_key
-from . import kernels
-from ..minibatch import Block, MiniBatch
+from twopgraph.core.fanouts import parse_fanouts
+from twopgraph.core.minibatch import Block, MiniBatch
+from twopgraph.core.protocols import SAMPLERS
+from twopgraph.core.rng import mix_key
+from twopgraph.errors import ConfigError
+from twopgraph.graph.data import CSRGraph
+from twopgraph.sampler import kernels
 
 # Keys of calls without an explicit key are mix_key(_FRESH_STREAM, 0, 1, 2, ...): a stream of
 # their own, apart from the loader's mix_key(epoch, batch) keys.
@@ -150,7 +150,7 @@ class NeighborSampler:
 
     Example::
 
-        >>> from twopgraph.graph import CSRGraph
+        >>> from twopgraph.graph.data import CSRGraph
         >>> g = CSRGraph.from_edges([0, 0, 1], [1, 2, 3], num_nodes=4)
         >>> mb = NeighborSampler(g, [2, 2], seed=0).sample(np.array([0]))
         >>> [b.size for b in mb.blocks], mb.input_nodes[:1].tolist()
@@ -158,7 +158,7 @@ class NeighborSampler:
     """
 
     #: The registered sampler that draws the same batches with torch ops on a GPU (what
-    #: ``--sampler-device`` switches to; see :func:`twopgraph.pipeline.build_sampler`).
+    #: ``--sampler-device`` switches to; see :func:`twopgraph.pipeline.assemble.build_sampler`).
     device_twin = "device"
 
     def __init__(self, graph: CSRGraph, fanouts: Sequence[int], seed: int = 0,

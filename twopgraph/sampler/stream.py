@@ -2,7 +2,7 @@
 on ``workers`` threads that each sample whole batches.
 
 Batch ``b`` of epoch ``e`` is sampled with key ``mix_key(e, b)`` (a
-:class:`~twopgraph.rng.BatchKey`, which also carries ``e`` and ``b``), so the batches are the
+:class:`~twopgraph.core.rng.BatchKey`, which also carries ``e`` and ``b``), so the batches are the
 same whatever the number of workers and whether a batch is sampled early (lookahead) or late.
 Relabelling a batch is inherently serial, so sampling whole batches on several threads (serial,
 GIL-free kernels) is what scales sampling with threads.
@@ -16,8 +16,8 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Iterator
 
-from ..rng import batch_key
-from ..minibatch import MiniBatch
+from twopgraph.core.minibatch import MiniBatch
+from twopgraph.core.rng import batch_key
 
 
 def sampled_batches(scheduler, sampler, epoch: int,

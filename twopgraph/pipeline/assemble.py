@@ -1,0 +1,289 @@
+"""Assembly of a training pipeline from its config: where to sample, the loader (sampler,
+scheduler, feature source and caches), what evaluation reads features through, and the
+locality preparation (METIS clusters, renumbering, the cheap ``--schedule auto`` probe).
+
+Used alike by the single-process loop (:mod:`twopgraph.run.train`), the ranks of a distributed
+run, ``twopgraph predict``, :class:`~twopgraph.pipeline.nodeloader.NodeLoader` and the benchmarks;
+it holds no training state.
+
+Example::
+
+    >>> import torch
+    >>> from twopgraph.graph.data import CSRGraph
+    >>> g = CSRGraph.from_edges([0, 1], [1, 0], num_nodes=2)
+    >>> resolve_sampler_device("auto", "cpu", g)[0]
+    device(type='cpu')
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import torch
+
+from twopgraph.cache import PolicyContext, attach_host_cache, build_feature_source
+from twopgraph.cache.feature_cache import activation_reserve_bytes, feat_dtype, resolve_budget
+from twopgraph.cache.host import HostFeatures, host_tensor
+from twopgraph.cache.readahead import worth_reading_ahead
+from twopgraph.config import TrainConfig
+from twopgraph.core.files import human_bytes
+from twopgraph.core.protocols import MODELS, SAMPLERS, SCHEDULERS
+from twopgraph.errors import ConfigError
+from twopgraph.graph.data import GraphData
+from twopgraph.locality import make_scheduler, prepare_locality
+from twopgraph.locality.auto import choose_schedule
+from twopgraph.pipeline.loader import HostIdSampler, Loader, ThreadPlan
+from twopgraph.runtime.jit import thread_count
+from twopgraph.runtime.memory import available_host_bytes
+from twopgraph.sampler import make_sampler, sampler_options
+
+log = logging.getLogger("twopgraph")
+
+
+def device_sampler_bytes(graph) -> int:
+    """Device bytes the ``device`` sampler needs for ``graph`` (what
+    :meth:`~twopgraph.sampler.device.TorchNeighborSampler.nbytes` reports, plus the one
+    relabelling map of its one sampling worker): ``indptr`` int64 ``8 (N + 1)``, ``indices``
+    in the graph's dtype, degrees float32 ``4 N``, the map int64 ``8 N``. Per-batch
+    temporaries (``O(sampled edges)``) are not counted."""
+    n = graph.num_nodes
+    return (8 * (n + 1) + graph.indices.dtype.itemsize * graph.num_edges + 4 * n + 8 * n)
+
+
+def resolve_sampler_device(choice: str, device, graph, share: float = 0.25,
+                           total_bytes: int | None = None) -> tuple[torch.device, str]:
+    """Where to sample (``--sampler-device``) and why, as ``(device, reason)``: ``cpu`` -> the
+    host (numba); ``cuda`` -> the training device (``device`` must be a CUDA one); ``auto`` ->
+    the training device when it is a CUDA one and :func:`device_sampler_bytes` of ``graph``
+    is at most ``share`` of its total memory (``total_bytes``, default: what
+    ``torch.cuda.mem_get_info`` says), else the host."""
+    device = torch.device(device)
+    host = torch.device("cpu")
+    if choice == "cpu":
+        return host, "--sampler-device cpu"
+    if choice == "cuda":
+        if device.type != "cuda":
+            raise ConfigError(f"--sampler-device cuda samples on the training device; it needs "
+                              f"--device cuda (training on {device})")
+        return device, "--sampler-device cuda"
+    if choice != "auto":
+        raise ConfigError(f"unknown sampler device {choice!r}; known: auto, cpu, cuda")
+    if device.type != "cuda":
+        return host, f"--sampler-device auto, training on {device.type}"
+    need = device_sampler_bytes(graph)
+    if total_bytes is None:
+        total_bytes = torch.cuda.mem_get_info(device)[1]
+    fits = need <= share * total_bytes
+    why = (f"--sampler-device auto: the graph's CSR, degrees and relabelling map "
+           f"({human_bytes(need)}) {'fit in' if fits else 'exceed'} --sampler-memory-share "
+           f"{share:g} of the device's {human_bytes(total_bytes)}")
+    return (device if fits else host), why
+
+
+def build_sampler(s, graph, device, seed: int, log_choice: bool = True):
+    """The training sampler of the sampling options ``s`` (``--sampler``,
+    ``--sampler-device``, ``--sampler-memory-share``) over ``graph`` for training on
+    ``device``: the registered sampler ``s.sampler`` on the host, or its ``device_twin`` (the
+    same batches, torch ops) where :func:`resolve_sampler_device` puts sampling on the GPU; a
+    sampler that is itself ``on_device`` samples on ``device``. A ``--sampler-device cuda``
+    for a sampler without a device twin is a :class:`ConfigError`; ``auto`` then samples on
+    the host. One log line says where and why."""
+    name = s.sampler
+    factory = SAMPLERS.get(name)
+    device = torch.device(device)
+    if getattr(factory, "on_device", False):
+        where, why, built = device, f"--sampler {name}", name
+    else:
+        twin = getattr(factory, "device_twin", None)
+        if twin is None and s.sampler_device == "cuda":
+            raise ConfigError(f"--sampler {name} has no device version: sample on the host "
+                              f"(--sampler-device cpu or auto)")
+        if twin is None:
+            where, why = torch.device("cpu"), f"--sampler {name} samples on the host"
+        else:
+            where, why = resolve_sampler_device(s.sampler_device, device, graph,
+                                                s.sampler_memory_share)
+        built = name if where.type == "cpu" else twin
+    if log_choice:
+        log.info("sampling on %s (%s sampler): %s", where, built, why)
+    options = sampler_options(built, s)  # the fields it declares, e.g. --labor-iterations
+    if getattr(SAMPLERS.get(built), "on_device", False):
+        return make_sampler(built, graph, s.fanouts, seed=seed, device=where, **options)
+    return make_sampler(built, graph, s.fanouts, seed=seed, **options)
+
+
+def make_loader(cfg: TrainConfig, data: GraphData, device, *, parts=None,
+                batch_size: int | None = None, sampler=None, wrap_scheduler=None,
+                threads: int | None = None, rows=None, feat=None,
+                combine_schedule_figures=None, schedule_choice=None) -> Loader:
+    """The training :class:`~twopgraph.pipeline.loader.Loader` of ``cfg`` over ``data``: the sampler
+    of ``--sampler`` and ``--sampler-device`` (:func:`build_sampler`; unless ``sampler`` is
+    given), the scheduler of ``cfg``
+    (``parts`` = the METIS cluster of every vertex; ``wrap_scheduler`` may wrap it;
+    ``--schedule auto`` is decided here by
+    :func:`~twopgraph.locality.auto.choose_schedule` on that sampler, its figures
+    mapped by ``combine_schedule_figures`` when given -- a distributed run sums them over its
+    ranks; the loader's ``schedule`` is the scheduler used, ``schedule_choice`` the decision's
+    record, None for a schedule given by name), and the
+    feature source of the cache options, whose default CUDA budget leaves the model's
+    activations free (:func:`~twopgraph.cache.feature_cache.activation_reserve_bytes`,
+    reported as ``activation_reserve_bytes`` per epoch). ``batch_size`` and ``threads``
+    override ``cfg``'s. The source reads ``feat`` (default ``data.feat``, used as it is: no
+    copy; a memory map is read ahead as batches are sampled), id ``i`` of ``data`` reading
+    row ``rows[i]`` of it when ``rows`` (int64) is given (a part over the machine's shared
+    table)."""
+    s = cfg.sampling
+    device = torch.device(device)
+    batch_size = s.batch_size if batch_size is None else batch_size
+    threads = cfg.run.threads if threads is None else threads
+    if sampler is None:
+        sampler = build_sampler(s, data.graph, device, cfg.run.seed)
+    plan = ThreadPlan.for_threads(threads, cfg.run.prefetch)
+    torch_sampler = getattr(sampler, "device", None) is not None
+    schedule, choice = s.schedule, None
+    if schedule == "auto" and schedule_choice is not None:
+        # decided before clustering (locality_for's probe: random, no clusters computed)
+        choice = schedule_choice
+        schedule = choice.schedule
+        log.info("%s", choice.describe())
+    elif schedule == "auto":
+        if parts is None:
+            raise ConfigError("--schedule auto compares the locality scheduler with random: "
+                              "it needs the METIS cluster of every vertex (parts=, see "
+                              "locality_for)")
+        choice = choose_schedule(sampler, data.train_idx, batch_size, cfg.run.seed,
+                                 parts=parts, labels=data.label, balance=s.balance,
+                                 workers=1 if torch_sampler else plan.total,
+                                 combine=combine_schedule_figures)
+        schedule = choice.schedule
+        log.info("%s", choice.describe())
+    scheduler = make_scheduler(schedule, data.train_idx, batch_size, seed=cfg.run.seed,
+                               balance=s.balance, parts=parts, labels=data.label)
+    if wrap_scheduler is not None:
+        scheduler = wrap_scheduler(scheduler)
+    # Pre-sampling policies (presample) read host ids: a device sampler's are copied back
+    # (HostIdSampler), and it samples in one thread (its ops use torch's threads or the GPU).
+    ctx = PolicyContext(data.graph, data.train_idx, s.fanouts, batch_size, scheduler=scheduler,
+                        sampler=HostIdSampler(sampler) if torch_sampler else sampler,
+                        seed=cfg.run.seed, workers=1 if torch_sampler else plan.total)
+    c = cfg.cache
+    # The device sampler's relabelling map is made on its first batch: not yet in the free
+    # memory the budget reads (its CSR is: the sampler was built above).
+    on_device = torch_sampler and torch.device(sampler.device).type == "cuda"
+    reserve = activation_reserve_bytes(
+        num_nodes=data.num_nodes, num_edges=data.graph.num_edges,
+        num_features=data.num_features, hidden=cfg.model.hidden,
+        num_classes=data.num_classes, fanouts=s.fanouts, batch_size=batch_size,
+        prefetch=cfg.run.prefetch, eval_batch_edges=cfg.run.eval_batch_edges,
+        extra=8 * data.num_nodes if on_device else 0, conv=MODELS.get(cfg.model.model),
+        conv_options=cfg.model.conv_options())
+    # The cache budget in rows, resolved here once (--cache-ratio, --cache-gb, or on CUDA the
+    # free device memory less a margin and the activation reserve; on the host 0 rows).
+    row_bytes = data.num_features * torch.empty(0, dtype=feat_dtype(c.feat_dtype)).element_size()
+    budget = resolve_budget(data.num_nodes, row_bytes, device, c.cache_ratio, c.cache_gb,
+                            reserve=reserve)
+    if (c.cache_ratio is None and c.cache_gb is None and device.type == "cuda"
+            and c.cache_policy != "none"):
+        log.info("cache budget %d rows (%s): free device memory less a 25%% margin and an "
+                 "activation reserve of %s", budget, human_bytes(budget * row_bytes),
+                 human_bytes(reserve))
+    source_kw = {} if rows is None else {"rows": rows}
+    table = data.feat if feat is None else feat
+    # Read-ahead (and MADV_RANDOM) only for a table that does not stay in the page cache.
+    source_kw["readahead"] = (c.readahead == "on" or c.readahead == "auto"
+                              and worth_reading_ahead(int(table.nbytes)))
+    with thread_count(plan.total):  # pre-sampling (presample policy) may use every thread
+        features = build_feature_source(c.cache_policy, table, ctx, device, budget=budget,
+                                        dtype=c.feat_dtype, **source_kw)
+        ra = getattr(features, "readahead", None)
+        if ra is not None:  # auto: pages already in the page cache are not advised
+            ra.skip_resident = c.readahead == "auto"
+        # A memory-mapped table larger than memory: its best rows in a host row cache
+        # (half of what the structure leaves; the other half for batches and page cache)
+        hc = attach_host_cache(features, c.host_cache, ctx, gb=c.host_cache_gb,
+                               structure_bytes=int(data.graph.indptr.nbytes
+                                                   + data.graph.indices.nbytes),
+                               rows=rows, available=_available_per_rank())
+    if hc is not None:
+        log.info("host row cache: %d of %d rows (%s, %s policy) in %.1f s; the others are "
+                 "read from the store", hc.num_rows, features.host.num_rows,
+                 human_bytes(hc.nbytes), hc.policy, hc.fill_s)
+    elif c.host_cache not in ("none", "auto"):
+        log.warning("--host-cache %s: no host row cache (the feature table is not a memory "
+                    "map of a store, or its size came to 0 rows)", c.host_cache)
+    if c.cache_policy != "none" and features.budget == 0:
+        log.warning("cache policy %s has a budget of 0 rows on %s: every row is copied; give "
+                    "--cache-ratio or --cache-gb to build a cache", c.cache_policy, device)
+    loader = Loader(scheduler, sampler, features, host_tensor(data.label), device,
+                    prefetch=cfg.run.prefetch, threads=threads)
+    loader.activation_reserve_bytes = reserve
+    loader.schedule = schedule
+    loader.schedule_choice = None if choice is None else choice.as_dict()
+    return loader
+
+
+def _available_per_rank() -> int | None:
+    """Host memory this process may still fill, shared evenly by the ranks of a machine
+    (``LOCAL_WORLD_SIZE``, set by torchrun; each rank sizes its own host row cache)."""
+    avail = available_host_bytes()
+    try:
+        ranks = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    except ValueError:
+        ranks = 1
+    return None if avail is None else avail // ranks
+
+
+def host_cache_record(loader: Loader) -> dict | None:
+    """The ``host_cache`` figures of ``metrics.json``
+    (:meth:`~twopgraph.cache.hostrows.HostRowCache.record`: rows, bytes, policy, fill seconds,
+    hits and lookups of every gather so far, training and evaluation), None without one."""
+    host = getattr(loader.features, "host", None)
+    rc = getattr(host, "row_cache", None)
+    return None if rc is None else rc.record()
+
+
+def eval_features(data: GraphData, loader: Loader):
+    """What exact evaluation reads the input features through: the loader's feature source
+    (rows in the dtype it copies -- the model is evaluated on the features it was trained on
+    -- read per chunk from the host table, and from the device cache where there is one), or,
+    for a loader without one, a :class:`~twopgraph.cache.host.HostFeatures` over
+    ``data.feat``. Never a copy of the whole table."""
+    src = loader.features
+    if src is not None and hasattr(src, "read"):
+        return src
+    return HostFeatures(data.feat, loader.device, readahead=False)
+
+
+def needs_clusters(schedule: str) -> bool:
+    """Whether the scheduler ``schedule`` (a name, or ``auto``, which measures the locality
+    scheduler) needs the METIS cluster of every vertex."""
+    return schedule == "auto" or getattr(SCHEDULERS.get(schedule), "needs_clusters", False)
+
+
+def locality_for(data: GraphData, schedules, cfg):
+    """:func:`~twopgraph.locality.prepare_locality` for runs using ``schedules`` (scheduler
+    names, or ``auto``) with the sampling options of ``cfg``: METIS clusters when one of them
+    needs them (:func:`needs_clusters`) or ``renumber``, cached under DATA_ROOT/clusters.
+    ``--schedule auto`` (with no other schedule in ``schedules``) first runs the cheap probe
+    :func:`~twopgraph.locality.auto.probe_schedule`: where it shows that clusters
+    cannot pay, nothing is clustered or renumbered and ``prep.schedule_choice`` holds the
+    decision (random) for :func:`make_loader`. It depends only on the data and ``cfg``, so
+    ``twopgraph predict`` (``schedules=[]``) takes the same decision on the same data."""
+    from twopgraph.datasets import resolve_data_root
+    from twopgraph.locality.auto import probe_schedule
+    s = cfg.sampling
+    probe = None
+    if s.schedule == "auto" and all(n == "auto" for n in schedules) and s.fanouts is not None:
+        probe = probe_schedule(data.graph, data.train_idx, s.fanouts, s.batch_size,
+                               getattr(getattr(cfg, "run", None), "seed", 0),
+                               num_clusters=s.num_clusters)
+        if probe.schedule != "random":
+            probe = None  # clusters may pay: cluster, then measure them (make_loader)
+    prep = prepare_locality(
+        data, batch_size=s.batch_size, num_clusters=s.num_clusters,
+        need_clusters=probe is None and any(needs_clusters(n) for n in schedules),
+        renumber_graph=probe is None and s.renumber,
+        cache_dir=resolve_data_root(cfg.data.data_root) / "clusters", method=s.cluster_method)
+    prep.schedule_choice = probe
+    return prep

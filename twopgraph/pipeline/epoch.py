@@ -1,0 +1,177 @@
+"""One training epoch (:func:`train_epoch`): the steps of a loader's batches, the loss and
+accuracy kept on the device between reads (:class:`StepTally`), ``--amp`` (:func:`autocast`),
+and divergence (:func:`diverged`: a non-finite loss; :func:`check_finite_weights`: non-finite
+weights after an epoch). Used alike by the single-process loop (:mod:`twopgraph.run.train`) and
+the ranks of a distributed run (:mod:`twopgraph.distributed.trainer`).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from twopgraph.errors import TrainingDiverged
+from twopgraph.pipeline.loader import Loader
+from twopgraph.runtime.heap import BatchHeap
+
+
+def diverged(epoch: int, step: int, loss: float, opt, what: str = "") -> TrainingDiverged:
+    """The :class:`TrainingDiverged` of a non-finite loss (or, ``what``, weights) at
+    ``epoch``/``step`` (0-based) of a run optimised by ``opt``."""
+    lr = opt.param_groups[0]["lr"] if opt.param_groups else float("nan")
+    return TrainingDiverged(f"training diverged at epoch {epoch} step {step} ({what}loss "
+                            f"{loss:g}); lower --lr (now {lr:g}) or check the features for "
+                            f"non-finite values", epoch=epoch, step=step, loss=loss)
+
+
+def check_finite_weights(model, opt, rec: dict) -> None:
+    """Raise :func:`diverged` if a parameter of ``model`` is no longer finite after the epoch
+    of ``rec`` (one reduction per parameter tensor, once an epoch)."""
+    if all(bool(torch.isfinite(p).all()) for p in model.parameters()):
+        return
+    raise diverged(rec["epoch"], max(rec.get("num_batches", 1) - 1, 0), rec["loss"], opt,
+                   what="non-finite weights, ")
+
+
+# The step's loss and accuracy stay on the device; the host reads them (one synchronisation)
+# every READ_EVERY steps, at the end of the epoch and, with a progress bar, READ_SECONDS after
+# the last read (so a slow epoch's bar still moves).
+READ_EVERY = 20
+READ_SECONDS = 0.5
+
+
+class StepTally:
+    """Loss x seeds, correct predictions and the first non-finite loss of an epoch's steps,
+    kept on the device without a host synchronisation per step.
+
+    :meth:`add` writes step ``k``'s loss and correct count into row ``k`` of a small device
+    buffer (two device copies, no sync); :meth:`read` copies the rows written since the last
+    read to the host -- the one synchronisation -- and folds them into host sums, noting the
+    first non-finite loss with its exact step and value. ``rows`` steps fit between reads.
+    """
+
+    def __init__(self, device, rows: int = READ_EVERY):
+        self.buf = torch.zeros((rows, 2), dtype=torch.float64, device=device)
+        self.pending: list[int] = []  # seeds of each step written since the last read
+        self.steps = 0  # steps read so far
+        self.loss_sum, self.correct, self.seen = 0.0, 0, 0
+        self.nonfinite: dict | None = None  # {"step", "loss"} of the first non-finite loss
+        self.reads = 0
+
+    @property
+    def full(self) -> bool:
+        return len(self.pending) == self.buf.shape[0]
+
+    def add(self, loss: torch.Tensor, correct: torch.Tensor, n: int) -> None:
+        """Step ``loss`` (0-d, detached) with ``correct`` (0-d count) of ``n`` seeds. The
+        caller reads before the buffer overflows (:attr:`full`)."""
+        row = self.buf[len(self.pending)]
+        row[0] = loss
+        row[1] = correct
+        self.pending.append(n)
+
+    def read(self) -> int:
+        """Fold the steps since the last read into the host sums; returns how many."""
+        k = len(self.pending)
+        if k == 0:
+            return 0
+        vals = self.buf[:k].cpu().numpy()  # the one host synchronisation
+        n = np.asarray(self.pending, dtype=np.float64)
+        bad = ~np.isfinite(vals[:, 0])
+        if self.nonfinite is None and bad.any():
+            i = int(np.argmax(bad))
+            self.nonfinite = {"step": self.steps + i, "loss": float(vals[i, 0])}
+        self.loss_sum += float((vals[:, 0] * n).sum())
+        self.correct += round(float(vals[:, 1].sum()))
+        self.seen += int(n.sum())
+        self.steps += k
+        self.pending.clear()
+        self.reads += 1
+        return k
+
+
+def autocast(device, amp: str = "off"):
+    """The autocast context of ``--amp``: ``bf16`` = ``torch.autocast`` to bfloat16 on
+    ``device``'s type (CUDA or CPU), ``off`` = a disabled one."""
+    return torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16,
+                          enabled=amp == "bf16")
+
+
+def train_epoch(model, opt, loader: Loader, epoch: int, progress: bool = True,
+                stop_on_nonfinite: bool = True, amp: str = "off") -> dict:
+    """One epoch of ``loader``'s batches through ``model`` (cross-entropy, ``opt`` step per
+    batch; forward and loss under :func:`autocast` ``amp``); returns the epoch's record
+    (the metrics of docs/formats.md, seconds, ``sampler_device``, ``amp``).
+
+    No host synchronisation inside a step: loss and accuracy are accumulated on the device
+    (:class:`StepTally`) and read every ``READ_EVERY`` steps, at the end of the epoch and, with
+    a progress bar, after ``READ_SECONDS``. On CUDA ``compute_s`` is therefore the host's time
+    queueing the steps plus its waits at those reads (where the device's backlog drains), and
+    ``epoch_s`` ends with the last read. A non-finite loss is found at the next read, with its
+    exact step: it raises :class:`TrainingDiverged` (:func:`diverged`), or, without
+    ``stop_on_nonfinite`` (ranks of a distributed run, which must stop together), is recorded
+    as ``rec["nonfinite"] = {"step", "loss"}`` while the epoch runs to its end."""
+    model.train()
+    t0, cpu0 = time.perf_counter(), time.process_time()
+    compute_s = 0.0
+    tally = StepTally(loader.device)
+    bar = None
+    if progress:
+        from tqdm import tqdm
+        bar = tqdm(total=len(loader), desc=f"epoch {epoch}", unit="batch",
+                   leave=False, dynamic_ncols=True)
+
+    def read() -> None:
+        k = tally.read()
+        if tally.nonfinite is not None and stop_on_nonfinite:
+            bad = tally.nonfinite
+            raise diverged(epoch, bad["step"], bad["loss"], opt)
+        if bar is not None and k:
+            el = time.perf_counter() - t0
+            bar.set_postfix(loss=f"{tally.loss_sum / max(tally.seen, 1):.4f}",
+                            seeds_s=f"{tally.seen / el:.0f}")
+            bar.update(k)
+
+    batches = loader.epoch(epoch)
+    last_read = t0
+    heap = BatchHeap().__enter__()  # batches reuse the pages the last one freed
+    try:
+        for mb in batches:
+            tc = time.perf_counter()
+            opt.zero_grad(set_to_none=True)
+            with autocast(loader.device, amp):
+                logits = model(mb)
+                loss = F.cross_entropy(logits, mb.labels)
+            loss.backward()
+            opt.step()
+            tally.add(loss.detach(), (logits.detach().argmax(1) == mb.labels).sum(),
+                      mb.num_seeds)
+            now = time.perf_counter()
+            if tally.full or (bar is not None and now - last_read >= READ_SECONDS):
+                read()
+                last_read = now = time.perf_counter()
+            heap.step()
+            compute_s += time.perf_counter() - tc
+        tc = time.perf_counter()
+        read()  # the epoch's last steps
+        compute_s += time.perf_counter() - tc
+    finally:
+        batches.close()
+        heap.__exit__(None, None, None)  # after the loader's threads stopped
+        if bar is not None:
+            bar.close()
+    epoch_s = time.perf_counter() - t0
+    cpu_s = time.process_time() - cpu0  # every thread of the process
+    seen = tally.seen
+    rec = {"epoch": epoch, "loss": tally.loss_sum / max(seen, 1),
+           "train_acc": tally.correct / max(seen, 1), "epoch_s": epoch_s,
+           "compute_s": compute_s, "seeds_per_s": seen / epoch_s, "cpu_s": cpu_s,
+           "cpu_per_wall": cpu_s / epoch_s, "sampler_device": loader.sampler_device.type,
+           "amp": amp, "heap_trims": heap.trims}
+    rec.update(loader.stats.as_dict())
+    if tally.nonfinite is not None:
+        rec["nonfinite"] = tally.nonfinite
+    return rec

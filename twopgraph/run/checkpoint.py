@@ -1,0 +1,165 @@
+"""A training run's checkpoint: its format, the run signature it must match to be resumed,
+reading and durable saving, the model and dataset records ``twopgraph predict`` rebuilds from,
+and the model and optimiser restored from it.
+
+``OUT/checkpoint.pt`` (format :data:`CHECKPOINT_FORMAT`, written atomically after every
+epoch by :func:`save_checkpoint`) holds ``format``, ``kind`` (``single`` | ``distributed``),
+``signature`` (:func:`run_signature`), ``epochs_done``, ``model`` and ``optimizer`` state,
+``epochs_log`` and what the caller adds (``torch_rng``, ``config``, ``selected``,
+``model_spec``: :func:`model_record`, ``dataset``: :func:`dataset_record`); docs/formats.md
+lists every key.
+
+Example::
+
+    >>> sig = run_signature({"lr": 0.01}, "data-fp")
+    >>> sorted(sig)
+    ['data', 'fingerprint', 'params']
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+import zipfile
+from pathlib import Path
+
+import torch
+
+from twopgraph.config import ModelConfig, TrainConfig
+from twopgraph.core.files import atomic_write_bytes, writing
+from twopgraph.core.fingerprint import run_fingerprint
+from twopgraph.errors import ConfigError
+from twopgraph.graph.data import GraphData
+from twopgraph.models import BlockGNN, model_from_config
+
+CHECKPOINT = "checkpoint.pt"
+
+
+CHECKPOINT_FORMAT = 2
+
+
+def run_signature(params: dict, data_fingerprint: str) -> dict:
+    """What a checkpoint must match to be resumed: the parameters that change the weights
+    (``params``), the content of the data they were trained on and the fingerprint of both
+    (:func:`~twopgraph.core.fingerprint.run_fingerprint`)."""
+    return {"params": params, "data": data_fingerprint,
+            "fingerprint": run_fingerprint(params, data_fingerprint)}
+
+
+#: What ``torch.load`` raises for a truncated, corrupt or foreign file.
+CHECKPOINT_READ_ERRORS = (OSError, EOFError, RuntimeError, ValueError, pickle.UnpicklingError,
+                          zipfile.BadZipFile)
+
+
+def damaged_checkpoint(path, e: BaseException) -> str:
+    """``cannot read checkpoint PATH: truncated or corrupt ...``: what to say of a checkpoint that
+    ``torch.load`` could not read (``e``), with its size and torch's reason in a few words
+    (an ``OSError: [Errno 22] Invalid argument`` or a miniz error alone says nothing)."""
+    try:
+        size = f"{Path(path).stat().st_size:,} bytes"
+    except OSError:
+        size = "size unknown"
+    reason = (str(e).strip().splitlines() or [""])[0].split(". This is an internal")[0]
+    if isinstance(e, OSError) and e.strerror:
+        reason = e.strerror
+    reason = f"{type(e).__name__}: {reason[:160]}" if reason else type(e).__name__
+    return (f"cannot read checkpoint {path}: truncated or corrupt, not a complete checkpoint "
+            f"file ({size}; {reason})")
+
+
+def read_checkpoint(path: Path, signature: dict, epochs: int, kind: str = "single") -> dict:
+    """Read ``path``; refuse (ConfigError) a missing, foreign or unreadable file, a checkpoint
+    of another ``kind`` ("single" | "distributed"), one whose ``signature`` (see
+    :func:`run_signature`) differs, or one with more than ``epochs`` epochs done."""
+    if not path.is_file():
+        raise ConfigError(f"--resume: no checkpoint at {path}")
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=False)
+    except CHECKPOINT_READ_ERRORS as e:  # a corrupt, truncated or foreign file
+        raise ConfigError(f"--resume: {damaged_checkpoint(path, e)}; rerun with --overwrite "
+                          f"to start afresh") from None
+    if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT:
+        raise ConfigError(f"--resume: {path} is not a twopgraph checkpoint of format "
+                          f"{CHECKPOINT_FORMAT} (written by another version?)")
+    if ckpt.get("kind", "single") != kind:
+        raise ConfigError(f"--resume: {path} is a checkpoint of a {ckpt.get('kind', 'single')} "
+                          f"run, this is a {kind} run")
+    have = ckpt.get("signature", {})
+    if have.get("fingerprint") != signature["fingerprint"]:
+        old, new = have.get("params", {}), signature["params"]
+        diff = [f"{k}={old.get(k)!r} (now {new.get(k)!r})" for k in sorted(set(old) | set(new))
+                if old.get(k) != new.get(k)]
+        if have.get("data") != signature["data"]:
+            diff.append("the data (its content changed)")
+        raise ConfigError(f"--resume: checkpoint {path} was written by another configuration: "
+                          f"{', '.join(diff) or 'fingerprint differs'}")
+    if ckpt["epochs_done"] > epochs:
+        raise ConfigError(f"--resume: checkpoint already has {ckpt['epochs_done']} epochs, "
+                          f"more than --epochs {epochs}")
+    return ckpt
+
+
+def save_checkpoint(out: Path, model, opt, signature: dict, epochs_log: list, **extra) -> None:
+    """``out/checkpoint.pt`` (atomically) after ``len(epochs_log)`` epochs; ``extra`` keys
+    (e.g. ``torch_rng``, ``kind``, ``config``) are stored as they are; :func:`read_checkpoint`
+    reads it."""
+    state = {"format": CHECKPOINT_FORMAT, "signature": signature,
+             "epochs_done": len(epochs_log), "model": model.state_dict(),
+             "optimizer": opt.state_dict(), "epochs_log": epochs_log, **extra}
+    # Serialised in memory first: torch.save reports a full disk as a RuntimeError from its
+    # zip writer, a plain write reports it as the OSError it is (see rundir.writing).
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    with writing(out / CHECKPOINT):
+        atomic_write_bytes(out / CHECKPOINT, lambda f: f.write(buf.getbuffer()))
+
+
+def model_record(cfg: TrainConfig, num_features: int, num_classes: int) -> dict:
+    """What rebuilding the trained model needs (checkpoint key ``model_spec``; read by
+    :func:`twopgraph.run.predict.load_model`): the model section's fields the model is built from
+    (:meth:`~twopgraph.config.ModelConfig.spec`: ``model``, ``hidden``, ``dropout``, ``heads``,
+    ...) and its sizes ``num_features``, ``num_classes``, ``num_layers``."""
+    return {**cfg.model.spec(), "num_features": int(num_features),
+            "num_classes": int(num_classes), "num_layers": len(cfg.sampling.fanouts)}
+
+
+#: Keys of a checkpoint's ``model_spec`` that :func:`model_from_spec` needs (written since
+#: issue 13); a spec field added later takes its default when a checkpoint lacks it.
+SPEC_KEYS = ("num_features", "num_classes", "num_layers", *ModelConfig.spec_fields(True))
+
+
+def model_from_spec(spec: dict) -> BlockGNN:
+    """The model a ``model_spec`` (:func:`model_record`) describes, freshly initialised."""
+    section = ModelConfig(**{k: spec[k] for k in ModelConfig.spec_fields() if k in spec})
+    section.validate()
+    return model_from_config(section, int(spec["num_features"]), int(spec["num_classes"]),
+                             int(spec["num_layers"]))
+
+
+def dataset_record(dataset: str | None, data_root, symmetrize: bool, name: str,
+                   fingerprint: str, num_nodes: int, store_dtype: str = "float32") -> dict:
+    """Which data a model was trained on (checkpoint key ``dataset``; what ``twopgraph
+    predict`` loads by default and compares with): ``dataset`` (the name or path to load,
+    None for a caller's :class:`GraphData`), the data root resolved to an absolute path,
+    ``symmetrize``, the data's ``name``, content ``fingerprint``, ``num_nodes`` and
+    ``store_dtype`` (``--store-dtype``; absent in older checkpoints: float32)."""
+    from twopgraph.datasets import resolve_data_root
+    return {"dataset": dataset, "data_root": str(resolve_data_root(data_root).absolute()),
+            "symmetrize": bool(symmetrize), "name": name, "fingerprint": fingerprint,
+            "num_nodes": int(num_nodes), "store_dtype": store_dtype}
+
+
+def build_training(cfg: TrainConfig, data: GraphData, device, ckpt: dict | None = None):
+    """The model (initialised from ``torch.manual_seed(seed)``, so every process builds the
+    same weights) and its Adam optimizer, restored from ``ckpt`` when resuming.
+    Returns ``(model, optimizer, epochs_log, start_epoch)``."""
+    m = cfg.model
+    torch.manual_seed(cfg.run.seed)
+    model = model_from_config(m, data.num_features, data.num_classes,
+                              len(cfg.sampling.fanouts)).to(device)
+    opt = torch.optim.Adam(model.parameters(), lr=m.lr, weight_decay=m.weight_decay)
+    if ckpt is None:
+        return model, opt, [], 0
+    model.load_state_dict(ckpt["model"])
+    opt.load_state_dict(ckpt["optimizer"])
+    return model, opt, list(ckpt["epochs_log"]), ckpt["epochs_done"]

@@ -1,0 +1,356 @@
+"""The training loop: config, sampled training, exact layer-wise evaluation, checkpoints, metrics.
+
+Outputs in ``out`` (written by :func:`train`):
+
+- ``checkpoint.pt`` -- after every epoch, atomically (temp file + rename): the resume state
+  (``model``: the weights after the last epoch, optimizer, torch RNG state, the epochs done
+  and the config that matters for resuming), the selected model (``selected``: its epoch,
+  weights, figures and the ``--select``/``--metric`` that chose it;
+  :class:`~twopgraph.run.selection.Selection`), and what :func:`twopgraph.run.predict.load_model`
+  rebuilds the model from (``model_spec``: :func:`model_record`; ``dataset``:
+  :func:`dataset_record`);
+- ``metrics.json`` -- ``status`` (``running`` after an epoch, ``ok`` at the end,
+  ``diverged``, ``interrupted`` by a signal, ``failed`` with ``error`` when an error such as
+  a store changed under the run stopped it); at the top level the selected model's
+  (``--select``: ``best-val`` = the evaluated epoch with the best validation score, ``last``
+  = the final epoch; the best so far while running) ``val_acc``, ``test_acc`` (accuracies),
+  ``val_score``, ``test_score`` (in ``metric``: ``acc`` or ``rocauc``, from ``--metric``),
+  ``selected_epoch`` (0-based), ``metric`` and ``select`` (figures null for a diverged run);
+  ``epochs`` (one object per epoch with the metrics of docs/formats.md; evaluated epochs also
+  ``val_acc``, ``test_acc``, ``val_score``, ``test_score``), the config, the dataset summary, the
+  seed ``schedule`` used and ``schedule_choice`` (the figures of ``--schedule auto``'s decision,
+  null for a schedule given explicitly), and the process's ``peak_rss_mib`` / ``peak_pss_mib``;
+  strict JSON (a NaN or infinity is written as null).
+
+Exact evaluation (:class:`RunEvaluator`, ``--eval-scope``: whole-graph
+:func:`layerwise_inference` or :func:`~twopgraph.inference.scored_inference` of the val and
+test vertices' L-hop neighbourhood; each evaluated epoch records ``eval_scope``, ``eval_rows``,
+``eval_edges``, ``eval_choice``) may keep its intermediate tables in scratch files in ``out``
+when host memory is short: anonymous files (no name in the folder, their space freed when
+evaluation ends, also when the process dies). The run keeps the selected model's logits of the
+scored vertices only; :attr:`TrainResult.logits` (N x C) is computed when first read.
+
+The run owns ``out`` while it runs (:class:`~twopgraph.run.outdir.RunDir`: a second run into it is
+refused; a run that fails before writing anything leaves no empty folder behind). A
+non-finite loss (or non-finite weights after an epoch) stops training with
+:class:`~twopgraph.errors.TrainingDiverged` (CLI exit code 3) after writing ``metrics.json``
+with ``"status": "diverged"``; the last checkpoint, of the last finite epoch, is kept. A file
+that cannot be written (full disk, read-only) ends the run with one
+:class:`~twopgraph.errors.TwopgraphError` line; the files written before stay intact.
+
+The run's parts live in their own modules: model selection and ``--patience`` in
+:mod:`twopgraph.run.selection`, ``metrics.json`` and the log lines in :mod:`twopgraph.run.records`,
+one training epoch in :mod:`twopgraph.pipeline.epoch`; this module holds the loop (:func:`train`),
+the exact evaluation during a run and :class:`TrainResult`.
+
+Example::
+
+    >>> cfg = TrainConfig.of(dataset="synthetic-tiny", epochs=1, out="runs/doc")  # doctest: +SKIP
+    >>> result = train(cfg)                                                      # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+
+from twopgraph.cache.feature_cache import feat_dtype
+from twopgraph.cache.host import HostFeatures
+from twopgraph.config import TrainConfig, resolve_device
+from twopgraph.datasets.identity import check_data_root
+from twopgraph.errors import OutputError, Stopped, TrainingDiverged, TwopgraphError
+from twopgraph.graph.data import GraphData
+from twopgraph.inference import (
+    ScoredLogits,
+    evaluate_scored,
+    layerwise_inference,
+    resolve_metric,
+    scored_ids,
+)
+from twopgraph.locality import to_original_order
+from twopgraph.models import build_model
+from twopgraph.pipeline.assemble import eval_features, host_cache_record, locality_for, make_loader
+from twopgraph.pipeline.epoch import check_finite_weights, train_epoch
+from twopgraph.pipeline.loader import ThreadPlan
+from twopgraph.run.checkpoint import (
+    CHECKPOINT,
+    build_training,
+    dataset_record,
+    model_record,
+    read_checkpoint,
+    run_signature,
+    save_checkpoint,
+)
+from twopgraph.run.outdir import RunDir
+from twopgraph.run.records import (
+    METRICS,
+    final_line,
+    log_epoch,
+    write_diverged,
+    write_failed,
+    write_metrics,
+)
+from twopgraph.run.selection import (
+    Selection,
+    early_stop_record,
+    evaluates_after,
+    log_early_stop,
+    patience_exhausted,
+    score_epoch,
+)
+from twopgraph.runtime.jit import configure_threading
+from twopgraph.runtime.memory import process_pss_monitor
+from twopgraph.sampler import make_sampler
+
+log = logging.getLogger("twopgraph")
+
+# ----------------------------------------------------------------------------------------------
+# exact evaluation during a run
+# ----------------------------------------------------------------------------------------------
+
+
+def scored_vertices(data: GraphData) -> np.ndarray:
+    """What a run's evaluation scores: the sorted distinct val and test vertices."""
+    return scored_ids(data.num_nodes, data.val_idx, data.test_idx)
+
+
+class RunEvaluator:
+    """A run's exact evaluation: the logits of the scored vertices ``scored`` (val + test)
+    of a model, by ``--eval-scope`` ``scope``
+    (:func:`~twopgraph.inference.evaluate_scored`). The scope is planned on the first call
+    (:func:`~twopgraph.inference.plan_scope`; one log line) and kept for the run: the graph and
+    the splits do not change, so neither do the levels (``sum_i |V_i|`` int32 ids kept
+    between evaluations for ``scored``). A call with ``rec`` adds the plan's ``eval_scope``,
+    ``eval_rows``, ``eval_edges``, ``eval_choice`` to it."""
+
+    def __init__(self, sampler, feat, device, scored: np.ndarray, batch_edges: int,
+                 scope: str = "auto", scratch_dir=None):
+        self.sampler, self.feat, self.device = sampler, feat, device
+        self.scored, self.batch_edges, self.scope = scored, batch_edges, scope
+        self.scratch_dir = scratch_dir
+        self.plan = None
+
+    def __call__(self, model, rec: dict | None = None) -> ScoredLogits:
+        first = self.plan is None
+        logits, self.plan = evaluate_scored(model, self.sampler, self.feat, self.device,
+                                            self.scored, self.batch_edges, scope=self.scope,
+                                            plan=self.plan, scratch_dir=self.scratch_dir)
+        if first:
+            p, c = self.plan, self.plan.choice
+            why = "" if c is None else (f" (--eval-scope auto: estimated work of scored "
+                                        f"{'>=' if c['cost_scored'] is None else '='} "
+                                        f"{c['ratio']:.3f} x all's, threshold "
+                                        f"{c['threshold']:g})")
+            log.info("exact evaluation: scope %s, rows per layer %s for %d scored vertices"
+                     "%s", p.scope, p.rows, self.scored.shape[0], why)
+        if rec is not None:
+            rec.update(self.plan.record())
+        return logits
+
+
+def _in_original_ids(logits: ScoredLogits | None, perm) -> ScoredLogits | None:
+    """``logits`` (over renumbered ids) over the ids before renumbering (``perm``)."""
+    if logits is None or perm is None or logits.ids is None:
+        return logits
+    orig = np.asarray(perm, dtype=np.int64)[logits.ids]
+    order = np.argsort(orig, kind="stable")
+    return ScoredLogits(logits.values[torch.from_numpy(order)], orig[order])
+
+
+class WholeLogits:
+    """What computes :attr:`TrainResult.logits` when it is first read: the selected
+    weights ``state`` run through whole-graph :func:`layerwise_inference` on ``data`` (the
+    run's numbering; features in ``--feat-dtype`` through a
+    :class:`~twopgraph.cache.host.HostFeatures`, so no device cache is kept alive for it),
+    the scored rows replaced by the run's own (``scored``, so the result scores exactly the
+    figures reported), then put in the caller's ids (``perm``). N x C float32; the CLI never
+    reads it."""
+
+    def __init__(self, cfg: TrainConfig, data: GraphData, device, state: dict,
+                 scored: ScoredLogits | None, perm, scratch_dir):
+        self.cfg, self.data, self.device, self.state = cfg, data, device, state
+        self.scored, self.perm, self.scratch_dir = scored, perm, scratch_dir
+
+    def __call__(self) -> torch.Tensor:
+        cfg, data = self.cfg, self.data
+        m = cfg.model
+        model = build_model(m.model, data.num_features, m.hidden, data.num_classes,
+                            len(cfg.sampling.fanouts), m.dropout)
+        model.load_state_dict(self.state)
+        model.to(self.device)
+        sampler = make_sampler("neighbor", data.graph, cfg.sampling.fanouts, seed=cfg.run.seed)
+        feat = HostFeatures(data.feat, self.device, dtype=feat_dtype(cfg.cache.feat_dtype),
+                            readahead=False)
+        with ThreadPlan.for_threads(cfg.run.threads, cfg.run.prefetch).applied():
+            logits = layerwise_inference(model, sampler, feat, self.device,
+                                         cfg.run.eval_batch_edges, scratch_dir=self.scratch_dir)
+        if self.scored is not None and self.scored.ids is not None:
+            logits[torch.from_numpy(self.scored.ids)] = self.scored.values
+        if self.perm is not None:  # in the caller's ids
+            logits = to_original_order(logits, self.perm)
+        return logits
+
+
+@dataclass
+class TrainResult:
+    """What :func:`train` returns: the selected model's (``--select``) ``val_acc`` and
+    ``test_acc`` (accuracies), ``val_score`` / ``test_score`` (``metric``),
+    ``selected_epoch`` (0-based), every epoch's record, ``scored``: the selected model's
+    logits of the val and test vertices (a :class:`~twopgraph.inference.ScoredLogits` in the
+    caller's ids: ``|val + test| x C``), and :attr:`logits`, all N x C of them in the
+    caller's vertex ids -- computed on first access (one whole-graph inference, N x C float32
+    kept from then on), not by the run itself: ``whole`` is the tensor or what computes it
+    (:class:`WholeLogits`)."""
+
+    val_acc: float | None
+    test_acc: float | None
+    epochs: list[dict]
+    out: Path
+    whole: torch.Tensor | Callable[[], torch.Tensor] | None = field(default=None, repr=False)
+    val_score: float | None = None
+    test_score: float | None = None
+    metric: str = "acc"
+    selected_epoch: int | None = None
+    scored: ScoredLogits | None = field(default=None, repr=False)
+
+    @property
+    def logits(self) -> torch.Tensor | None:
+        """The selected model's N x C logits (float32, host, the caller's vertex ids; their
+        val and test rows are :attr:`scored`'s); computed on first access."""
+        if callable(self.whole):
+            self.whole = self.whole()
+        return self.whole
+
+
+def train(cfg: TrainConfig, data: GraphData | None = None) -> TrainResult:
+    """Train per ``cfg`` (loading ``cfg.data.dataset`` unless ``data`` is given); see the
+    module doc. Every flag, the data root and ``--out`` (free, writable) are checked before
+    any data is loaded."""
+    cfg.validate()
+    process_pss_monitor()  # peak PSS sampled from here on (metrics.json: peak_pss_mib)
+    configure_threading()  # before the first parallel kernel (clustering, renumbering)
+    device = resolve_device(cfg.run.device)
+    if data is None:
+        check_data_root(cfg.data.data_root, cfg.data.dataset)
+    # held until the run ends: a second run into it is refused, and so is a folder holding
+    # a run unless --resume or --overwrite (which removes the old files here)
+    with RunDir(cfg.run.out, resume=cfg.run.resume, overwrite=cfg.run.overwrite):
+        return _train(cfg, data, device)
+
+
+def _train(cfg: TrainConfig, data: GraphData | None, device) -> TrainResult:
+    run = cfg.run
+    named = data is None  # the dataset of cfg, which `twopgraph predict` can load again
+    if data is None:
+        data = cfg.data.load(progress=run.progress)  # validated, --symmetrize applied
+    else:  # a caller's GraphData: checked like a file (dtypes, labels, undirected graph)
+        data.validate()
+    # --fanouts/--lr/--epochs left at None: by graph size; before the signature, so that a
+    # resumed run resolves (and fingerprints) them the same
+    cfg, defaults = cfg.resolved_logged(data.num_nodes)
+    run = cfg.run
+    if (line := data.class_problem()) is not None:
+        log.warning("%s", line)
+    out = Path(run.out)
+    signature = run_signature(cfg.result_params(), data.fingerprint())
+    # what load_model / predict rebuild the model and find its data from (original ids)
+    from twopgraph.datasets import store_dtype_of
+    rebuild = {"model_spec": model_record(cfg, data.num_features, data.num_classes),
+               "dataset": dataset_record(cfg.data.dataset if named else None,
+                                         cfg.data.data_root, cfg.data.symmetrize, data.name,
+                                         data.fingerprint(), data.num_nodes,
+                                         store_dtype_of(data, cfg.data.store_dtype))}
+    ckpt = read_checkpoint(out / CHECKPOINT, signature, run.epochs) if run.resume else None
+    if cfg.sampling.batch_size > data.train_idx.shape[0]:
+        log.warning("batch size %d exceeds the %d training vertices: one batch per epoch",
+                    cfg.sampling.batch_size, data.train_idx.shape[0])
+    model, opt, epochs_log, start_epoch = build_training(cfg, data, device, ckpt)
+    if ckpt is not None:
+        torch.set_rng_state(ckpt["torch_rng"])
+        log.info("resuming from %s after epoch %d", out / CHECKPOINT, start_epoch)
+    metric = resolve_metric(run.metric, data.num_classes)
+    sel = Selection.resumed(run.select, metric, ckpt, out / CHECKPOINT)
+
+    prep = locality_for(data, [cfg.sampling.schedule], cfg)
+    data = prep.data
+    loader = make_loader(cfg, data, device,
+                         parts=None if prep.clustering is None else prep.clustering.parts,
+                         schedule_choice=prep.schedule_choice)
+    feat = eval_features(data, loader)
+    labels = loader.labels
+    summary = data.summary()
+    static = {"dataset": summary, "schedule": loader.schedule,
+              "schedule_choice": loader.schedule_choice, "defaults": defaults}
+
+    def info() -> dict:  # the top-level extras of metrics.json, as they are now
+        return {**static, "host_cache": host_cache_record(loader),
+                "early_stop": early_stop_record(cfg, epochs_log)}
+
+    warned: set = set()  # the one-class ROC-AUC warning is logged once
+    evaluator = RunEvaluator(loader.sampler, feat, device, scored_vertices(data),
+                             run.eval_batch_edges, run.eval_scope, out)
+
+    try:
+        with loader.plan.applied():
+            for epoch in range(start_epoch, run.epochs):
+                if patience_exhausted(epochs_log, run.patience):  # --patience: stop early
+                    break
+                try:
+                    rec = train_epoch(model, opt, loader, epoch, run.progress,
+                                      amp=cfg.model.amp)
+                    check_finite_weights(model, opt, rec)
+                except TrainingDiverged as e:
+                    write_diverged(out, cfg, device, loader.plan, epochs_log, e, sel, **info())
+                    raise
+                if evaluates_after(cfg, epoch):
+                    t = time.perf_counter()
+                    logits = evaluator(model, rec)  # the val + test rows only
+                    score_epoch(rec, metric, logits, labels, data, warned)
+                    rec["eval_s"] = time.perf_counter() - t
+                    # the selected model's scored rows are kept (no copy); others dropped
+                    sel.offer(rec, model, logits)
+                    del logits
+                epochs_log.append(rec)
+                log_epoch(rec, metric)
+                save_checkpoint(out, model, opt, signature, epochs_log,
+                                torch_rng=torch.get_rng_state(), config=cfg.flat(),
+                                selected=sel.record(), **rebuild)
+                write_metrics(out, cfg, device, loader.plan, epochs_log, sel, **info())
+
+            if sel.epoch is None:  # resumed a finished run of a checkpoint without a selection
+                logits = evaluator(model)
+                sel.offer(score_epoch({"epoch": run.epochs - 1}, metric, logits, labels, data,
+                                      warned), model, logits)
+                del logits
+            if sel.logits is None:  # selected before a resume: evaluate its weights again
+                model.load_state_dict(sel.state)
+                sel.logits = evaluator(model)
+    except (KeyboardInterrupt, Stopped):  # the checkpoint of the last epoch stays
+        if epochs_log:  # (before the first epoch: nothing to record, no folder left)
+            write_metrics(out, cfg, device, loader.plan, epochs_log, sel,
+                          status="interrupted", **info())
+        raise
+    except TwopgraphError as e:  # e.g. a store changed under the run: its line, exit 2
+        # (diverged: recorded above; a failed write: the disk is the problem, and the files
+        # written so far stay as they were)
+        if epochs_log and not isinstance(e, (TrainingDiverged, OutputError)):
+            write_failed(out, cfg, device, loader.plan, epochs_log, e, sel, **info())
+        raise
+    write_metrics(out, cfg, device, loader.plan, epochs_log, sel, final=True, **info())
+    log_early_stop(cfg, epochs_log)
+    if (warning := sel.warning()) is not None:
+        log.warning("%s", warning)
+    log.info("%s", final_line(sel, out / METRICS))
+    f = sel.figures
+    # The N x C logits in the caller's ids only when asked for (TrainResult.logits): the
+    # scored rows are at hand; the others take one more whole-graph inference.
+    whole = WholeLogits(cfg, data, device, sel.state, sel.logits, prep.perm, out)
+    return TrainResult(f["val_acc"], f["test_acc"], epochs_log, out, whole, f["val_score"],
+                       f["test_score"], metric, sel.epoch,
+                       scored=_in_original_ids(sel.logits, prep.perm))
