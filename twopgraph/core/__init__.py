@@ -10,7 +10,7 @@ from twopgraph.imports import lazy_exports
 _EXPORTS = {
     "CACHE_POLICIES": "protocols", "MODELS": "protocols", "SAMPLERS": "protocols",
     "SCHEDULERS": "protocols", "FeatureSource": "protocols", "Sampler": "protocols",
-    "Scheduler": "protocols", "Conv": "protocols",
+    "Scheduler": "protocols", "Graph": "protocols", "Conv": "protocols",
     "Registry": "registry",
     "Block": "minibatch", "MiniBatch": "minibatch",
     "parse_fanouts": "fanouts",

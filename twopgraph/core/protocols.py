@@ -39,7 +39,6 @@ if TYPE_CHECKING:  # annotations only: the protocols sit below every implementat
 
     from twopgraph.core.metrics import CacheCounters
     from twopgraph.core.minibatch import Block, MiniBatch
-    from twopgraph.graph.data import CSRGraph
 
 SCHEDULERS = Registry("schedule", "twopgraph.locality", "SCHEDULERS")
 """name -> ``factory(train_idx, batch_size, seed=0, **options)`` returning a
@@ -62,6 +61,22 @@ module of ``twopgraph/models/`` each."""
 
 
 @runtime_checkable
+class Graph(Protocol):
+    """What the pipeline reads of a graph: a CSR (the in-neighbours of vertex ``v`` are
+    ``indices[indptr[v]:indptr[v + 1]]``). :class:`~twopgraph.graph.data.CSRGraph` is one."""
+
+    #: int64, ``num_nodes + 1`` row offsets
+    indptr: np.ndarray
+    #: int32 or int64, the neighbour ids, row after row
+    indices: np.ndarray
+
+    @property
+    def num_nodes(self) -> int:
+        """Vertices of the graph."""
+        ...
+
+
+@runtime_checkable
 class Scheduler(Protocol):
     """Decides which seeds share a mini-batch and in which order batches come."""
 
@@ -78,7 +93,7 @@ class Scheduler(Protocol):
 class Sampler(Protocol):
     """Expands seeds into one block per GNN layer."""
 
-    graph: "CSRGraph"
+    graph: Graph
     #: neighbours per GNN layer, input layer first (``-1`` = all)
     fanouts: Sequence[int]
 

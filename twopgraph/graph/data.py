@@ -26,8 +26,8 @@ from twopgraph.core.fingerprint import fingerprint
 from twopgraph.errors import GraphFormatError
 from twopgraph.graph.io import (
     SPLITS,
-    _as_features,
-    _as_ints,
+    as_features,
+    as_ints,
     adjacency_edges,
     dgl_parts,
     edge_arrays,
@@ -296,12 +296,12 @@ class GraphData:
     _fingerprint: tuple | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self):
-        self.feat = _as_features(self.feat)
-        self.label = _as_ints(self.label, column=True)
+        self.feat = as_features(self.feat)
+        self.label = as_ints(self.label, column=True)
         for name in SPLITS:
-            setattr(self, name, _as_ints(getattr(self, name)))
+            setattr(self, name, as_ints(getattr(self, name)))
         if self.node_ids is not None:
-            self.node_ids = _as_ints(self.node_ids)
+            self.node_ids = as_ints(self.node_ids)
         if self.num_classes is None or self.num_classes < 0:
             lab = self.label
             ok = lab.ndim == 1 and lab.shape[0] and np.issubdtype(lab.dtype, np.integer)
@@ -491,7 +491,12 @@ class GraphData:
     # -- I/O -------------------------------------------------------------------------------------
     def save_npz(self, path: str | os.PathLike) -> Path:
         """Write the ``.npz`` exchange format (uncompressed) atomically: temp file, then rename."""
-        return write_npz(self, path)
+        arrays = dict(indptr=self.graph.indptr, indices=self.graph.indices, feat=self.feat,
+                      label=self.label, train_idx=self.train_idx, val_idx=self.val_idx,
+                      test_idx=self.test_idx, num_classes=np.int64(self.num_classes))
+        if self.node_ids is not None:
+            arrays["node_ids"] = self.node_ids
+        return write_npz(arrays, path)
 
     @classmethod
     def load_npz(cls, path: str | os.PathLike, name: str | None = None,

@@ -21,21 +21,18 @@ import os
 import zipfile
 import zlib
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from twopgraph.core.files import atomic_write_bytes
 from twopgraph.errors import GraphFormatError
 
-if TYPE_CHECKING:
-    from twopgraph.graph.data import GraphData
 
 REQUIRED_KEYS = ("indptr", "indices", "feat", "label", "train_idx", "val_idx", "test_idx")
 SPLITS = ("train_idx", "val_idx", "test_idx")
 
 
-def _as_features(x) -> np.ndarray:
+def as_features(x) -> np.ndarray:
     """``x`` as a C-contiguous float32 (or float16) array; non-numeric input is left for
     :meth:`GraphData.validate` to refuse."""
     x = x if isinstance(x, np.ndarray) else np.asarray(x)
@@ -46,7 +43,7 @@ def _as_features(x) -> np.ndarray:
     return x if x.flags.c_contiguous else np.ascontiguousarray(x)
 
 
-def _as_ints(x, column: bool = False) -> np.ndarray:
+def as_ints(x, column: bool = False) -> np.ndarray:
     """``x`` as a C-contiguous int64 array if it holds integers (``column``: an N x 1 array
     becomes a vector); other dtypes are left for :meth:`GraphData.validate` to refuse."""
     x = x if isinstance(x, np.ndarray) else np.asarray(x)
@@ -108,16 +105,13 @@ def _scalar_int(arr: dict, key: str, path) -> int:
         raise GraphFormatError(f"{path}: '{key}' must be an integer scalar")
     return int(v)
 
-def write_npz(data: "GraphData", path: str | os.PathLike) -> Path:
-    """Write ``data`` in the ``.npz`` exchange format (uncompressed) atomically: temp file,
-    then rename (:meth:`GraphData.save_npz <twopgraph.graph.data.GraphData.save_npz>`)."""
+
+def write_npz(arrays: dict[str, np.ndarray], path: str | os.PathLike) -> Path:
+    """Write ``arrays`` (:data:`REQUIRED_KEYS`, optionally ``node_ids`` and ``num_classes``) in
+    the ``.npz`` exchange format (uncompressed) atomically: temp file, then rename
+    (:meth:`GraphData.save_npz <twopgraph.graph.data.GraphData.save_npz>` gives its arrays)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    arrays = dict(indptr=data.graph.indptr, indices=data.graph.indices, feat=data.feat,
-                  label=data.label, train_idx=data.train_idx, val_idx=data.val_idx,
-                  test_idx=data.test_idx, num_classes=np.int64(data.num_classes))
-    if data.node_ids is not None:
-        arrays["node_ids"] = data.node_ids
     atomic_write_bytes(path, lambda f: np.savez(f, **arrays))
     return path
 
@@ -243,7 +237,7 @@ def node_arrays(feat, label, splits, n: int, split_seed: int) -> tuple:
     feat = _host_array(feat, "feat")
     if feat.ndim == 1:
         feat = feat.reshape(-1, 1)
-    label = _as_ints(_host_array(label, "label"), column=True)
+    label = as_ints(_host_array(label, "label"), column=True)
     ids = [_split_ids(s, n, k) for s, k in zip(splits, SPLITS)]
     if all(s is None for s in ids):
         if label.ndim != 1 or label.shape[0] != n or not np.issubdtype(label.dtype,
