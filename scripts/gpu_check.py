@@ -57,7 +57,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-#: set in every child; tests/test_gpu_check.py skips itself under it (no recursion)
+#: set in every child; tests/bench/test_gpu_check.py skips itself under it (no recursion)
 CHILD_ENV = "TWOPGRAPH_GPU_CHECK"
 RUN_KEYS = ("epoch_s", "sample_s", "load_s", "compute_s", "hit_rate", "h2d_bytes", "test_acc")
 DEFAULTS = {  # per device: dataset of the runs and of bench cache, of DDP, whole time budget
@@ -269,7 +269,7 @@ class Check:
         where its speed is a figure worth having; last, since the budget may be spent."""
         if self.a.device != "cuda":
             self.skip("run layer-default-device-amp", "the bf16 run is made with --device "
-                      "cuda only (AMP on CPU is tested by tests/test_gpu_path.py)")
+                      "cuda only (AMP on CPU is tested by tests/pipeline/test_gpu_path.py)")
             return
         self.train_run("default", "device", "bf16")
 

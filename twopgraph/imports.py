@@ -93,4 +93,5 @@ class _MovedFinder(importlib.abc.MetaPathFinder):
 def install_moved_modules() -> None:
     """Make every path of :data:`MOVED` importable (once per interpreter)."""
     if not any(isinstance(f, _MovedFinder) for f in sys.meta_path):
-        sys.meta_path.append(_MovedFinder())
+        sys.meta_path.insert(0, _MovedFinder())  # before the path finder: an old package
+        # path (twopgraph.partition) would else load its new folder's modules a second time

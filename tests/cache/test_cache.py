@@ -70,7 +70,7 @@ def brute_next_use(stream, t, row):
     return NO_USE
 
 
-# -- next-use window (kernel vs twin: tests/test_kernels.py) ---------------------------------------
+# -- next-use window (kernel vs twin: tests/runtime/test_kernels.py) ---------------------------------------
 @pytest.mark.parametrize("ahead", [0, 1, 4, 100])
 def test_next_use_window_matches_brute_force(ahead):
     n, stream = 25, random_stream(25, 20, 8, seed=2)

@@ -352,8 +352,8 @@ def _failing_writes(monkeypatch, name: str, after: int, err=errno.ENOSPC):
     """Make the ``after``-th and later writes of ``name`` by a run (checkpoint.py, metrics.py)
     fail half-way with ``err``, inside the real atomic writer (which must leave no temp
     file)."""
-    import twopgraph.run.checkpoint as ck
     import twopgraph.core.files as metrics
+    import twopgraph.run.checkpoint as ck
     real = ck.atomic_write_bytes
     count = [0]
 

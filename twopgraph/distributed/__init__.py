@@ -6,14 +6,11 @@ for ``twopgraph train --nproc``, ``commands`` is the command-line glue. Names ar
 lazily (the CLI builds its parser without importing torch).
 """
 
-_LAZY = {"DistEnv": "env", "detect": "env", "process_group": "env", "rank_device": "env",
-         "launch": "launch", "torchrun_command": "launch", "DistResult": "trainer",
-         "FixedSteps": "trainer", "PartSampler": "trainer", "train_distributed": "trainer",
-         "evaluate_distributed": "evaluate"}
+from twopgraph.imports import lazy_exports
 
-
-def __getattr__(name):
-    if name in _LAZY:
-        import importlib
-        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+_EXPORTS = {"DistEnv": "env", "detect": "env", "process_group": "env", "rank_device": "env",
+            "torchrun_command": "launch", "DistResult": "trainer", "FixedSteps": "trainer",
+            "PartSampler": "trainer", "train_distributed": "trainer",
+            "evaluate_distributed": "evaluate"}
+__all__ = list(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

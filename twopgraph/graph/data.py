@@ -26,9 +26,9 @@ from twopgraph.core.fingerprint import fingerprint
 from twopgraph.errors import GraphFormatError
 from twopgraph.graph.io import (
     SPLITS,
+    adjacency_edges,
     as_features,
     as_ints,
-    adjacency_edges,
     dgl_parts,
     edge_arrays,
     node_arrays,

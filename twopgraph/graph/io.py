@@ -27,7 +27,6 @@ import numpy as np
 from twopgraph.core.files import atomic_write_bytes
 from twopgraph.errors import GraphFormatError
 
-
 REQUIRED_KEYS = ("indptr", "indices", "feat", "label", "train_idx", "val_idx", "test_idx")
 SPLITS = ("train_idx", "val_idx", "test_idx")
 

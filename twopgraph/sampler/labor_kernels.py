@@ -28,8 +28,14 @@ from numba import njit, prange
 
 from twopgraph.runtime.jit import register
 from twopgraph.runtime.prefetch import PREFETCH_DIST, prefetch
-from twopgraph.sampler.labor_pi import (_ROWS_AHEAD, _SOLVE_CHUNK, _prefetch_row, _row_starts,
-                                        _saturate, labor_pi_ref)
+from twopgraph.sampler.labor_pi import (
+    _ROWS_AHEAD,
+    _SOLVE_CHUNK,
+    _prefetch_row,
+    _row_starts,
+    _saturate,
+    labor_pi_ref,
+)
 from twopgraph.sampler.labor_variates import variate, variate_ref
 
 

@@ -22,7 +22,7 @@ from twopgraph.runtime import jit
 from twopgraph.sampler.kernels import sample_neighbors
 
 PURE = os.environ.get("NUMBA_DISABLE_JIT") == "1"
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SEEDS = (0, 1, 2)
 
 

@@ -92,7 +92,7 @@ def test_validate_overlapping_splits():
 
 def test_shared_real_dataset_loads():
     import pathlib
-    p = pathlib.Path(__file__).resolve().parents[2] / "shared" / "datasets" / "cora.npz"
+    p = pathlib.Path(__file__).resolve().parents[3] / "shared" / "datasets" / "cora.npz"
     if not p.exists():
         pytest.skip("shared datasets not present")
     d = GraphData.load_npz(p)

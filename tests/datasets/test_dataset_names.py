@@ -24,7 +24,7 @@ from twopgraph.datasets import (
 )
 from twopgraph.errors import ConfigError
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(autouse=True)

@@ -31,7 +31,7 @@ from twopgraph.datasets.ogb import _ogb_labels
 from twopgraph.errors import ConfigError, GraphFormatError, TwopgraphError
 from twopgraph.graph.data import CSRGraph, GraphData
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 # -- builders ----------------------------------------------------------------------------------

@@ -167,7 +167,7 @@ def test_killed_conversion_leaves_no_store(tmp_path, data):
             f"    if name == 'feat': os._exit(9)\n"
             f"storewriter.StoreWriter.put = put\n"
             f"npzstore.convert_npz({str(npz)!r}, {str(tmp_path / 's')!r})\n")
-    p = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parent.parent)
+    p = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[2])
     assert p.returncode == 9
     assert not (tmp_path / "s").exists()
     leftovers = [p for p in tmp_path.iterdir() if p.name.startswith(".s.tmp-")]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "gpu_check.sh"
 CONTRACT = ("device", "cuda_unit_tests", "runs", "bench_cache", "ddp",
             "peak_device_memory_bytes", "total_s", "errors")

@@ -1,0 +1,98 @@
+"""Feature sources built by name: a cache policy from the registry (:func:`make_policy`), the
+feature source a run uses (:func:`build_feature_source`: a :class:`~twopgraph.cache.host.HostFeatures`
+or a :class:`~twopgraph.cache.feature_cache.FeatureCache`) and its host row cache
+(:func:`attach_host_cache`)."""
+
+
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+import torch
+
+from twopgraph.cache.base import CachePolicy, PolicyContext
+from twopgraph.cache.feature_cache import FeatureCache, feat_dtype, resolve_budget
+from twopgraph.cache.host import HostFeatures
+from twopgraph.cache.hostrows import HostRowCache, host_cache_rows
+from twopgraph.cache.readahead import find_mmap
+from twopgraph.core.protocols import CACHE_POLICIES
+from twopgraph.errors import ConfigError
+
+
+def make_policy(name: str, ctx: PolicyContext, **options) -> CachePolicy:
+    """Build the policy registered as ``name`` (options go to its factory)."""
+    factory = CACHE_POLICIES.get(name)
+    try:  # check the options alone: a TypeError from inside the factory is a real error
+        inspect.signature(factory).bind(ctx, **options)
+    except TypeError as e:
+        raise ConfigError(f"bad options for cache policy {name!r}: {e}") from None
+    return factory(ctx, **options)
+
+
+def build_feature_source(policy: str, feat, ctx: PolicyContext, device, *,
+                         ratio: float | None = None, gb: float | None = None,
+                         budget: int | None = None, dtype: str = "float32", rows=None,
+                         readahead: bool = True, **options):
+    """The feature source a training run uses: features copied as ``dtype`` and served as
+    float32; a :class:`FeatureCache` with policy ``policy`` built from ``ctx`` and a budget
+    from ``ratio`` or ``gb`` (default: see :func:`resolve_budget`), or, when that budget is 0
+    rows or the policy caches nothing, the plain :class:`HostFeatures` (nothing to rank, no
+    window held, no second copy of any row); ``budget`` gives it in rows instead (a caller that
+    resolved it already, as :func:`twopgraph.pipeline.assemble.make_loader` does). ``feat`` (host N
+    x F, NumPy or torch) is used as it is; ``rows`` (int64, optional) maps the source's ids to rows
+    of ``feat`` (a part of a partitioned run over the machine's shared table; ``ctx`` and the budget
+    are in the source's ids); ``readahead`` advises sampled rows of a memory-mapped ``feat``."""
+    factory = CACHE_POLICIES.get(policy)
+    tdtype = feat_dtype(dtype)
+    num_rows = int(feat.shape[0] if rows is None else len(rows))
+    row_bytes = int(feat.shape[1]) * torch.empty(0, dtype=tdtype).element_size()
+    if budget is None:
+        budget = resolve_budget(num_rows, row_bytes, device, ratio, gb)
+    elif ratio is not None or gb is not None:
+        raise ConfigError("give the cache budget in rows, as a ratio or in GB, not two of them")
+    budget = min(int(budget), num_rows)
+    if budget == 0 or factory is CACHE_POLICIES.get("none"):
+        return HostFeatures(feat, device, dtype=tdtype, rows=rows, readahead=readahead)
+    return FeatureCache(feat, make_policy(policy, ctx, **options), budget, device,
+                        dtype=tdtype, out_dtype=torch.float32, rows=rows, readahead=readahead)
+
+
+def attach_host_cache(source, setting: str, ctx: PolicyContext, *, gb: float | None = None,
+                      structure_bytes: int = 0, rows=None,
+                      available: int | None = None, progress=None) -> HostRowCache | None:
+    """Give ``source`` (a :class:`HostFeatures` or :class:`FeatureCache`) a
+    :class:`~twopgraph.cache.hostrows.HostRowCache` by ``--host-cache`` ``setting``: ``none``
+    (never), ``auto`` (``degree``, sized by :func:`~twopgraph.cache.hostrows.host_cache_rows`
+    from ``available`` bytes -- default :func:`~twopgraph.runtime.memory.available_host_bytes` --
+    and ``structure_bytes``, when the memory-mapped table does not fit in
+    memory) or a registered cache policy's name, whose static rank (``initial_rows``, built
+    from ``ctx``) picks the rows; ``gb`` sizes it in GiB instead. Only a table that is a
+    memory map gets one (an in-memory table has nothing to gain). ``rows`` is the source's
+    row map (ids of ``ctx`` -> host rows). The cache built, or None."""
+    if setting == "none":
+        return None
+    host = source.host
+    if host.array is None or find_mmap(host.array) is None:
+        return None
+    table_bytes = int(host.array.nbytes)
+    row_bytes = int(host.array.shape[1] * host.array.itemsize)
+    n = int(host.num_rows)
+    if gb is not None:
+        k = min(n, int(gb * 2**30) // max(1, row_bytes))
+    else:
+        if available is None:
+            from twopgraph.runtime.memory import available_host_bytes
+            available = available_host_bytes()
+        k = host_cache_rows(table_bytes, row_bytes, n, structure_bytes, available)
+    if k <= 0:
+        return None
+    policy = "degree" if setting == "auto" else setting
+    ranked = np.asarray(make_policy(policy, ctx).initial_rows(k), dtype=np.int64)[:k]
+    if ranked.shape[0] == 0:
+        return None
+    picked = ranked if rows is None else np.asarray(rows, dtype=np.int64)[ranked]
+    cache = HostRowCache(host.array, picked, host.readahead, policy=policy,
+                         progress=progress)
+    host.attach_row_cache(cache)
+    return cache
