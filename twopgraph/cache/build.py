@@ -1,12 +1,14 @@
 """Feature sources built by name: a cache policy from the registry (:func:`make_policy`), the
-feature source a run uses (:func:`build_feature_source`: a :class:`~twopgraph.cache.host.HostFeatures`
-or a :class:`~twopgraph.cache.feature_cache.FeatureCache`) and its host row cache
+feature source a run uses (:func:`build_feature_source`: a
+:class:`~twopgraph.cache.host.HostFeatures` or a
+:class:`~twopgraph.cache.feature_cache.FeatureCache`) and its host row cache
 (:func:`attach_host_cache`)."""
 
 
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -30,7 +32,8 @@ def make_policy(name: str, ctx: PolicyContext, **options) -> CachePolicy:
     return factory(ctx, **options)
 
 
-def build_feature_source(policy: str, feat, ctx: PolicyContext, device, *,
+def build_feature_source(policy: str | CachePolicy | Callable[..., CachePolicy], feat,
+                         ctx: PolicyContext, device, *,
                          ratio: float | None = None, gb: float | None = None,
                          budget: int | None = None, dtype: str = "float32", rows=None,
                          readahead: bool = True, **options):
@@ -42,8 +45,12 @@ def build_feature_source(policy: str, feat, ctx: PolicyContext, device, *,
     resolved it already, as :func:`twopgraph.pipeline.assemble.make_loader` does). ``feat`` (host N
     x F, NumPy or torch) is used as it is; ``rows`` (int64, optional) maps the source's ids to rows
     of ``feat`` (a part of a partitioned run over the machine's shared table; ``ctx`` and the budget
-    are in the source's ids); ``readahead`` advises sampled rows of a memory-mapped ``feat``."""
-    factory = CACHE_POLICIES.get(policy)
+    are in the source's ids); ``readahead`` advises sampled rows of a memory-mapped ``feat``.
+
+    ``policy`` is a registered policy's name (``options`` go to its factory), a
+    :class:`~twopgraph.cache.base.CachePolicy` object (used as it is: the caller's own policy,
+    no registration needed), or a factory ``policy(ctx, **options) -> CachePolicy``."""
+    make = _policy_maker(policy, ctx, options)
     tdtype = feat_dtype(dtype)
     num_rows = int(feat.shape[0] if rows is None else len(rows))
     row_bytes = int(feat.shape[1]) * torch.empty(0, dtype=tdtype).element_size()
@@ -52,10 +59,35 @@ def build_feature_source(policy: str, feat, ctx: PolicyContext, device, *,
     elif ratio is not None or gb is not None:
         raise ConfigError("give the cache budget in rows, as a ratio or in GB, not two of them")
     budget = min(int(budget), num_rows)
-    if budget == 0 or factory is CACHE_POLICIES.get("none"):
+    if budget == 0 or make is None:
         return HostFeatures(feat, device, dtype=tdtype, rows=rows, readahead=readahead)
-    return FeatureCache(feat, make_policy(policy, ctx, **options), budget, device,
-                        dtype=tdtype, out_dtype=torch.float32, rows=rows, readahead=readahead)
+    return FeatureCache(feat, make(), budget, device, dtype=tdtype, out_dtype=torch.float32,
+                        rows=rows, readahead=readahead)
+
+
+def _policy_maker(policy, ctx: PolicyContext, options: dict) -> Callable[[], CachePolicy] | None:
+    """What builds ``policy`` (see :func:`build_feature_source`), or None for a policy that
+    caches nothing; a one-line ConfigError for anything else."""
+    if isinstance(policy, str):
+        if CACHE_POLICIES.get(policy) is CACHE_POLICIES.get("none"):
+            return None
+        return lambda: make_policy(policy, ctx, **options)
+    if isinstance(policy, CachePolicy):
+        if options:
+            raise ConfigError("cache policy options go with a policy's name or factory; a "
+                              "policy object is used as it is")
+        return (lambda: policy) if policy.caches else None
+    if callable(policy):
+        def build() -> CachePolicy:
+            made = policy(ctx, **options)
+            if not isinstance(made, CachePolicy):
+                name = getattr(policy, "__name__", repr(policy))
+                raise ConfigError(f"the cache policy factory {name} returned "
+                                  f"{type(made).__name__}, not a CachePolicy")
+            return made
+        return build
+    raise ConfigError(f"cache policy must be a registered name ({', '.join(CACHE_POLICIES)}), a "
+                      f"CachePolicy or a factory of one, got {type(policy).__name__}")
 
 
 def attach_host_cache(source, setting: str, ctx: PolicyContext, *, gb: float | None = None,

@@ -116,7 +116,8 @@ def build_sampler(s, graph, device, seed: int, log_choice: bool = True):
 def make_loader(cfg: TrainConfig, data: GraphData, device, *, parts=None,
                 batch_size: int | None = None, sampler=None, wrap_scheduler=None,
                 threads: int | None = None, rows=None, feat=None,
-                combine_schedule_figures=None, schedule_choice=None) -> Loader:
+                combine_schedule_figures=None, schedule_choice=None, scheduler=None,
+                cache_policy=None) -> Loader:
     """The training :class:`~twopgraph.pipeline.loader.Loader` of ``cfg`` over ``data``: the sampler
     of ``--sampler`` and ``--sampler-device`` (:func:`build_sampler`; unless ``sampler`` is
     given), the scheduler of ``cfg``
@@ -132,7 +133,14 @@ def make_loader(cfg: TrainConfig, data: GraphData, device, *, parts=None,
     override ``cfg``'s. The source reads ``feat`` (default ``data.feat``, used as it is: no
     copy; a memory map is read ahead as batches are sampled), id ``i`` of ``data`` reading
     row ``rows[i]`` of it when ``rows`` (int64) is given (a part over the machine's shared
-    table)."""
+    table).
+
+    The components may be given as objects instead of being built from ``cfg``: ``sampler``
+    (a :class:`~twopgraph.core.protocols.Sampler` over ``data.graph``), ``scheduler`` (a
+    :class:`~twopgraph.core.protocols.Scheduler` of ``data.train_idx``: ``cfg``'s schedule is
+    then not used) and ``cache_policy`` (a :class:`~twopgraph.cache.base.CachePolicy` or a
+    factory ``f(ctx) -> CachePolicy``, in place of ``--cache-policy``; its budget still comes
+    from ``cfg``'s cache options)."""
     s = cfg.sampling
     device = torch.device(device)
     batch_size = s.batch_size if batch_size is None else batch_size
@@ -142,7 +150,9 @@ def make_loader(cfg: TrainConfig, data: GraphData, device, *, parts=None,
     plan = ThreadPlan.for_threads(threads, cfg.run.prefetch)
     torch_sampler = getattr(sampler, "device", None) is not None
     schedule, choice = s.schedule, None
-    if schedule == "auto" and schedule_choice is not None:
+    if scheduler is not None:
+        schedule = getattr(scheduler, "name", type(scheduler).__name__)
+    elif schedule == "auto" and schedule_choice is not None:
         # decided before clustering (locality_for's probe: random, no clusters computed)
         choice = schedule_choice
         schedule = choice.schedule
@@ -158,8 +168,9 @@ def make_loader(cfg: TrainConfig, data: GraphData, device, *, parts=None,
                                  combine=combine_schedule_figures)
         schedule = choice.schedule
         log.info("%s", choice.describe())
-    scheduler = make_scheduler(schedule, data.train_idx, batch_size, seed=cfg.run.seed,
-                               balance=s.balance, parts=parts, labels=data.label)
+    if scheduler is None:
+        scheduler = make_scheduler(schedule, data.train_idx, batch_size, seed=cfg.run.seed,
+                                   balance=s.balance, parts=parts, labels=data.label)
     if wrap_scheduler is not None:
         scheduler = wrap_scheduler(scheduler)
     # Pre-sampling policies (presample) read host ids: a device sampler's are copied back
@@ -194,7 +205,8 @@ def make_loader(cfg: TrainConfig, data: GraphData, device, *, parts=None,
     source_kw["readahead"] = (c.readahead == "on" or c.readahead == "auto"
                               and worth_reading_ahead(int(table.nbytes)))
     with thread_count(plan.total):  # pre-sampling (presample policy) may use every thread
-        features = build_feature_source(c.cache_policy, table, ctx, device, budget=budget,
+        policy = c.cache_policy if cache_policy is None else cache_policy
+        features = build_feature_source(policy, table, ctx, device, budget=budget,
                                         dtype=c.feat_dtype, **source_kw)
         ra = getattr(features, "readahead", None)
         if ra is not None:  # auto: pages already in the page cache are not advised
@@ -212,9 +224,11 @@ def make_loader(cfg: TrainConfig, data: GraphData, device, *, parts=None,
     elif c.host_cache not in ("none", "auto"):
         log.warning("--host-cache %s: no host row cache (the feature table is not a memory "
                     "map of a store, or its size came to 0 rows)", c.host_cache)
-    if c.cache_policy != "none" and features.budget == 0:
+    if (cache_policy is not None or c.cache_policy != "none") and features.budget == 0:
         log.warning("cache policy %s has a budget of 0 rows on %s: every row is copied; give "
-                    "--cache-ratio or --cache-gb to build a cache", c.cache_policy, device)
+                    "--cache-ratio or --cache-gb to build a cache",
+                    c.cache_policy if cache_policy is None else type(cache_policy).__name__,
+                    device)
     loader = Loader(scheduler, sampler, features, host_tensor(data.label), device,
                     prefetch=cfg.run.prefetch, threads=threads)
     loader.activation_reserve_bytes = reserve

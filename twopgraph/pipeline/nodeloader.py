@@ -24,16 +24,17 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from twopgraph.cache.base import CachePolicy
 from twopgraph.config import TrainConfig, resolve_device
 from twopgraph.core.minibatch import MiniBatch
-from twopgraph.core.protocols import SAMPLERS, SCHEDULERS, Sampler
+from twopgraph.core.protocols import CACHE_POLICIES, SAMPLERS, SCHEDULERS, Sampler, Scheduler
 from twopgraph.datasets import DATA_ROOT_ENV
 from twopgraph.datasets.identity import check_data_root
 from twopgraph.errors import ConfigError, GraphFormatError
@@ -78,7 +79,10 @@ class NodeLoader:
       which takes random without any clustering where even nearby seeds cannot pay; else
       clusters as for locality; with ``shuffle=False``, random).
       ``loader.schedule`` is the scheduler used, ``loader.schedule_choice`` the figures of
-      an ``auto`` decision (None otherwise);
+      an ``auto`` decision (None otherwise). Or a scheduler object of your own: anything
+      implementing :class:`~twopgraph.core.protocols.Scheduler` (``num_batches`` and
+      ``batches(epoch)`` yielding int64 seed arrays of ``split``'s vertices), used as it is
+      (``batch_size`` and ``shuffle`` are then its business);
     - ``shuffle`` [None = True for ``split="train"``, else False]: False keeps the seeds in
       the order given (sorted ids for a named split), the same batches' seeds every epoch
       (the neighbours sampled still differ per epoch); random schedule only;
@@ -89,7 +93,10 @@ class NodeLoader:
       ``input_nodes`` stay on the host);
     - ``cache_policy`` ["none"], ``cache_ratio`` [None]: the device feature cache
       (``none`` | ``degree`` | ``presample`` | ``layer``; ratio of the rows in [0, 1]; None on
-      CUDA = what fits, on CPU = 0);
+      CUDA = what fits, on CPU = 0). ``cache_policy`` may also be a policy object of your own
+      (a :class:`~twopgraph.cache.base.CachePolicy`: ``initial_rows(budget)``, and for a
+      dynamic policy ``keys(rows)``), or a factory ``f(ctx) -> CachePolicy`` given the
+      :class:`~twopgraph.cache.base.PolicyContext` (graph, seeds, scheduler, sampler);
     - ``prefetch`` [2]: batches prepared ahead in a background thread (0 = none);
     - ``threads`` [0 = all cores]: CPU threads the pipeline plans for (sampling workers =
       threads // 4 when prefetching);
@@ -129,8 +136,10 @@ class NodeLoader:
     """
 
     def __init__(self, data: GraphData, fanouts, batch_size: int = 1024, split="train",
-                 schedule: str = "auto", shuffle: bool | None = None, seed: int = 0,
-                 device="cpu", cache_policy: str = "none", cache_ratio: float | None = None,
+                 schedule: str | Scheduler = "auto", shuffle: bool | None = None,
+                 seed: int = 0, device="cpu",
+                 cache_policy: str | CachePolicy | Callable[..., CachePolicy] = "none",
+                 cache_ratio: float | None = None,
                  prefetch: int = 2, threads: int = 0, data_root=None, *,
                  num_clusters: int = 0, balance: int = 16, sampler_device: str = "auto",
                  feat_dtype: str = "float32", sampler="neighbor",
@@ -148,6 +157,13 @@ class NodeLoader:
             shuffle = named and split == "train"
         if not isinstance(shuffle, bool):
             raise ConfigError(f"shuffle must be True, False or None, got {shuffle!r}")
+        own_scheduler = None
+        if not isinstance(schedule, str):  # the caller's scheduler, used as it is
+            if not isinstance(schedule, Scheduler):
+                raise ConfigError(f"schedule must be a registered name ({', '.join(SCHEDULERS)}, "
+                                  f"auto) or an object with num_batches and batches(epoch), "
+                                  f"got {type(schedule).__name__}")
+            own_scheduler, schedule, shuffle = schedule, "random", True
         if schedule == "auto" and not shuffle:  # in-order batches: nothing to choose
             schedule = "random"
         if schedule != "auto":
@@ -168,6 +184,13 @@ class NodeLoader:
                 raise ConfigError("the sampler given samples another graph than data.graph")
             given, sampler = sampler, "neighbor"
         own = _sampler_fields(sampler, sampler_options, given is not None)
+        own_policy = None
+        if not isinstance(cache_policy, str):  # the caller's policy (or its factory)
+            if not (isinstance(cache_policy, CachePolicy) or callable(cache_policy)):
+                raise ConfigError(f"cache_policy must be a registered name "
+                                  f"({', '.join(CACHE_POLICIES)}), a CachePolicy or a factory "
+                                  f"of one, got {type(cache_policy).__name__}")
+            own_policy, cache_policy = cache_policy, "none"
         # Labels of unlabelled seeds (-1) cannot be balanced over: plain cluster order then.
         if clustered and np.any(data.label[seeds] < 0):
             balance = 1
@@ -202,6 +225,7 @@ class NodeLoader:
             parts = prep.clustering.parts
         self._loader = make_loader(
             self.config, view, self.device, parts=parts, schedule_choice=choice, sampler=given,
+            scheduler=own_scheduler, cache_policy=own_policy,
             wrap_scheduler=None if shuffle else
             (lambda s: InOrderScheduler(s.train_idx, s.batch_size, seed=s.seed)))
 
