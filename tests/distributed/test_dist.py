@@ -57,7 +57,7 @@ def _worker(rank, world, ports, parts, out, result_dir, runs, fail_rank):
     os.environ.update(MASTER_ADDR="127.0.0.1", RANK=str(rank), WORLD_SIZE=str(world),
                       LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
     if rank == fail_rank:  # die abruptly in the second epoch
-        import twopgraph.distributed.trainer as tr
+        import twopgraph.run.loop as tr
         orig = tr.train_epoch
 
         def dying(*a, **k):

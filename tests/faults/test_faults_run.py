@@ -211,7 +211,7 @@ def test_nonfinite_weights_after_a_good_epoch(root, tmp_path, capsys, monkeypatc
     """Weights that turn non-finite with a finite loss (checked after every epoch): exit 3,
     no accuracy; the checkpoint of the last good epoch is kept as it was."""
     import twopgraph.pipeline.epoch as ep
-    import twopgraph.run.train as tr
+    import twopgraph.run.loop as tr
     out = tmp_path / "out"
     real = ep.train_epoch
 
@@ -459,7 +459,7 @@ def test_failed_before_training_leaves_no_folder(root, tmp_path, capsys, case):
 @pytest.mark.parametrize("fault", ["interrupt", "disk-full"])
 def test_failed_in_first_epoch_leaves_no_empty_folder(root, tmp_path, capsys, monkeypatch,
                                                       fault):
-    import twopgraph.run.train as tr
+    import twopgraph.run.loop as tr
     out = tmp_path / "out"
     if fault == "interrupt":
         def ctrl_c(*a, **k):
@@ -555,8 +555,8 @@ def _diverge_worker(rank, world, port, parts, out, result_dir):
             tr_epoch[0] = epoch
             return real_epoch(model, opt, loader, epoch, *a, **k)
         ep.F = Poison()
-        import twopgraph.distributed.trainer as dt
-        dt.train_epoch = counting
+        import twopgraph.run.loop as loop
+        loop.train_epoch = counting
     try:
         train_distributed(_dist_cfg(out, epochs=4), parts)
     except TwopgraphError as e:

@@ -51,6 +51,7 @@ import logging
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,10 +67,10 @@ from twopgraph.datasets import partition_dataset
 from twopgraph.distributed.env import DistEnv, detect, process_group, rank_device
 from twopgraph.distributed.evaluate import evaluate_scores
 from twopgraph.distributed.partition.load import Part, load_part, read_meta
-from twopgraph.errors import ConfigError, OutputError, Stopped, TrainingDiverged, TwopgraphError
+from twopgraph.errors import ConfigError, TrainingDiverged, TwopgraphError
 from twopgraph.inference.scores import resolve_metric
 from twopgraph.pipeline.assemble import make_loader
-from twopgraph.pipeline.epoch import diverged, train_epoch
+from twopgraph.pipeline.epoch import diverged
 from twopgraph.pipeline.loader import available_cores
 from twopgraph.run.checkpoint import (
     CHECKPOINT,
@@ -78,23 +79,12 @@ from twopgraph.run.checkpoint import (
     model_record,
     read_checkpoint,
     run_signature,
-    save_checkpoint,
 )
+from twopgraph.run.loop import Rank, Training, train_epochs
 from twopgraph.run.outdir import RunDir
-from twopgraph.run.records import (
-    METRICS,
-    final_line,
-    log_epoch,
-    write_diverged,
-    write_failed,
-    write_metrics,
-)
 from twopgraph.run.selection import (
     Selection,
     early_stop_record,
-    evaluates_after,
-    log_early_stop,
-    patience_exhausted,
 )
 from twopgraph.runtime.memory import PssMonitor, peak_rss_mib
 from twopgraph.sampler import make_sampler, sampler_options
@@ -402,9 +392,8 @@ def _run(cfg: TrainConfig, folder: Path, meta: dict, env: DistEnv, device, backe
                          sampler=sampler, wrap_scheduler=lambda s: FixedSteps(s, steps),
                          threads=_rank_threads(run.threads, device, env), rows=part.rows,
                          combine_schedule_figures=lambda f: summed_over_ranks(f, world))
-    progress = run.progress and env.is_main
-    warned: set = set()  # the one-class ROC-AUC warning is logged once
     plans: dict = {}  # the --eval-scope plan, made at the first evaluation
+    warned: set = set()  # the one-class ROC-AUC warning is logged once
 
     def evaluate() -> dict:
         return evaluate_scores(model, part, device, run.eval_batch_edges,
@@ -422,82 +411,88 @@ def _run(cfg: TrainConfig, folder: Path, meta: dict, env: DistEnv, device, backe
                  dataset=dataset_summary(part) if env.is_main else None,
                  schedule=loader.schedule, schedule_choice=loader.schedule_choice)
 
+    def info() -> dict:  # the top-level extras of metrics.json, as they are now
+        return {**extra, "early_stop": early_stop_record(cfg, epochs_log)}
+
     # what load_model / predict rebuild the model and find its data from: the source store
     # (original ids) the partition was made from
     src = meta["source"]
     rebuild = {"model_spec": model_record(cfg, src["num_features"], src["num_classes"]),
                "dataset": dataset_record(src["store"], cfg.data.data_root, False, src["name"],
                                          src["fingerprint"], src["num_nodes"])}
-
-    def metrics(final=False, memory=None):
-        write_metrics(out, cfg, device, loader.plan, epochs_log, sel, final=final, **extra,
-                      early_stop=early_stop_record(cfg, epochs_log), **(memory or {}))
-
-    try:
-        with loader.plan.applied():
-            for epoch in range(start_epoch, run.epochs):
-                if patience_exhausted(epochs_log, run.patience):  # the same log on every rank
-                    break
-                torch.manual_seed(mix_key(run.seed, rank, epoch) & 0x7FFFFFFFFFFFFFFF)
-                before = sampler.counters()
-                # a non-finite loss is recorded, not raised: the ranks decide together below
-                rec = train_epoch(ddp, opt, loader, epoch, progress, stop_on_nonfinite=False,
-                                  amp=cfg.model.amp)
-                after = sampler.counters()
-                rec.update(rank=rank, remote_graph_requests=after[0] - before[0],
-                           remote_feature_bytes=int(round((after[1] - before[1])
-                                                          * loader.features.row_bytes)),
-                           halo_input_rows=after[2] - before[2])
-                ranks = [None] * world
-                dist.all_gather_object(ranks, rec)
-                err = _divergence(ranks, model, opt)
-                if err is not None:  # every rank sees the same records and weights: all stop
-                    if env.is_main:
-                        write_diverged(out, cfg, device, loader.plan, epochs_log, err, sel,
-                                       **extra)
-                    raise err
-                total = _total(ranks)
-                if evaluates_after(cfg, epoch):
-                    t = time.perf_counter()
-                    total.update(evaluate(), eval_s=time.perf_counter() - t)
-                    sel.offer(total, model)  # the same figures on every rank: the same choice
-                total["ranks"] = ranks
-                epochs_log.append(total)
-                if env.is_main:
-                    log_epoch(total, metric)
-                    log.info("epoch %d  remote_graph_requests %d  halo_input_rows %d", epoch,
-                             total["remote_graph_requests"], total["halo_input_rows"])
-                    save_checkpoint(out, model, opt, sig, epochs_log, kind="distributed",
-                                    config=cfg.flat(), selected=sel.record(), **rebuild)
-                    metrics()
-
-            if sel.epoch is None:  # resumed a finished run of a checkpoint without a selection
-                sel.offer({"epoch": run.epochs - 1, **evaluate()}, model)
-    except (KeyboardInterrupt, Stopped):  # a stop signal: the last epoch's checkpoint stays
-        if env.is_main and epochs_log:
-            try:
-                write_metrics(out, cfg, device, loader.plan, epochs_log, sel, **extra,
-                              early_stop=early_stop_record(cfg, epochs_log),
-                              status="interrupted")
-            except TwopgraphError as w:
-                log.warning("%s", w)
-        raise
-    except TwopgraphError as e:  # e.g. a store changed under the run (diverged: recorded)
-        if env.is_main and epochs_log and not isinstance(e, (TrainingDiverged, OutputError)):
-            write_failed(out, cfg, device, loader.plan, epochs_log, e, sel, **extra,
-                         early_stop=early_stop_record(cfg, epochs_log))
-        raise
-    mem = [None] * world
-    dist.all_gather_object(mem, (peak_rss_mib(), pss.stop()))
-    if env.is_main:
-        metrics(True, memory_metrics(mem))
-        log_early_stop(cfg, epochs_log)
-        if (warning := sel.warning()) is not None:
-            log.warning("%s", warning)
-        log.info("%s", final_line(sel, out / METRICS))
+    training = Training(cfg, model, opt, loader, sel, epochs_log, start_epoch, sig, rebuild,
+                        metric, device)
+    train_epochs(training, DistributedRank(env, ddp, sampler, evaluate, info, pss))
     f = sel.figures
     return DistResult(f["val_acc"], f["test_acc"], epochs_log, out, rank, model,
                       f["val_score"], f["test_score"], metric, sel.epoch)
+
+
+class DistributedRank(Rank):
+    """Rank ``env.rank`` of a data-parallel job: the hooks of the training loop
+    (:mod:`twopgraph.run.loop`) where a rank differs from a process that trains alone. The
+    steps go through the DDP wrapper ``ddp``; each epoch's dropout seed is the rank's own;
+    the epoch record is the whole job's (:func:`_total` of every rank's, with this rank's
+    remote-sampling counters of ``sampler``); divergence is decided on every rank's records
+    together (:func:`_divergence`), so all ranks stop alike; ``evaluate`` is the exact
+    evaluation spread over the ranks (collective; the figures are global, so every rank
+    selects alike); only rank 0 logs and writes files; the final ``metrics.json`` has every
+    rank's peak memory (:func:`memory_metrics`, ``pss`` this rank's monitor)."""
+
+    stops_on_nonfinite = False  # a non-finite loss is recorded: the ranks decide together
+
+    def __init__(self, env: DistEnv, ddp: torch.nn.Module, sampler: PartSampler,
+                 evaluate: Callable[[], dict], info: Callable[[], dict], pss: PssMonitor):
+        super().__init__(None, None, info)
+        self.env, self.ddp, self.sampler, self._evaluate, self.pss = env, ddp, sampler, \
+            evaluate, pss
+        self.is_main = env.is_main
+        self._before: tuple = (0, 0.0, 0)
+        self._ranks: list[dict] = []
+
+    def module(self, t: Training) -> torch.nn.Module:
+        return self.ddp
+
+    def begin_epoch(self, t: Training, epoch: int) -> None:
+        torch.manual_seed(mix_key(t.cfg.run.seed, self.env.rank, epoch) & 0x7FFFFFFFFFFFFFFF)
+        self._before = self.sampler.counters()
+
+    def epoch_record(self, t: Training, rec: dict) -> dict:
+        before, after = self._before, self.sampler.counters()
+        rec.update(rank=self.env.rank, remote_graph_requests=after[0] - before[0],
+                   remote_feature_bytes=int(round((after[1] - before[1])
+                                                  * t.loader.features.row_bytes)),
+                   halo_input_rows=after[2] - before[2])
+        ranks = [None] * self.env.world_size
+        dist.all_gather_object(ranks, rec)
+        err = _divergence(ranks, t.model, t.opt)
+        if err is not None:  # every rank sees the same records and weights: all stop
+            raise err
+        self._ranks = ranks
+        return _total(ranks)
+
+    def evaluate(self, t: Training, rec: dict) -> None:
+        rec.update(self._evaluate())
+        return None
+
+    def complete(self, t: Training, rec: dict) -> None:
+        rec["ranks"] = self._ranks
+
+    def log_epoch(self, t: Training, rec: dict) -> None:
+        super().log_epoch(t, rec)
+        log.info("epoch %d  remote_graph_requests %d  halo_input_rows %d", rec["epoch"],
+                 rec["remote_graph_requests"], rec["halo_input_rows"])
+
+    def checkpoint_options(self) -> dict:
+        return {"kind": "distributed"}
+
+    def after_epochs(self, t: Training) -> None:
+        pass  # the selected weights are in the checkpoint; no logits are kept
+
+    def final_extras(self, t: Training) -> dict:
+        mem = [None] * self.env.world_size
+        dist.all_gather_object(mem, (peak_rss_mib(), self.pss.stop()))
+        return memory_metrics(mem)
 
 
 def dataset_summary(part: Part) -> dict:

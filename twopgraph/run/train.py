@@ -40,8 +40,9 @@ that cannot be written (full disk, read-only) ends the run with one
 
 The run's parts live in their own modules: model selection and ``--patience`` in
 :mod:`twopgraph.run.selection`, ``metrics.json`` and the log lines in :mod:`twopgraph.run.records`,
-one training epoch in :mod:`twopgraph.pipeline.epoch`; this module holds the loop (:func:`train`),
-the exact evaluation during a run and :class:`TrainResult`.
+one training epoch in :mod:`twopgraph.pipeline.epoch`, the epoch loop (shared with the ranks of
+a distributed run) in :mod:`twopgraph.run.loop`; this module sets a run up (:func:`train`) and
+holds the exact evaluation during a run and :class:`TrainResult`.
 
 Example::
 
@@ -52,7 +53,6 @@ Example::
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -64,7 +64,6 @@ from twopgraph.cache.feature_cache import feat_dtype
 from twopgraph.cache.host import HostFeatures
 from twopgraph.config import TrainConfig, resolve_device
 from twopgraph.datasets.identity import check_data_root
-from twopgraph.errors import OutputError, Stopped, TrainingDiverged, TwopgraphError
 from twopgraph.graph.data import GraphData
 from twopgraph.inference import (
     ScoredLogits,
@@ -76,7 +75,6 @@ from twopgraph.inference import (
 from twopgraph.locality import to_original_order
 from twopgraph.models import build_model
 from twopgraph.pipeline.assemble import eval_features, host_cache_record, locality_for, make_loader
-from twopgraph.pipeline.epoch import check_finite_weights, train_epoch
 from twopgraph.pipeline.loader import ThreadPlan
 from twopgraph.run.checkpoint import (
     CHECKPOINT,
@@ -85,23 +83,12 @@ from twopgraph.run.checkpoint import (
     model_record,
     read_checkpoint,
     run_signature,
-    save_checkpoint,
 )
+from twopgraph.run.loop import Rank, Training, train_epochs
 from twopgraph.run.outdir import RunDir
-from twopgraph.run.records import (
-    METRICS,
-    final_line,
-    log_epoch,
-    write_diverged,
-    write_failed,
-    write_metrics,
-)
 from twopgraph.run.selection import (
     Selection,
     early_stop_record,
-    evaluates_after,
-    log_early_stop,
-    patience_exhausted,
     score_epoch,
 )
 from twopgraph.runtime.jit import configure_threading
@@ -296,57 +283,12 @@ def _train(cfg: TrainConfig, data: GraphData | None, device) -> TrainResult:
     evaluator = RunEvaluator(loader.sampler, feat, device, scored_vertices(data),
                              run.eval_batch_edges, run.eval_scope, out)
 
-    try:
-        with loader.plan.applied():
-            for epoch in range(start_epoch, run.epochs):
-                if patience_exhausted(epochs_log, run.patience):  # --patience: stop early
-                    break
-                try:
-                    rec = train_epoch(model, opt, loader, epoch, run.progress,
-                                      amp=cfg.model.amp)
-                    check_finite_weights(model, opt, rec)
-                except TrainingDiverged as e:
-                    write_diverged(out, cfg, device, loader.plan, epochs_log, e, sel, **info())
-                    raise
-                if evaluates_after(cfg, epoch):
-                    t = time.perf_counter()
-                    logits = evaluator(model, rec)  # the val + test rows only
-                    score_epoch(rec, metric, logits, labels, data, warned)
-                    rec["eval_s"] = time.perf_counter() - t
-                    # the selected model's scored rows are kept (no copy); others dropped
-                    sel.offer(rec, model, logits)
-                    del logits
-                epochs_log.append(rec)
-                log_epoch(rec, metric)
-                save_checkpoint(out, model, opt, signature, epochs_log,
-                                torch_rng=torch.get_rng_state(), config=cfg.flat(),
-                                selected=sel.record(), **rebuild)
-                write_metrics(out, cfg, device, loader.plan, epochs_log, sel, **info())
+    def score(rec: dict, logits: ScoredLogits) -> None:
+        score_epoch(rec, metric, logits, labels, data, warned)
 
-            if sel.epoch is None:  # resumed a finished run of a checkpoint without a selection
-                logits = evaluator(model)
-                sel.offer(score_epoch({"epoch": run.epochs - 1}, metric, logits, labels, data,
-                                      warned), model, logits)
-                del logits
-            if sel.logits is None:  # selected before a resume: evaluate its weights again
-                model.load_state_dict(sel.state)
-                sel.logits = evaluator(model)
-    except (KeyboardInterrupt, Stopped):  # the checkpoint of the last epoch stays
-        if epochs_log:  # (before the first epoch: nothing to record, no folder left)
-            write_metrics(out, cfg, device, loader.plan, epochs_log, sel,
-                          status="interrupted", **info())
-        raise
-    except TwopgraphError as e:  # e.g. a store changed under the run: its line, exit 2
-        # (diverged: recorded above; a failed write: the disk is the problem, and the files
-        # written so far stay as they were)
-        if epochs_log and not isinstance(e, (TrainingDiverged, OutputError)):
-            write_failed(out, cfg, device, loader.plan, epochs_log, e, sel, **info())
-        raise
-    write_metrics(out, cfg, device, loader.plan, epochs_log, sel, final=True, **info())
-    log_early_stop(cfg, epochs_log)
-    if (warning := sel.warning()) is not None:
-        log.warning("%s", warning)
-    log.info("%s", final_line(sel, out / METRICS))
+    training = Training(cfg, model, opt, loader, sel, epochs_log, start_epoch, signature,
+                        rebuild, metric, device)
+    train_epochs(training, Rank(evaluator, score, info))
     f = sel.figures
     # The N x C logits in the caller's ids only when asked for (TrainResult.logits): the
     # scored rows are at hand; the others take one more whole-graph inference.
