@@ -275,15 +275,24 @@ def needs_clusters(schedule: str) -> bool:
     return schedule == "auto" or getattr(SCHEDULERS.get(schedule), "needs_clusters", False)
 
 
-def locality_for(data: GraphData, schedules, cfg):
+#: :func:`locality_for`'s default cache folder: ``clusters`` under the config's data root.
+DATA_ROOT_CLUSTERS = "data-root"
+
+
+def locality_for(data: GraphData, schedules, cfg, *,
+                 cache_dir: str | os.PathLike | None = DATA_ROOT_CLUSTERS):
     """:func:`~twopgraph.locality.prepare_locality` for runs using ``schedules`` (scheduler
     names, or ``auto``) with the sampling options of ``cfg``: METIS clusters when one of them
-    needs them (:func:`needs_clusters`) or ``renumber``, cached under DATA_ROOT/clusters.
-    ``--schedule auto`` (with no other schedule in ``schedules``) first runs the cheap probe
-    :func:`~twopgraph.locality.auto.probe_schedule`: where it shows that clusters
-    cannot pay, nothing is clustered or renumbered and ``prep.schedule_choice`` holds the
-    decision (random) for :func:`make_loader`. It depends only on the data and ``cfg``, so
-    ``twopgraph predict`` (``schedules=[]``) takes the same decision on the same data."""
+    needs them (:func:`needs_clusters`) or ``renumber``, cached under ``cache_dir`` (default
+    DATA_ROOT/clusters; None: computed in memory, not kept). This is the one place where
+    ``--schedule auto`` is decided before clustering (``twopgraph train``, ``predict``, the
+    ranks' loaders through the partition, :class:`~twopgraph.pipeline.NodeLoader`, the
+    benchmarks): with no other schedule in ``schedules`` it first runs the cheap probe
+    :func:`~twopgraph.locality.auto.probe_schedule`; where it shows that clusters cannot pay,
+    nothing is clustered or renumbered and ``prep.schedule_choice`` holds the decision
+    (random) for :func:`make_loader`, which otherwise decides on the clusters. It depends
+    only on the data and ``cfg``, so ``twopgraph predict`` (``schedules=[]``) takes the same
+    decision on the same data."""
     from twopgraph.datasets import resolve_data_root
     from twopgraph.locality.auto import probe_schedule
     s = cfg.sampling
@@ -294,10 +303,12 @@ def locality_for(data: GraphData, schedules, cfg):
                                num_clusters=s.num_clusters)
         if probe.schedule != "random":
             probe = None  # clusters may pay: cluster, then measure them (make_loader)
+    if cache_dir == DATA_ROOT_CLUSTERS:
+        cache_dir = resolve_data_root(cfg.data.data_root) / "clusters"
     prep = prepare_locality(
         data, batch_size=s.batch_size, num_clusters=s.num_clusters,
         need_clusters=probe is None and any(needs_clusters(n) for n in schedules),
-        renumber_graph=probe is None and s.renumber,
-        cache_dir=resolve_data_root(cfg.data.data_root) / "clusters", method=s.cluster_method)
+        renumber_graph=probe is None and s.renumber, cache_dir=cache_dir,
+        method=s.cluster_method)
     prep.schedule_choice = probe
     return prep

@@ -39,9 +39,8 @@ from twopgraph.datasets import DATA_ROOT_ENV
 from twopgraph.datasets.identity import check_data_root
 from twopgraph.errors import ConfigError, GraphFormatError
 from twopgraph.graph.data import GraphData
-from twopgraph.locality import prepare_locality
 from twopgraph.locality.schedule import RandomScheduler
-from twopgraph.pipeline.assemble import make_loader, needs_clusters
+from twopgraph.pipeline.assemble import locality_for, make_loader, needs_clusters
 from twopgraph.pipeline.loader import EpochStats
 
 log = logging.getLogger("twopgraph")
@@ -209,20 +208,11 @@ class NodeLoader:
         self.epoch = 0
         view = data if seeds is data.train_idx else replace(data, train_idx=seeds, store=None)
         parts, choice = None, None
-        if clustered and schedule == "auto":  # as train: the probe first, clusters if they may pay
-            from twopgraph.locality.auto import probe_schedule
-            s = self.config.sampling
-            probe = probe_schedule(view.graph, view.train_idx, s.fanouts, s.batch_size, seed,
-                                   num_clusters=s.num_clusters)
-            if probe.schedule == "random":
-                choice, clustered = probe, False
-        if clustered:
-            root = _cluster_root(data_root)
-            s = self.config.sampling
-            prep = prepare_locality(view, batch_size=s.batch_size, num_clusters=s.num_clusters,
-                                    need_clusters=True, renumber_graph=False,
-                                    cache_dir=None if root is None else root / "clusters")
-            parts = prep.clustering.parts
+        if clustered:  # the probe of --schedule auto first, clusters where they may pay
+            prep = locality_for(view, [schedule], self.config,
+                                cache_dir=_cluster_dir(data_root))
+            choice = prep.schedule_choice
+            parts = None if prep.clustering is None else prep.clustering.parts
         self._loader = make_loader(
             self.config, view, self.device, parts=parts, schedule_choice=choice, sampler=given,
             scheduler=own_scheduler, cache_policy=own_policy,
@@ -338,10 +328,10 @@ def _seed_ids(split, data: GraphData) -> np.ndarray:
     return ids
 
 
-def _cluster_root(data_root) -> Path | None:
-    """Where a locality loader caches its clusters: ``data_root``, else ``$TWOPGRAPH_DATA``;
-    with neither, None: the clusters are computed in memory and not kept (never the working
-    directory), said in one log line."""
+def _cluster_dir(data_root) -> Path | None:
+    """Where a locality loader caches its clusters: ``clusters`` under ``data_root``, else
+    under ``$TWOPGRAPH_DATA``; with neither, None: the clusters are computed in memory and not
+    kept (never the working directory), said in one log line."""
     if data_root is None or str(data_root) == "":
         data_root = os.environ.get(DATA_ROOT_ENV, "")
     if not data_root:
@@ -349,4 +339,4 @@ def _cluster_root(data_root) -> Path | None:
                  "or set $%s to keep them)", DATA_ROOT_ENV)
         return None
     check_data_root(data_root)
-    return Path(data_root).expanduser()
+    return Path(data_root).expanduser() / "clusters"
