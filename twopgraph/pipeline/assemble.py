@@ -26,9 +26,9 @@ from twopgraph.cache import PolicyContext, attach_host_cache, build_feature_sour
 from twopgraph.cache.feature_cache import activation_reserve_bytes, feat_dtype, resolve_budget
 from twopgraph.cache.host import HostFeatures, host_tensor
 from twopgraph.cache.readahead import worth_reading_ahead
-from twopgraph.config import TrainConfig
+from twopgraph.config import CacheConfig, ModelConfig, SamplingConfig, TrainConfig
 from twopgraph.core.files import human_bytes
-from twopgraph.core.protocols import MODELS, SAMPLERS, SCHEDULERS
+from twopgraph.core.protocols import MODELS, SAMPLERS, SCHEDULERS, Scheduler
 from twopgraph.errors import ConfigError
 from twopgraph.graph.data import GraphData
 from twopgraph.locality import make_scheduler, prepare_locality
@@ -113,84 +113,49 @@ def build_sampler(s, graph, device, seed: int, log_choice: bool = True):
     return make_sampler(built, graph, s.fanouts, seed=seed, **options)
 
 
-def make_loader(cfg: TrainConfig, data: GraphData, device, *, parts=None,
-                batch_size: int | None = None, sampler=None, wrap_scheduler=None,
-                threads: int | None = None, rows=None, feat=None,
-                combine_schedule_figures=None, schedule_choice=None, scheduler=None,
-                cache_policy=None) -> Loader:
-    """The training :class:`~twopgraph.pipeline.loader.Loader` of ``cfg`` over ``data``: the sampler
-    of ``--sampler`` and ``--sampler-device`` (:func:`build_sampler`; unless ``sampler`` is
-    given), the scheduler of ``cfg``
-    (``parts`` = the METIS cluster of every vertex; ``wrap_scheduler`` may wrap it;
-    ``--schedule auto`` is decided here by
-    :func:`~twopgraph.locality.auto.choose_schedule` on that sampler, its figures
-    mapped by ``combine_schedule_figures`` when given -- a distributed run sums them over its
-    ranks; the loader's ``schedule`` is the scheduler used, ``schedule_choice`` the decision's
-    record, None for a schedule given by name), and the
-    feature source of the cache options, whose default CUDA budget leaves the model's
-    activations free (:func:`~twopgraph.cache.feature_cache.activation_reserve_bytes`,
-    reported as ``activation_reserve_bytes`` per epoch). ``batch_size`` and ``threads``
-    override ``cfg``'s. The source reads ``feat`` (default ``data.feat``, used as it is: no
-    copy; a memory map is read ahead as batches are sampled), id ``i`` of ``data`` reading
-    row ``rows[i]`` of it when ``rows`` (int64) is given (a part over the machine's shared
-    table).
-
-    The components may be given as objects instead of being built from ``cfg``: ``sampler``
-    (a :class:`~twopgraph.core.protocols.Sampler` over ``data.graph``), ``scheduler`` (a
-    :class:`~twopgraph.core.protocols.Scheduler` of ``data.train_idx``: ``cfg``'s schedule is
-    then not used) and ``cache_policy`` (a :class:`~twopgraph.cache.base.CachePolicy` or a
-    factory ``f(ctx) -> CachePolicy``, in place of ``--cache-policy``; its budget still comes
-    from ``cfg``'s cache options)."""
-    s = cfg.sampling
-    device = torch.device(device)
-    batch_size = s.batch_size if batch_size is None else batch_size
-    threads = cfg.run.threads if threads is None else threads
-    if sampler is None:
-        sampler = build_sampler(s, data.graph, device, cfg.run.seed)
-    plan = ThreadPlan.for_threads(threads, cfg.run.prefetch)
-    torch_sampler = getattr(sampler, "device", None) is not None
+def build_scheduler(s: SamplingConfig, data: GraphData, sampler, batch_size: int, seed: int,
+                    *, parts=None, workers: int = 1, schedule_choice=None,
+                    combine_schedule_figures=None) -> tuple[Scheduler, str, dict | None]:
+    """The seed scheduler of the sampling options ``s`` (``--schedule``, ``--balance``) over
+    ``data.train_idx`` in batches of ``batch_size``, as ``(scheduler, name, decision)``:
+    ``parts`` = the METIS cluster of every vertex (a ``locality`` schedule needs them);
+    ``--schedule auto`` is decided here by :func:`~twopgraph.locality.auto.choose_schedule`
+    on ``sampler`` (``workers`` sampling threads), its figures mapped by
+    ``combine_schedule_figures`` when given -- a distributed run sums them over its ranks --
+    unless ``schedule_choice`` holds the decision already (:func:`locality_for`'s probe);
+    ``decision`` is that decision's record, None for a schedule given by name."""
     schedule, choice = s.schedule, None
-    if scheduler is not None:
-        schedule = getattr(scheduler, "name", type(scheduler).__name__)
-    elif schedule == "auto" and schedule_choice is not None:
+    if schedule == "auto" and schedule_choice is not None:
         # decided before clustering (locality_for's probe: random, no clusters computed)
         choice = schedule_choice
-        schedule = choice.schedule
-        log.info("%s", choice.describe())
     elif schedule == "auto":
         if parts is None:
             raise ConfigError("--schedule auto compares the locality scheduler with random: "
                               "it needs the METIS cluster of every vertex (parts=, see "
                               "locality_for)")
-        choice = choose_schedule(sampler, data.train_idx, batch_size, cfg.run.seed,
-                                 parts=parts, labels=data.label, balance=s.balance,
-                                 workers=1 if torch_sampler else plan.total,
+        choice = choose_schedule(sampler, data.train_idx, batch_size, seed, parts=parts,
+                                 labels=data.label, balance=s.balance, workers=workers,
                                  combine=combine_schedule_figures)
+    if choice is not None:
         schedule = choice.schedule
         log.info("%s", choice.describe())
-    if scheduler is None:
-        scheduler = make_scheduler(schedule, data.train_idx, batch_size, seed=cfg.run.seed,
-                                   balance=s.balance, parts=parts, labels=data.label)
-    if wrap_scheduler is not None:
-        scheduler = wrap_scheduler(scheduler)
-    # Pre-sampling policies (presample) read host ids: a device sampler's are copied back
-    # (HostIdSampler), and it samples in one thread (its ops use torch's threads or the GPU).
-    ctx = PolicyContext(data.graph, data.train_idx, s.fanouts, batch_size, scheduler=scheduler,
-                        sampler=HostIdSampler(sampler) if torch_sampler else sampler,
-                        seed=cfg.run.seed, workers=1 if torch_sampler else plan.total)
-    c = cfg.cache
-    # The device sampler's relabelling map is made on its first batch: not yet in the free
-    # memory the budget reads (its CSR is: the sampler was built above).
-    on_device = torch_sampler and torch.device(sampler.device).type == "cuda"
-    reserve = activation_reserve_bytes(
-        num_nodes=data.num_nodes, num_edges=data.graph.num_edges,
-        num_features=data.num_features, hidden=cfg.model.hidden,
-        num_classes=data.num_classes, fanouts=s.fanouts, batch_size=batch_size,
-        prefetch=cfg.run.prefetch, eval_batch_edges=cfg.run.eval_batch_edges,
-        extra=8 * data.num_nodes if on_device else 0, conv=MODELS.get(cfg.model.model),
-        conv_options=cfg.model.conv_options())
-    # The cache budget in rows, resolved here once (--cache-ratio, --cache-gb, or on CUDA the
-    # free device memory less a margin and the activation reserve; on the host 0 rows).
+    scheduler = make_scheduler(schedule, data.train_idx, batch_size, seed=seed,
+                               balance=s.balance, parts=parts, labels=data.label)
+    return scheduler, schedule, None if choice is None else choice.as_dict()
+
+
+def build_features(c: CacheConfig, data: GraphData, device, ctx: PolicyContext, *,
+                   reserve: int = 0, rows=None, feat=None, policy=None, threads: int = 1):
+    """The feature source of the cache options ``c`` for ``data`` on ``device``: the cache
+    budget decided here, once for a run (``--cache-ratio``, ``--cache-gb``, or on CUDA the free
+    device memory less a margin and ``reserve`` bytes left to the model's activations; on the
+    host 0 rows: :func:`~twopgraph.cache.feature_cache.resolve_budget`), the policy
+    (``--cache-policy``, or ``policy``: an object or factory of the caller's, see
+    :func:`~twopgraph.cache.build_feature_source`) built from ``ctx`` on ``threads`` threads,
+    read-ahead for a table that does not stay in the page cache, and a host row cache
+    (``--host-cache``) for a memory-mapped table larger than memory. The source reads ``feat``
+    (default ``data.feat``, used as it is: no copy), id ``i`` reading row ``rows[i]`` when
+    ``rows`` (int64) is given (a part over the machine's shared table)."""
     row_bytes = data.num_features * torch.empty(0, dtype=feat_dtype(c.feat_dtype)).element_size()
     budget = resolve_budget(data.num_nodes, row_bytes, device, c.cache_ratio, c.cache_gb,
                             reserve=reserve)
@@ -204,10 +169,10 @@ def make_loader(cfg: TrainConfig, data: GraphData, device, *, parts=None,
     # Read-ahead (and MADV_RANDOM) only for a table that does not stay in the page cache.
     source_kw["readahead"] = (c.readahead == "on" or c.readahead == "auto"
                               and worth_reading_ahead(int(table.nbytes)))
-    with thread_count(plan.total):  # pre-sampling (presample policy) may use every thread
-        policy = c.cache_policy if cache_policy is None else cache_policy
-        features = build_feature_source(policy, table, ctx, device, budget=budget,
-                                        dtype=c.feat_dtype, **source_kw)
+    with thread_count(threads):  # pre-sampling (presample policy) may use every thread
+        features = build_feature_source(c.cache_policy if policy is None else policy, table,
+                                        ctx, device, budget=budget, dtype=c.feat_dtype,
+                                        **source_kw)
         ra = getattr(features, "readahead", None)
         if ra is not None:  # auto: pages already in the page cache are not advised
             ra.skip_resident = c.readahead == "auto"
@@ -224,16 +189,83 @@ def make_loader(cfg: TrainConfig, data: GraphData, device, *, parts=None,
     elif c.host_cache not in ("none", "auto"):
         log.warning("--host-cache %s: no host row cache (the feature table is not a memory "
                     "map of a store, or its size came to 0 rows)", c.host_cache)
-    if (cache_policy is not None or c.cache_policy != "none") and features.budget == 0:
+    if (policy is not None or c.cache_policy != "none") and features.budget == 0:
         log.warning("cache policy %s has a budget of 0 rows on %s: every row is copied; give "
                     "--cache-ratio or --cache-gb to build a cache",
-                    c.cache_policy if cache_policy is None else type(cache_policy).__name__,
-                    device)
+                    c.cache_policy if policy is None else type(policy).__name__, device)
+    return features
+
+
+def model_reserve(m: ModelConfig, data: GraphData, fanouts, batch_size: int, *,
+                  prefetch: int, eval_batch_edges: int, extra: int = 0) -> int:
+    """Device bytes a default CUDA cache budget leaves to the model ``m``'s activations on
+    ``data`` (:func:`~twopgraph.cache.feature_cache.activation_reserve_bytes`; ``extra``:
+    bytes the budget's free-memory reading does not see yet)."""
+    return activation_reserve_bytes(
+        num_nodes=data.num_nodes, num_edges=data.graph.num_edges,
+        num_features=data.num_features, hidden=m.hidden, num_classes=data.num_classes,
+        fanouts=fanouts, batch_size=batch_size, prefetch=prefetch,
+        eval_batch_edges=eval_batch_edges, extra=extra, conv=MODELS.get(m.model),
+        conv_options=m.conv_options())
+
+
+def make_loader(cfg: TrainConfig, data: GraphData, device, *, parts=None,
+                batch_size: int | None = None, sampler=None, wrap_scheduler=None,
+                threads: int | None = None, rows=None, feat=None,
+                combine_schedule_figures=None, schedule_choice=None, scheduler=None,
+                cache_policy=None) -> Loader:
+    """The training :class:`~twopgraph.pipeline.loader.Loader` over ``data``, composed of
+    objects: a sampler (:func:`build_sampler` of ``cfg.sampling``), a seed scheduler
+    (:func:`build_scheduler` of ``cfg.sampling``; ``parts`` = the METIS cluster of every
+    vertex; ``wrap_scheduler`` may wrap it; the loader's ``schedule`` is the scheduler used,
+    ``schedule_choice`` the ``--schedule auto`` decision's record, None for a schedule given
+    by name) and a feature source (:func:`build_features` of ``cfg.cache``, whose default CUDA
+    budget leaves the activations of ``cfg.model`` free: :func:`model_reserve`, reported as
+    ``activation_reserve_bytes`` per epoch). Each config section builds its object; none is
+    handed further down. ``batch_size`` and ``threads`` override ``cfg``'s; ``rows`` and
+    ``feat`` go to the feature source.
+
+    The components may be given as objects instead of being built from ``cfg``: ``sampler``
+    (a :class:`~twopgraph.core.protocols.Sampler` over ``data.graph``), ``scheduler`` (a
+    :class:`~twopgraph.core.protocols.Scheduler` of ``data.train_idx``: ``cfg``'s schedule is
+    then not used) and ``cache_policy`` (a :class:`~twopgraph.cache.base.CachePolicy` or a
+    factory ``f(ctx) -> CachePolicy``, in place of ``--cache-policy``; its budget still comes
+    from ``cfg``'s cache options)."""
+    s, seed = cfg.sampling, cfg.run.seed
+    device = torch.device(device)
+    batch_size = s.batch_size if batch_size is None else batch_size
+    threads = cfg.run.threads if threads is None else threads
+    if sampler is None:
+        sampler = build_sampler(s, data.graph, device, seed)
+    plan = ThreadPlan.for_threads(threads, cfg.run.prefetch)
+    torch_sampler = getattr(sampler, "device", None) is not None
+    workers = 1 if torch_sampler else plan.total
+    if scheduler is not None:
+        schedule, choice = getattr(scheduler, "name", type(scheduler).__name__), None
+    else:
+        scheduler, schedule, choice = build_scheduler(
+            s, data, sampler, batch_size, seed, parts=parts, workers=workers,
+            schedule_choice=schedule_choice, combine_schedule_figures=combine_schedule_figures)
+    if wrap_scheduler is not None:
+        scheduler = wrap_scheduler(scheduler)
+    # Pre-sampling policies (presample) read host ids: a device sampler's are copied back
+    # (HostIdSampler), and it samples in one thread (its ops use torch's threads or the GPU).
+    ctx = PolicyContext(data.graph, data.train_idx, s.fanouts, batch_size, scheduler=scheduler,
+                        sampler=HostIdSampler(sampler) if torch_sampler else sampler,
+                        seed=seed, workers=workers)
+    # The device sampler's relabelling map is made on its first batch: not yet in the free
+    # memory the budget reads (its CSR is: the sampler was built above).
+    on_device = torch_sampler and torch.device(sampler.device).type == "cuda"
+    reserve = model_reserve(cfg.model, data, s.fanouts, batch_size, prefetch=cfg.run.prefetch,
+                            eval_batch_edges=cfg.run.eval_batch_edges,
+                            extra=8 * data.num_nodes if on_device else 0)
+    features = build_features(cfg.cache, data, device, ctx, reserve=reserve, rows=rows,
+                              feat=feat, policy=cache_policy, threads=plan.total)
     loader = Loader(scheduler, sampler, features, host_tensor(data.label), device,
                     prefetch=cfg.run.prefetch, threads=threads)
     loader.activation_reserve_bytes = reserve
     loader.schedule = schedule
-    loader.schedule_choice = None if choice is None else choice.as_dict()
+    loader.schedule_choice = choice
     return loader
 
 
