@@ -1,5 +1,6 @@
-"""The ``twopgraph`` command: ``train | predict | partition | bench sampler | bench cache |
-datasets | info``.
+"""The ``twopgraph`` command: ``train | predict | partition | bench NAME | datasets | info``
+(``bench NAME``: the benchmarks of :mod:`twopgraph.bench.harness`, ``sampler`` and ``cache``
+among them).
 
 Every verb's flags are generated from its config (:mod:`twopgraph.config` and the verbs'
 own: :mod:`twopgraph.run.predictconfig`, :mod:`twopgraph.bench.config`,
@@ -26,7 +27,7 @@ import signal
 import sys
 import threading
 
-from twopgraph.bench.config import BenchCacheConfig, BenchSamplerConfig
+from twopgraph.bench.harness import add_parsers as add_bench_parsers
 from twopgraph.config import DataConfig, TrainConfig, add_section_arguments
 from twopgraph.distributed.partition.config import PartitionConfig
 from twopgraph.errors import Stopped, TwopgraphError
@@ -65,14 +66,8 @@ def build_parser(unset: tuple[str, ...] = ()) -> argparse.ArgumentParser:
         "partition", help="write self-dependence partitions for data-parallel training "
                           "(`train --partitions`)"))
 
-    b = sub.add_parser("bench", help="benchmarks of twopgraph's components")
-    bsub = b.add_subparsers(dest="bench", required=True, parser_class=_Parser)
-    BenchSamplerConfig.add_arguments(
-        bsub.add_parser("sampler", help="sampling-only epochs: throughput and input sizes"))
-    BenchCacheConfig.add_arguments(
-        bsub.add_parser("cache", help="feature-cache policies x schedules x budgets vs the "
-                                      "offline optimum"),
-        exclude=BenchCacheConfig.EXCLUDE)
+    add_bench_parsers(sub.add_parser("bench", help="benchmarks of twopgraph's components "
+                                                   "(`twopgraph bench NAME --help`)"), _Parser)
 
     add_section_arguments(sub.add_parser("datasets", help="list known and cached datasets"),
                           DataConfig, exclude=("dataset", "symmetrize", "store_dtype"))
@@ -119,16 +114,9 @@ def cmd_predict(a) -> int:
     return 0
 
 
-def cmd_bench_sampler(a) -> int:
-    from twopgraph.bench.sampler import format_record, run
-    res = run(BenchSamplerConfig.from_args(a))
-    print(json.dumps(res) if a.json else format_record(res))
-    return 0
-
-
-def cmd_bench_cache(a) -> int:
-    from twopgraph.bench.cache import run
-    return run(BenchCacheConfig.from_args(a))
+def cmd_bench(a) -> int:
+    from twopgraph.bench.harness import run
+    return run(a)
 
 
 def cmd_partition(a) -> int:
@@ -193,7 +181,7 @@ def _memory_plan(data) -> dict:
 
 COMMANDS = {"train": cmd_train, "predict": cmd_predict, "datasets": cmd_datasets,
             "info": cmd_info,
-            ("bench", "sampler"): cmd_bench_sampler, ("bench", "cache"): cmd_bench_cache,
+            "bench": cmd_bench,
             "partition": cmd_partition}
 
 # Flags whose value may start with "-" (``--fanouts -1,-1``): argparse would take it for a flag.
@@ -217,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     args.argv = argv  # train --nproc passes it on
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(message)s", datefmt="%H:%M:%S", stream=sys.stderr)
-    key = (args.command, args.bench) if args.command == "bench" else args.command
+    key = args.command
     previous = _stop_on_signals()
     try:
         from twopgraph.runtime.heap import configure_heap

@@ -50,6 +50,8 @@ Example::
 
 from __future__ import annotations
 
+import argparse
+import copy
 import csv
 import io
 import json
@@ -58,27 +60,9 @@ import time
 import zlib
 from pathlib import Path
 
-import numpy as np
-import torch
-
 from twopgraph.bench.config import BenchCacheConfig
-from twopgraph.cache import (
-    CacheDirectory,
-    FeatureCache,
-    PolicyContext,
-    belady_min,
-    feat_dtype,
-    make_policy,
-    replay,
-)
-from twopgraph.cache.directory import announced
+from twopgraph.bench.harness import BENCHMARKS, STDOUT, Benchmark, Context, Row
 from twopgraph.core.files import atomic_write_bytes
-from twopgraph.core.metrics import ratio, transfer_metrics
-from twopgraph.locality import make_scheduler
-from twopgraph.pipeline.assemble import locality_for
-from twopgraph.pipeline.loader import Loader
-from twopgraph.runtime.jit import thread_count
-from twopgraph.sampler import make_sampler, sampler_options
 
 log = logging.getLogger("twopgraph")
 
@@ -99,6 +83,21 @@ def run_bench(data, policies: list[str], ratios: list[float], schedules: list[st
     clustered as the schedules need: ``parts`` = cluster of every vertex); the registered
     ``sampler`` (``--sampler``, with the keywords ``sampler_kwargs``, e.g. LABOR's options)
     samples; sampling and pre-sampling run on ``threads`` threads (0 = all cores)."""
+    import numpy as np
+    import torch
+
+    from twopgraph.cache import (
+        CacheDirectory,
+        FeatureCache,
+        PolicyContext,
+        belady_min,
+        make_policy,
+        replay,
+    )
+    from twopgraph.locality import make_scheduler
+    from twopgraph.pipeline.loader import Loader
+    from twopgraph.runtime.jit import thread_count
+    from twopgraph.sampler import make_sampler
     policy_options = policy_options or {}
     n = data.num_nodes
     row_dtype = dtype or torch.float32
@@ -166,6 +165,9 @@ def run_bench(data, policies: list[str], ratios: list[float], schedules: list[st
 
 def _replay_copy(cache, stream):
     """Replay with real feature movement; returns (counters, seconds spent gathering)."""
+    import torch
+
+    from twopgraph.cache.directory import announced
     t_gather = 0.0
     for ids in announced(stream, cache.policy.lookahead, cache.announce):
         t0 = time.perf_counter()
@@ -181,6 +183,7 @@ def _replay_copy(cache, stream):
 
 def _row(policy, schedule, cache_ratio, budget, c, row_bytes, baseline, opt_h2d, opt_total,
          total=None, **extra) -> dict:
+    from twopgraph.core.metrics import ratio, transfer_metrics
     h2d = c.h2d_rows * row_bytes
     fill = c.fill_rows * row_bytes
     total = h2d + fill if total is None else total
@@ -349,9 +352,51 @@ def format_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-# -- the CLI verb ---------------------------------------------------------------------------------
-def run(cfg: BenchCacheConfig) -> int:
-    """``twopgraph bench cache``: measure, write ``cache.csv`` (and ``cache.png``), print."""
+# -- the benchmark ---------------------------------------------------------------------------------
+@BENCHMARKS.register("cache")
+class CacheBenchmark(Benchmark):
+    """Feature-cache policies x schedules x budgets against the offline optimum of the same
+    access stream: hit rates and bytes (exact counts), ``cache.csv`` and ``cache.png`` in
+    ``--out`` (the module :mod:`twopgraph.bench.cache` describes every column).
+
+    ``--json`` alone prints the rows as JSON lines (the columns of ``cache.csv``), else a
+    table; with ``--repeat N`` the timings (``policy_s``, ``replay_s``, ``gather_s``) are
+    medians, the counts are the same in every repeat."""
+
+    help = "feature-cache policies x schedules x budgets vs the offline optimum"
+    own_data_flags = True
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        BenchCacheConfig.add_arguments(parser, exclude=("json",))
+
+    def config(self, a: argparse.Namespace) -> BenchCacheConfig:
+        """The verb's config from the parsed flags (``--json`` alone: JSON rows)."""
+        ns = copy.copy(a)
+        ns.json = a.json == STDOUT
+        return BenchCacheConfig.from_args(ns)
+
+    def check(self, a: argparse.Namespace) -> None:
+        self.config(a).validate()
+
+    def measure(self, a: argparse.Namespace, ctx: Context) -> list[Row]:
+        rows, _ = measure_rows(self.config(a))
+        return [Row({"policy": r["policy"], "schedule": r["schedule"], "ratio": r["ratio"]}, r)
+                for r in rows]
+
+    def finish(self, records: list[dict], a: argparse.Namespace, ctx: Context) -> None:
+        self.plotted = write_outputs([r["figures"] for r in records], self.config(a))
+
+    def show(self, records: list[dict], a: argparse.Namespace) -> None:
+        print_rows([r["figures"] for r in records], self.config(a),
+                   getattr(self, "plotted", False))
+
+
+def measure_rows(cfg: BenchCacheConfig) -> tuple[list[dict], dict]:
+    """Every row of ``cache.csv`` for the config (its set-up columns first), and the
+    resolved sizes (``defaults``: what ``--fanouts`` left to the graph's size became)."""
+    from twopgraph.cache import feat_dtype
+    from twopgraph.pipeline.assemble import locality_for
+    from twopgraph.sampler import sampler_options
     cfg.validate()
     data = cfg.data.load()
     cfg, defaults = cfg.resolved_logged(data.num_nodes)  # --fanouts by graph size
@@ -368,19 +413,38 @@ def run(cfg: BenchCacheConfig) -> int:
                      sampler_kwargs=sampler_options(s.sampler, s))
     setup = {"dataset": data.name, "fanouts": ",".join(map(str, s.fanouts)),
              "batch_size": s.batch_size, "seed": b.seed}
-    rows = [{**setup, **r} for r in rows]
+    return [{**setup, **r} for r in rows], defaults
+
+
+def write_outputs(rows: list[dict], cfg: BenchCacheConfig) -> bool:
+    """``cache.csv`` and ``cache.png`` of ``rows`` in ``--out`` (a warning for a schedule of
+    one batch per epoch); whether the plot was written (matplotlib is optional)."""
+    b = cfg.bench
     if single := one_batch_schedules(rows):
         log.warning("bench cache: %s with --batch-size %d: %s", ", ".join(single),
-                    s.batch_size, ONE_BATCH_NOTE)
+                    cfg.sampling.batch_size, ONE_BATCH_NOTE)
     out = Path(b.out)
     out.mkdir(parents=True, exist_ok=True)
     write_csv(rows, out / "cache.csv")
-    plotted = plot(rows, out / "cache.png", title=f"{data.name}: fanouts "
-                   f"{','.join(map(str, s.fanouts))}, batch {s.batch_size}, {b.feat_dtype}")
-    if b.json:
+    head = rows[0] if rows else {}
+    return plot(rows, out / "cache.png", title=f"{head.get('dataset')}: fanouts "
+                f"{head.get('fanouts')}, batch {head.get('batch_size')}, {b.feat_dtype}")
+
+
+def print_rows(rows: list[dict], cfg: BenchCacheConfig, plotted: bool) -> None:
+    """The rows as JSON lines (``--json`` alone), else the table and the files written."""
+    out = Path(cfg.bench.out)
+    if cfg.bench.json:
         for r in rows:
             print(json.dumps(r))
     else:
         print(format_table(rows))
         print(f"wrote {out / 'cache.csv'}" + (f" and {out / 'cache.png'}" if plotted else ""))
+
+
+def run(cfg: BenchCacheConfig) -> int:
+    """``twopgraph bench cache`` in one call: measure, write ``cache.csv`` (and
+    ``cache.png``), print."""
+    rows, _ = measure_rows(cfg)
+    print_rows(rows, cfg, write_outputs(rows, cfg))
     return 0

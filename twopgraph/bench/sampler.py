@@ -9,24 +9,61 @@ as one JSON line; otherwise :func:`format_record` prints one aligned, rounded li
 
 from __future__ import annotations
 
+import argparse
+import copy
+import json
 import logging
 import statistics
 import time
 
 from twopgraph.bench.config import BenchSamplerConfig
-from twopgraph.locality import make_scheduler
-from twopgraph.locality.auto import choose_schedule
-from twopgraph.pipeline.assemble import locality_for
-from twopgraph.pipeline.loader import Loader, ThreadPlan
-from twopgraph.sampler import make_sampler, sampler_options
+from twopgraph.bench.harness import BENCHMARKS, STDOUT, Benchmark, Context, Row
 
 log = logging.getLogger("twopgraph")
+
+
+@BENCHMARKS.register("sampler")
+class SamplerBenchmark(Benchmark):
+    """Sampling-only epochs of one configuration (no features, no model): seeds per second,
+    epoch seconds, input vertices and sampled edges per batch, with the locality set-up.
+
+    The flags are ``twopgraph train``'s sampling flags plus ``--epochs`` (timed, median),
+    ``--warmup``; ``--json`` alone prints the record as one JSON line (its keys: the README's
+    ``bench sampler`` table), else one aligned line per field. ``bench sampling`` compares
+    several samplers and schedules (and DGL) side by side."""
+
+    help = "sampling-only epochs: throughput and input sizes"
+    own_data_flags = True
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        BenchSamplerConfig.add_arguments(parser, exclude=("json",))
+
+    def config(self, a: argparse.Namespace) -> BenchSamplerConfig:
+        """The verb's config from the parsed flags (``--json`` alone: the JSON record)."""
+        ns = copy.copy(a)
+        ns.json = a.json == STDOUT
+        return BenchSamplerConfig.from_args(ns)
+
+    def check(self, a: argparse.Namespace) -> None:
+        self.config(a).validate()
+
+    def measure(self, a: argparse.Namespace, ctx: Context) -> list[Row]:
+        return [Row({}, run(self.config(a)))]
+
+    def show(self, records: list[dict], a: argparse.Namespace) -> None:
+        rec = records[0]["figures"]
+        print(json.dumps(rec) if a.json == STDOUT else format_record(rec))
 
 
 def run(cfg: BenchSamplerConfig) -> dict:
     """The ``bench sampler`` record (see the README for its keys; ``schedule`` is the
     scheduler sampled, ``schedule_choice`` the figures of a ``--schedule auto`` decision,
     ``defaults`` what ``--fanouts`` left at its default became for the graph's size)."""
+    from twopgraph.locality import make_scheduler
+    from twopgraph.locality.auto import choose_schedule
+    from twopgraph.pipeline.assemble import locality_for
+    from twopgraph.pipeline.loader import Loader, ThreadPlan
+    from twopgraph.sampler import make_sampler, sampler_options
     cfg.validate()
     data = cfg.data.load()
     cfg, defaults = cfg.resolved_logged(data.num_nodes)  # --fanouts by graph size
