@@ -42,7 +42,7 @@ class TrainingDiverged(TwopgraphError):
     exit_code = 3
 
     def __init__(self, message: str, *, epoch: int | None = None, step: int | None = None,
-                 loss: float | None = None):
+                 loss: float | None = None) -> None:
         super().__init__(message)
         self.epoch, self.step, self.loss = epoch, step, loss
 
@@ -54,7 +54,7 @@ class Stopped(BaseException):
     ``BaseException``, so no ``except Exception`` swallows it. The CLI exits with
     ``128 + signum``."""
 
-    def __init__(self, signum: int):
+    def __init__(self, signum: int) -> None:
         self.signum = int(signum)
         try:
             self.name = signal.Signals(self.signum).name

@@ -15,6 +15,9 @@ import importlib
 import importlib.abc
 import importlib.util
 import sys
+from collections.abc import Sequence
+from importlib.machinery import ModuleSpec
+from types import ModuleType
 from typing import Any, Callable
 
 #: Old module path -> new module path (the layout of docs/architecture.md).
@@ -72,18 +75,19 @@ def lazy_exports(package: str, exports: dict[str, str]
 class _Alias(importlib.abc.Loader):
     """Loads an old module path as the module now at ``target``."""
 
-    def __init__(self, target: str):
+    def __init__(self, target: str) -> None:
         self.target = target
 
-    def create_module(self, spec):
+    def create_module(self, spec: ModuleSpec) -> ModuleType:
         return importlib.import_module(self.target)
 
-    def exec_module(self, module) -> None:
+    def exec_module(self, module: ModuleType) -> None:
         pass
 
 
 class _MovedFinder(importlib.abc.MetaPathFinder):
-    def find_spec(self, fullname, path=None, target=None):
+    def find_spec(self, fullname: str, path: Sequence[str] | None = None,
+                  target: ModuleType | None = None) -> ModuleSpec | None:
         new = MOVED.get(fullname)
         if new is None:
             return None

@@ -36,5 +36,6 @@ from twopgraph.core.protocols import CACHE_POLICIES
 
 __all__ = ["CachePolicy", "PolicyContext", "CacheDirectory", "GatherPlan", "replay", "FEAT_DTYPES",
            "FeatureCache", "feat_dtype", "resolve_budget", "HostFeatures", "HostTable", "Staging",
-           "HostRowCache", "host_cache_rows", "belady_min", "Readahead", "find_mmap", "CacheCounters",
-           "CACHE_POLICIES", "make_policy", "build_feature_source", "attach_host_cache"]
+           "HostRowCache", "host_cache_rows", "belady_min", "Readahead", "find_mmap",
+           "CacheCounters", "CACHE_POLICIES", "make_policy", "build_feature_source",
+           "attach_host_cache"]

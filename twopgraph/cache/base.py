@@ -105,7 +105,7 @@ class WindowPolicy(CachePolicy):
 
     dynamic = True
 
-    def __init__(self, num_rows: int):
+    def __init__(self, num_rows: int) -> None:
         self.window = NextUseWindow(num_rows)
 
     def announce(self, ids: np.ndarray) -> None:

@@ -21,7 +21,7 @@ class DegreeCache(CachePolicy):
 
     name = "degree"
 
-    def __init__(self, degrees: np.ndarray):
+    def __init__(self, degrees: np.ndarray) -> None:
         self.degrees = np.asarray(degrees)
 
     def initial_rows(self, budget: int) -> np.ndarray:

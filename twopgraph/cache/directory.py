@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -60,7 +60,7 @@ class CacheDirectory:
         ([0], [1], 0.5)
     """
 
-    def __init__(self, num_rows: int, budget: int, policy: CachePolicy):
+    def __init__(self, num_rows: int, budget: int, policy: CachePolicy) -> None:
         if not isinstance(budget, (int, np.integer)) or budget < 0:
             raise ConfigError(f"cache budget must be a row count >= 0, got {budget!r}")
         self.num_rows = int(num_rows)
@@ -171,7 +171,8 @@ class CacheDirectory:
         self._num_free += k
 
 
-def announced(batches: Iterable, depth: int | None, announce) -> Iterator:
+def announced(batches: Iterable, depth: int | None,
+              announce: Callable[[Any], object]) -> Iterator:
     """Yield ``batches`` in order, calling ``announce(batch)`` for each as it enters the
     window: ``depth`` batches ahead of the one yielded (``None``: the whole stream first).
     The loader's lookahead stage and the replays of a recorded stream both use it."""

@@ -13,7 +13,9 @@ accounting apply.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from contextlib import nullcontext
+from typing import Any
 
 import numpy as np
 import torch
@@ -25,6 +27,7 @@ from twopgraph.cache.host import _as_ids as _as_numpy
 from twopgraph.cache.readahead import Readahead
 from twopgraph.core.metrics import CacheCounters
 from twopgraph.core.names import FEAT_DTYPE_NAMES
+from twopgraph.core.protocols import Conv
 from twopgraph.errors import ConfigError
 
 #: ``--feat-dtype``: each name of :data:`~twopgraph.core.names.FEAT_DTYPE_NAMES` and its torch dtype
@@ -49,7 +52,8 @@ ACTIVATION_FACTOR = 3
 EVAL_BYTES_PER_EDGE = 24
 
 
-def input_rows_estimate(batch_size: int, fanouts, num_nodes: int, mean_degree: float) -> int:
+def input_rows_estimate(batch_size: int, fanouts: Sequence[int], num_nodes: int,
+                        mean_degree: float) -> int:
     """An upper estimate of the input rows of one mini-batch: ``B`` seeds, each hop multiplying
     the rows by ``1 + min(f, d)`` (``d`` = the mean degree, also for ``f = -1``; E[min(f, deg)]
     <= min(f, d) since min is concave), capped at ``num_nodes``. Overlap between neighbourhoods
@@ -62,7 +66,7 @@ def input_rows_estimate(batch_size: int, fanouts, num_nodes: int, mean_degree: f
 
 
 def train_step_bytes(rows_in: int, num_features: int, hidden: int, num_layers: int,
-                     prefetch: int = 2, *, layer_widths=None) -> int:
+                     prefetch: int = 2, *, layer_widths: Sequence[int] | None = None) -> int:
     """Device bytes of one training step, estimated from above:
     ``4 x rows_in x (ACTIVATION_FACTOR x (F + sum of layer widths) + prefetch x F)``.
 
@@ -95,9 +99,11 @@ def eval_bytes(num_nodes: int, num_edges: int, num_features: int, hidden: int,
 
 
 def activation_reserve_bytes(*, num_nodes: int, num_edges: int, num_features: int,
-                             hidden: int, num_classes: int, fanouts, batch_size: int,
+                             hidden: int, num_classes: int, fanouts: Sequence[int],
+                             batch_size: int,
                              prefetch: int = 2, eval_batch_edges: int = 4_000_000,
-                             extra: int = 0, conv=None, conv_options=None) -> int:
+                             extra: int = 0, conv: type[Conv] | None = None,
+                             conv_options: Mapping[str, Any] | None = None) -> int:
     """Device memory a default cache budget leaves to the model:
     ``max(train_step_bytes, eval_bytes) + extra``. Training and evaluation take turns (the
     caching allocator reuses one's memory for the other), hence the max; ``extra`` is memory
@@ -124,7 +130,8 @@ def activation_reserve_bytes(*, num_nodes: int, num_edges: int, num_features: in
     return int(max(train, ev) + extra)
 
 
-def resolve_budget(num_rows: int, row_bytes: int, device, ratio: float | None = None,
+def resolve_budget(num_rows: int, row_bytes: int, device: torch.device | str,
+                   ratio: float | None = None,
                    gb: float | None = None, margin: float = DEFAULT_TRAIN_MARGIN,
                    reserve: int = 0) -> int:
     """Buffer size in rows: ``ratio`` x rows, or ``gb`` GiB, else (CUDA) what fits in the free
@@ -178,10 +185,10 @@ class FeatureCache:
         ([[8.0, 9.0], [0.0, 1.0]], 1, 8)
     """
 
-    def __init__(self, feat, policy: CachePolicy, budget: int, device="cpu",
-                 dtype: torch.dtype | None = None,
-                 out_dtype: torch.dtype | None = torch.float32, rows=None,
-                 readahead: bool = True):
+    def __init__(self, feat: np.ndarray | torch.Tensor, policy: CachePolicy, budget: int,
+                 device: torch.device | str = "cpu", dtype: torch.dtype | None = None,
+                 out_dtype: torch.dtype | None = torch.float32,
+                 rows: np.ndarray | None = None, readahead: bool = True) -> None:
         self.device = torch.device(device)
         if self.device.type == "cuda" and self.device.index is None:
             self.device = torch.device("cuda", torch.cuda.current_device())
@@ -233,7 +240,7 @@ class FeatureCache:
         gathered (an interrupted epoch) are forgotten."""
         self.directory.policy.drain()
 
-    def announce(self, ids) -> None:
+    def announce(self, ids: np.ndarray | torch.Tensor) -> None:
         """A batch sampled ahead (the loader's lookahead window)."""
         self.directory.policy.announce(_as_numpy(ids))
 
@@ -241,7 +248,7 @@ class FeatureCache:
     def readahead(self) -> Readahead | None:
         return self.host.readahead
 
-    def advise(self, ids) -> tuple[int, int]:
+    def advise(self, ids: np.ndarray | torch.Tensor) -> tuple[int, int]:
         """Read-ahead of the rows of a sampled batch that are not in the buffer now (called
         by the sampling workers, ahead of the gather; a row admitted or evicted meanwhile only
         makes the hint less exact). Returns ``(ranges, bytes)`` advised."""
@@ -253,7 +260,7 @@ class FeatureCache:
             ids = ids[self.directory.slot_of[ids] < 0]
         return self.host.advise(ids)
 
-    def read(self, ids) -> torch.Tensor:
+    def read(self, ids: np.ndarray | torch.Tensor) -> torch.Tensor:
         """Rows of ``ids`` as float32 on the device for exact evaluation: the rows in the
         buffer from it, the others from the host table (staged, converted per chunk). Not
         counted, and the buffer and the policy are left as they are."""
@@ -285,7 +292,8 @@ class FeatureCache:
             return self.read(np.arange(a, b, dtype=np.int64))
         return self.host.slice(a, b).to(self.device).to(torch.float32)
 
-    def gather(self, ids) -> tuple[torch.Tensor, torch.cuda.Event | None]:
+    def gather(
+            self, ids: np.ndarray | torch.Tensor) -> tuple[torch.Tensor, torch.cuda.Event | None]:
         """Features of the unique row ids ``ids`` (host int64) on the device, in ``ids`` order,
         and (CUDA) the event after which they are ready, else ``None``."""
         ids_np = _as_numpy(ids)

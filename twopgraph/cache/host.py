@@ -18,6 +18,7 @@ shared table; ids, counters and cache slots stay in the source's ids.
 from __future__ import annotations
 
 import warnings
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -26,8 +27,11 @@ from twopgraph.cache.readahead import Readahead
 from twopgraph.core.metrics import CacheCounters
 from twopgraph.errors import ConfigError
 
+if TYPE_CHECKING:
+    from twopgraph.cache.hostrows import HostRowCache
 
-def host_tensor(table) -> torch.Tensor:
+
+def host_tensor(table: np.ndarray | torch.Tensor) -> torch.Tensor:
     """A torch view of the host array ``table`` (no copy; a read-only memory map is read,
     never written, so torch's warning about non-writable arrays is silenced here)."""
     if isinstance(table, torch.Tensor):
@@ -51,7 +55,7 @@ class Staging:
         (torch.Size([3, 2]), torch.Size([2, 2]))
     """
 
-    def __init__(self, pinned: bool, slots: int = 2):
+    def __init__(self, pinned: bool, slots: int = 2) -> None:
         self.pinned = bool(pinned)
         self._bufs: list[torch.Tensor | None] = [None] * slots
         self._events: list = [None] * slots
@@ -81,7 +85,7 @@ class Staging:
             self.allocations += 1
         return buf[:need].view(n, f)
 
-    def record(self, stream) -> None:
+    def record(self, stream: torch.cuda.Stream) -> None:
         """The buffer last taken is being read by a copy queued on ``stream`` (CUDA)."""
         if self.pinned:
             ev = torch.cuda.Event()
@@ -98,8 +102,8 @@ class HostTable:
     (:class:`~twopgraph.cache.readahead.Readahead`).
     """
 
-    def __init__(self, feat, dtype: torch.dtype | None = None, rows=None,
-                 readahead: bool = True):
+    def __init__(self, feat: np.ndarray | torch.Tensor, dtype: torch.dtype | None = None,
+                 rows: np.ndarray | None = None, readahead: bool = True) -> None:
         if isinstance(feat, torch.Tensor):
             if feat.device.type != "cpu":
                 raise ConfigError(f"feat must live in host memory, got {feat.device}")
@@ -127,7 +131,7 @@ class HostTable:
         self.readahead = Readahead(array, enabled=readahead) if array is not None else None
         self.row_cache = None  # a HostRowCache over this table (attach_row_cache)
 
-    def attach_row_cache(self, cache) -> None:
+    def attach_row_cache(self, cache: HostRowCache) -> None:
         """Serve the rows ``cache`` (a :class:`~twopgraph.cache.hostrows.HostRowCache`
         filled from this table) holds from it, and read ahead only the others."""
         self.row_cache = cache
@@ -170,7 +174,7 @@ class HostTable:
         t = self.tensor[a:b]  # a view: callers only read it
         return t.to(self.dtype) if t.dtype != self.dtype else t
 
-    def advise(self, ids) -> tuple[int, int]:
+    def advise(self, ids: np.ndarray | torch.Tensor) -> tuple[int, int]:
         """Read-ahead of the rows of ``ids``; ``(ranges, bytes)`` advised."""
         if self.readahead is None or not self.readahead.active:
             return 0, 0
@@ -196,8 +200,9 @@ class HostFeatures:
     budget = 0
     lookahead = 0
 
-    def __init__(self, feat, device="cpu", dtype: torch.dtype | None = None, rows=None,
-                 readahead: bool = True):
+    def __init__(self, feat: np.ndarray | torch.Tensor, device: torch.device | str = "cpu",
+                 dtype: torch.dtype | None = None, rows: np.ndarray | None = None,
+                 readahead: bool = True) -> None:
         self.host = HostTable(feat, dtype, rows, readahead)
         self.device = torch.device(device)
         self.cuda = self.device.type == "cuda"
@@ -215,14 +220,15 @@ class HostFeatures:
     def begin_stream(self) -> None:
         """Nothing to forget: no window."""
 
-    def announce(self, ids) -> None:
+    def announce(self, ids: np.ndarray | torch.Tensor) -> None:
         """No window: announcements are not needed."""
 
-    def advise(self, ids) -> tuple[int, int]:
+    def advise(self, ids: np.ndarray | torch.Tensor) -> tuple[int, int]:
         """Read-ahead of a sampled batch's rows (called by the sampling workers)."""
         return self.host.advise(ids)
 
-    def gather(self, ids) -> tuple[torch.Tensor, torch.cuda.Event | None]:
+    def gather(
+            self, ids: np.ndarray | torch.Tensor) -> tuple[torch.Tensor, torch.cuda.Event | None]:
         ids = _as_ids(ids)
         n = int(ids.shape[0])
         c = self.counters
@@ -234,7 +240,7 @@ class HostFeatures:
         return self._to_device(self.host.take(ids, self.staging.take(
             n, self.num_features, self.dtype)))
 
-    def read(self, ids) -> torch.Tensor:
+    def read(self, ids: np.ndarray | torch.Tensor) -> torch.Tensor:
         """Rows of ``ids`` as float32 on the device, not counted (exact evaluation)."""
         ids = _as_ids(ids)
         if not self.cuda:

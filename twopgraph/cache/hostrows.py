@@ -32,12 +32,17 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from twopgraph.cache.host import host_tensor
 from twopgraph.errors import ConfigError
+
+if TYPE_CHECKING:
+    from twopgraph.cache.readahead import Readahead
 
 #: Share of the memory left (after the memory-mapped graph structure) that an
 #: automatic host row cache takes; the rest stays page cache for the misses and the CSR.
@@ -54,7 +59,9 @@ class HostRowCache:
     is about to copy). ``hits`` / ``lookups`` count the rows :meth:`take` served (thread-safe);
     ``fill_s`` is the fill's wall time, seconds."""
 
-    def __init__(self, table, rows, readahead=None, policy: str = "", progress=None):
+    def __init__(self, table: np.ndarray | torch.Tensor, rows: np.ndarray,
+                 readahead: Readahead | None = None, policy: str = "",
+                 progress: Callable[[int, int], object] | None = None) -> None:
         t0 = time.perf_counter()
         tensor = host_tensor(table)
         if tensor.ndim != 2:
@@ -86,7 +93,8 @@ class HostRowCache:
         """The rows of ``host`` (int64 host rows) that are not cached."""
         return host[self.slot[host] < 0]
 
-    def take(self, host: np.ndarray, table, out: torch.Tensor | None = None) -> torch.Tensor:
+    def take(self, host: np.ndarray, table: np.ndarray | torch.Tensor,
+             out: torch.Tensor | None = None) -> torch.Tensor:
         """Rows ``host`` (int64 host rows of ``table``, the table this cache was filled from)
         as a tensor of ``table``'s dtype (or written, converted, into ``out``): hits from the
         cache, misses from ``table``. Counted in :attr:`hits` / :attr:`lookups`."""

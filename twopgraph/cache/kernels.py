@@ -39,7 +39,9 @@ def window_announce(ids, g0, batch, live_start, last_g, next_use, link, mask):
         last_g[r] = g
 
 
-def window_announce_ref(ids, g0, batch, live_start, last_g, next_use, link, mask):
+def window_announce_ref(ids: np.ndarray, g0: int, batch: int, live_start: int,
+                        last_g: np.ndarray, next_use: np.ndarray, link: np.ndarray,
+                        mask: int) -> None:
     """Plain-Python twin of :func:`window_announce` (same in-place effects)."""
     for i, r in enumerate(np.asarray(ids).tolist()):
         g = g0 + i
@@ -60,7 +62,8 @@ def window_consume(ids, g0, next_use, link, mask):
         next_use[ids[i]] = link[(g0 + i) & mask]
 
 
-def window_consume_ref(ids, g0, next_use, link, mask):
+def window_consume_ref(ids: np.ndarray, g0: int, next_use: np.ndarray, link: np.ndarray,
+                       mask: int) -> None:
     """NumPy twin of :func:`window_consume`."""
     g = np.arange(g0, g0 + len(ids), dtype=np.int64) & mask
     next_use[np.asarray(ids)] = link[g]

@@ -34,11 +34,12 @@ from twopgraph.cache.base import (
 from twopgraph.cache.window import NO_USE
 from twopgraph.core.protocols import CACHE_POLICIES
 from twopgraph.errors import ConfigError
+from twopgraph.graph.data import CSRGraph
 
 DEFAULT_LOOKAHEAD = 32
 
 
-def input_probability(graph, train_idx: np.ndarray, fanouts: list[int],
+def input_probability(graph: CSRGraph, train_idx: np.ndarray, fanouts: list[int],
                       batch_size: int) -> tuple[np.ndarray, np.ndarray]:
     """Per-batch probability of each vertex to be an input vertex (float64, N), and the exact
     mask of the vertices an L-hop sampling from the training set can reach at all."""
@@ -79,7 +80,7 @@ class LayerCache(WindowPolicy):
     name = "layer"
 
     def __init__(self, score: np.ndarray, lookahead: int = DEFAULT_LOOKAHEAD,
-                 prefill: str = "window", reachable: np.ndarray | None = None):
+                 prefill: str = "window", reachable: np.ndarray | None = None) -> None:
         if prefill not in ("window", "full"):
             raise ConfigError(f"layer prefill must be 'window' or 'full', got {prefill!r}")
         self.score = np.asarray(score, dtype=np.float64)

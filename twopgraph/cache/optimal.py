@@ -34,7 +34,7 @@ class OfflineOptimal(WindowPolicy):
     name = "optimal"
     lookahead = None
 
-    def __init__(self, num_rows: int, start: str = "empty"):
+    def __init__(self, num_rows: int, start: str = "empty") -> None:
         if start not in ("empty", "best"):
             raise ConfigError(f"start must be 'empty' or 'best', got {start!r}")
         self.start = start

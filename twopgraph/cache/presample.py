@@ -8,7 +8,7 @@ import time
 import numpy as np
 
 from twopgraph.cache.base import CachePolicy, PolicyContext, top_rows
-from twopgraph.core.protocols import CACHE_POLICIES
+from twopgraph.core.protocols import CACHE_POLICIES, Sampler, Scheduler
 from twopgraph.errors import ConfigError
 from twopgraph.sampler.stream import sampled_batches
 
@@ -25,7 +25,7 @@ class PresampleCache(CachePolicy):
 
     name = "presample"
 
-    def __init__(self, counts: np.ndarray, degrees: np.ndarray, cost: dict):
+    def __init__(self, counts: np.ndarray, degrees: np.ndarray, cost: dict) -> None:
         self.counts = counts
         self.degrees = degrees
         self.cost = cost
@@ -37,7 +37,7 @@ class PresampleCache(CachePolicy):
         return dict(self.cost)
 
 
-def presample_counts(scheduler, sampler, num_rows: int, epochs: int = 1,
+def presample_counts(scheduler: Scheduler, sampler: Sampler, num_rows: int, epochs: int = 1,
                      workers: int = 1) -> tuple[np.ndarray, dict]:
     """Access counts of every row over ``epochs`` sampled epochs (on ``workers`` sampling
     threads), and their cost."""

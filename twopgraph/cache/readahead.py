@@ -95,7 +95,7 @@ class Residency:
     ``mincore`` cannot be called; then :meth:`pages` answers None (unknown) and
     :meth:`missing` None (advise every range)."""
 
-    def __init__(self, base: int, size: int, page: int = PAGE):
+    def __init__(self, base: int, size: int, page: int = PAGE) -> None:
         self.base, self.size, self.page = int(base), int(size), int(page)
         self.available = _MINCORE is not None and self.base % self.page == 0
 
@@ -192,7 +192,8 @@ def page_ranges(rows: np.ndarray, offset: int, row_stride: int, row_len: int,
     return starts[lo], ends[hi]
 
 
-def page_ranges_reference(rows, offset: int, row_stride: int, row_len: int, page: int = PAGE,
+def page_ranges_reference(rows: np.ndarray, offset: int, row_stride: int, row_len: int,
+                          page: int = PAGE,
                           gap_pages: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """:func:`page_ranges`, one row at a time (the reference the tests compare against)."""
     out: list[list[int]] = []
@@ -219,7 +220,7 @@ class Readahead:
     """
 
     def __init__(self, table: np.ndarray, *, enabled: bool = True, gap_pages: int = 0,
-                 page: int = PAGE, skip_resident: bool = False):
+                 page: int = PAGE, skip_resident: bool = False) -> None:
         self.page, self.gap_pages = int(page), int(gap_pages)
         self.skip_resident = skip_resident
         self.ranges = 0
@@ -253,7 +254,7 @@ class Readahead:
         with self._lock:
             return self.ranges, self.bytes
 
-    def advise(self, rows, count: bool = True) -> tuple[int, int]:
+    def advise(self, rows: np.ndarray, count: bool = True) -> tuple[int, int]:
         """Ask the kernel to read the pages of table rows ``rows`` (int, any order,
         duplicates allowed) ahead; returns ``(ranges, bytes)`` of this call ((0, 0) when
         inactive), added to :attr:`ranges` / :attr:`bytes` when ``count``."""

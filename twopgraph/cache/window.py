@@ -33,7 +33,7 @@ class NextUseWindow:
     Positions count batches since construction (they keep growing across epochs).
     """
 
-    def __init__(self, num_rows: int, ring_size: int = 1 << 16):
+    def __init__(self, num_rows: int, ring_size: int = 1 << 16) -> None:
         self.num_rows = int(num_rows)
         self.next_use = np.full(self.num_rows, NO_USE, dtype=np.int64)
         self._last_g = np.full(self.num_rows, -1, dtype=np.int64)

@@ -38,10 +38,16 @@ import shutil
 import socket
 import tempfile
 import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, BinaryIO
 
 from twopgraph.errors import ConfigError, OutputError, TwopgraphError
+
+if TYPE_CHECKING:  # annotations only: this module imports numpy where it needs it
+    import numpy as np
+    from numpy.typing import DTypeLike
 
 # errno values that mean the disk or quota is full, the file too large or the file system
 # read-only (also while ``write`` runs) ...
@@ -75,7 +81,8 @@ def reserve(fd: int, nbytes: int) -> None:
             raise
 
 
-def map_new_npy(path, dtype, shape):
+def map_new_npy(path: str | os.PathLike, dtype: DTypeLike,
+                shape: tuple[int, ...]) -> np.memmap:
     """A new ``.npy`` file ``path`` of ``dtype``/``shape`` memory-mapped for writing, its blocks
     reserved (:func:`reserve`): a full disk raises ``OSError`` here, never SIGBUS later."""
     import numpy as np
@@ -163,7 +170,7 @@ def pid_alive(pid: int) -> bool:
 
 
 def sweep_orphans(parent: str | os.PathLike, *, target: str | None = None,
-                  accept=None) -> list[Path]:
+                  accept: Callable[[Path], bool] | None = None) -> list[Path]:
     """Remove the temporaries in ``parent`` (of ``target`` only, when given) whose writer ran
     on this host and is gone, and that ``accept(path)`` approves (default: any); a file is
     unlinked, a folder removed with its content. Best effort: what cannot be removed stays.
@@ -195,7 +202,7 @@ def sweep_orphans(parent: str | os.PathLike, *, target: str | None = None,
     return removed
 
 
-def atomic_write_bytes(path: str | os.PathLike, write) -> None:
+def atomic_write_bytes(path: str | os.PathLike, write: Callable[[BinaryIO], object]) -> None:
     """Write ``path`` through ``write(binary file)`` into a temporary beside it, then rename
     (readers never see a half-written file; the temporary is removed on failure).
 
@@ -291,7 +298,7 @@ def output_error(path: Path, e: OSError, reason: str | None = None) -> OutputErr
 
 
 @contextlib.contextmanager
-def writing(path: str | os.PathLike):
+def writing(path: str | os.PathLike) -> Iterator[None]:
     """Run the block that writes ``path``; an ``OSError`` it raises becomes one
     :class:`TwopgraphError` line naming the file, the reason and the space left there.
     (Write atomically inside, so that nothing half-written remains.)"""
@@ -344,7 +351,7 @@ def refuse_dangling(path: str | os.PathLike, flag: str = "--out") -> None:
             return
 
 
-def write_json(path: Path, obj) -> None:
+def write_json(path: Path, obj: object) -> None:
     """``obj`` as strict, indented JSON at ``path``, atomically (numpy scalars become numbers;
     NaN and infinities, which strict JSON parsers reject, become ``null``)."""
     text = json.dumps(_strict(obj), indent=2, allow_nan=False)

@@ -47,8 +47,14 @@ import os
 import struct
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
+from numpy.typing import ArrayLike
+
+if TYPE_CHECKING:
+    class _Fingerprinted(Protocol):
+        def fingerprint(self) -> str: ...
 
 FINGERPRINT_VERSION = 1
 DIGEST_SIZE = 16
@@ -61,7 +67,7 @@ LEAF_BYTES = 1 << 24
 MAX_THREADS = 8
 
 
-def fingerprint(kind: str, params: Mapping | None = None, *arrays,
+def fingerprint(kind: str, params: Mapping | None = None, *arrays: ArrayLike | None,
                 threads: int | None = None) -> str:
     """Hex digest (32 characters) of ``kind``, ``params`` and the content of ``arrays``.
 
@@ -93,7 +99,7 @@ def fingerprint(kind: str, params: Mapping | None = None, *arrays,
     return h.hexdigest()
 
 
-def run_fingerprint(config, data=None) -> str:
+def run_fingerprint(config: object, data: _Fingerprinted | str | None = None) -> str:
     """Fingerprint of a training run: ``config`` (a mapping or dataclass of the settings that
     change the weights it produces) and ``data`` (an object with a ``fingerprint()`` method,
     such as :class:`~twopgraph.graph.data.GraphData`, or a fingerprint string, such as a
@@ -105,7 +111,7 @@ def run_fingerprint(config, data=None) -> str:
     return fingerprint("run", {"config": config, "data": data})
 
 
-def canonical(value):
+def canonical(value: object) -> object:
     """``value`` as plain JSON types: NumPy scalars become Python numbers, tuples lists,
     dataclasses and mappings dicts (string keys only), paths strings. Anything else, arrays
     included (pass those to :func:`fingerprint` as arrays), raises ``TypeError``."""

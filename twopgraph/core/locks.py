@@ -16,6 +16,7 @@ import logging
 import os
 import socket
 from pathlib import Path
+from types import TracebackType
 
 from twopgraph.core.files import free_note
 from twopgraph.errors import ConfigError
@@ -50,7 +51,7 @@ class FileLock:
     _held: dict[str, int] = {}  # lock path -> depth, this process
 
     def __init__(self, lock_path: str | os.PathLike, what: str, flag: str = "--out", *,
-                 blocking: bool = False, run: bool = False):
+                 blocking: bool = False, run: bool = False) -> None:
         self.lock_path = Path(lock_path)
         self.what, self.flag, self.blocking, self.run = what, flag, blocking, run
         self.holder = "run" if run else "process"
@@ -61,7 +62,8 @@ class FileLock:
         self.acquire()
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> bool:
         self.release()
         return False
 

@@ -73,7 +73,7 @@ class Block:
         """Number of edges of each dst vertex in this block (int64, num_dst)."""
         return self.indptr.diff()
 
-    def to(self, device, non_blocking: bool = False) -> "Block":
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> "Block":
         return replace(self, **{f: _moved(getattr(self, f), device, non_blocking)
                                 for f in _BLOCK_TENSORS})
 
@@ -82,7 +82,7 @@ class Block:
         as they are), so that a ``non_blocking`` copy to a GPU is truly asynchronous."""
         return replace(self, **{f: _pinned(getattr(self, f)) for f in _BLOCK_TENSORS})
 
-    def record_stream(self, stream) -> None:
+    def record_stream(self, stream: torch.Stream) -> None:
         """``Tensor.record_stream(stream)`` for every device tensor of the block."""
         for f in _BLOCK_TENSORS:
             _record(getattr(self, f), stream)
@@ -127,12 +127,13 @@ class MiniBatch:
     def num_seeds(self) -> int:
         return int(self.seeds.shape[0])
 
-    def to(self, device, non_blocking: bool = False) -> "MiniBatch":
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> "MiniBatch":
         """Copy tensors to ``device`` (ids stay where they are: the host needs them)."""
         return replace(
             self,
             blocks=[b.to(device, non_blocking) for b in self.blocks],
-            labels=None if self.labels is None else self.labels.to(device, non_blocking=non_blocking),
+            labels=None if self.labels is None
+            else self.labels.to(device, non_blocking=non_blocking),
             features=None if self.features is None
             else self.features.to(device, non_blocking=non_blocking),
         )
@@ -144,7 +145,7 @@ class MiniBatch:
         return replace(self, blocks=[b.pin_memory() for b in self.blocks],
                        labels=_pinned(self.labels), features=_pinned(self.features))
 
-    def record_stream(self, stream) -> None:
+    def record_stream(self, stream: torch.Stream) -> None:
         """``Tensor.record_stream(stream)`` for every device tensor the model reads (blocks,
         labels, features): tensors made on a side stream (copies, device sampling) are then
         not reused by the caching allocator before ``stream``'s work on them is done."""

@@ -97,7 +97,8 @@ class Sampler(Protocol):
     #: neighbours per GNN layer, input layer first (``-1`` = all)
     fanouts: Sequence[int]
 
-    def sample(self, seeds, key: int | None = None, parallel: bool = True) -> "MiniBatch":
+    def sample(self, seeds: "np.ndarray | torch.Tensor", key: int | None = None,
+               parallel: bool = True) -> "MiniBatch":
         """The blocks of ``seeds``. ``key`` picks the random stream: the same ``key`` gives
         the same mini-batch; ``None`` draws fresh randomness (a counter that advances with
         every such call). ``parallel=False`` keeps the work on the calling thread (the
@@ -137,16 +138,16 @@ class FeatureSource(Protocol):
         """A new access stream (epoch) starts; forget batches announced and never gathered."""
         ...
 
-    def announce(self, ids) -> None:
+    def announce(self, ids: "np.ndarray | torch.Tensor") -> None:
         """A batch (unique row ids, host int64) was sampled and will be gathered later."""
         ...
 
-    def gather(self, ids) -> "tuple[torch.Tensor, object | None]":
+    def gather(self, ids: "np.ndarray | torch.Tensor") -> "tuple[torch.Tensor, object | None]":
         """The rows ``ids`` (unique, host int64) on the device as float32, in ``ids`` order,
         and a CUDA event after which they are ready (``None`` when already ready)."""
         ...
 
-    def read(self, ids) -> "torch.Tensor":
+    def read(self, ids: "np.ndarray | torch.Tensor") -> "torch.Tensor":
         """Rows ``ids`` (host int64) as float32 on the device, for exact evaluation: not
         counted, the cache's state unchanged (a memory-mapped table is read row by row,
         never copied whole)."""

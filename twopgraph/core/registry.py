@@ -44,7 +44,8 @@ class Registry:
     module on first lookup. ``symbol``: the name the registry's modules decorate with
     (``@SYMBOL.register("name")``), for :meth:`declared`."""
 
-    def __init__(self, kind: str, package: str | None = None, symbol: str | None = None):
+    def __init__(self, kind: str, package: str | None = None,
+                 symbol: str | None = None) -> None:
         self.kind = kind
         self.package = package
         self.symbol = symbol

@@ -19,6 +19,8 @@ Example::
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 from numba import njit
 
@@ -70,7 +72,7 @@ class BatchKey(int):
     epoch: int
     batch: int
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Callable[[int, int], BatchKey], tuple[int, int]]:
         return batch_key, (self.epoch, self.batch)
 
 

@@ -7,6 +7,7 @@ names for an error message ("did you mean").
 from __future__ import annotations
 
 import contextlib
+import os
 from pathlib import Path
 
 from twopgraph.datasets.builtin import OGB_DATASETS, _describe_preset, _synthetic_presets
@@ -18,7 +19,7 @@ from twopgraph.errors import TwopgraphError
 from twopgraph.store.reader import is_store
 
 
-def list_datasets(data_root=None) -> list[dict]:
+def list_datasets(data_root: str | os.PathLike | None = None) -> list[dict]:
     """Every known dataset: presets, OGB names, then each ``*.npz`` in the data root.
 
     Each entry is ``{"name", "kind" ("synthetic"|"ogb"|"npz"|"store"), "cached" (bool),

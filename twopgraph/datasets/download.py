@@ -16,6 +16,7 @@ import socket
 import sys
 import urllib.error
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from twopgraph.datasets.paths import _ogb_folder
@@ -81,7 +82,7 @@ def _fetch_ogb(name: str, root: Path, folder: Path, meta: dict) -> None:
 
 
 @contextlib.contextmanager
-def ogb_session(progress: bool = True):
+def ogb_session(progress: bool = True) -> Iterator[None]:
     """The scope of one call into ogb; everything it changes is restored on exit.
 
     ogb asks questions with ``input()`` (whether to re-download an outdated folder, whether

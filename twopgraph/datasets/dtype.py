@@ -6,6 +6,7 @@ on disk) against the memory the process can fill.
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +31,7 @@ log = logging.getLogger("twopgraph")
 AUTO_HALF_SHARE = 0.5
 
 
-def float32_feature_bytes(name: str, data_root=None) -> int | None:
+def float32_feature_bytes(name: str, data_root: str | os.PathLike | None = None) -> int | None:
     """Bytes of dataset ``name``'s features as float32 (N x F x 4), read from what is on disk
     without loading it: a papers preset's shape, an ``.npz``'s ``feat`` header, OGB's raw
     ``node_feat`` header or an existing store's metadata; None when unknown (the synthetic
@@ -74,7 +75,8 @@ def store_dtype_of(data: GraphData, asked: str = "auto") -> str:
     return "float16" if half and data.feat.dtype == np.float16 else "float32"
 
 
-def resolve_store_dtype(store_dtype: str, name: str, data_root=None) -> str:
+def resolve_store_dtype(store_dtype: str, name: str,
+                        data_root: str | os.PathLike | None = None) -> str:
     """``--store-dtype`` as a type: ``float32`` / ``float16`` as given; ``auto`` = float16
     when the dataset's float32 features (:func:`float32_feature_bytes`) would take more than
     :data:`AUTO_HALF_SHARE` of the memory this process can fill (MemAvailable, its cgroup's

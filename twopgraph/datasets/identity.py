@@ -27,7 +27,8 @@ from twopgraph.errors import ConfigError, TwopgraphError
 from twopgraph.store.reader import files_changed, is_store, read_store_meta
 
 
-def dataset_path(name: str, data_root=None, store_dtype: str = "float32") -> Path | None:
+def dataset_path(name: str, data_root: str | os.PathLike | None = None,
+                 store_dtype: str = "float32") -> Path | None:
     """What :func:`load_dataset` reads or caches for ``name``: its ``.npz`` file, an OGB
     dataset's raw file, a synthetic preset's store folder (:func:`preset_store`; an older
     twopgraph's ``<root>/<name>.npz`` cache of the same spec where the store is not there but
@@ -57,7 +58,8 @@ def dataset_path(name: str, data_root=None, store_dtype: str = "float32") -> Pat
     return None
 
 
-def dataset_identity(name: str, data_root=None, store_dtype: str = "float32") -> dict:
+def dataset_identity(name: str, data_root: str | os.PathLike | None = None,
+                     store_dtype: str = "float32") -> dict:
     """What identifies dataset ``name`` without loading it (nothing is generated, converted or
     downloaded): ``name`` (the name it loads under: a ``.npz`` path's stem), ``path`` (the
     ``.npz`` it is read from, resolved; None if there is none yet), ``store`` (its store folder,
@@ -139,7 +141,8 @@ def source_dataset(source: dict) -> str:
     return str(source.get("path") or source.get("store") or name)
 
 
-def partition_dataset(name: str, data_root, partitions, source: dict, given: bool) -> str:
+def partition_dataset(name: str, data_root: str | os.PathLike | None,
+                      partitions: str | os.PathLike, source: dict, given: bool) -> str:
     """The ``--dataset`` of a run on the partition folder ``partitions`` made from the dataset
     ``source`` describes (its ``meta.json`` ``source``): the partition's own
     (:func:`source_dataset`), or ``name`` as spelled when ``given`` (given explicitly) and the
@@ -155,7 +158,7 @@ def partition_dataset(name: str, data_root, partitions, source: dict, given: boo
     return name
 
 
-def check_data_root(data_root=None, dataset: str | None = None) -> None:
+def check_data_root(data_root: str | os.PathLike | None = None, dataset: str | None = None) -> None:
     """Refuse, before anything is loaded, a data root (``data_root``, else
     ``$TWOPGRAPH_DATA``, else ``./datasets``) that is not a folder, or that cannot be written
     when ``dataset`` must be generated or converted there (it is not cached yet). A read-only

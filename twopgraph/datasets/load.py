@@ -5,6 +5,7 @@ package docstring gives, the store dtype chosen, the dataset validated or symmet
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +25,7 @@ from twopgraph.store.writer import HalfRangeError
 
 log = logging.getLogger("twopgraph")
 
-def load_dataset(name: str, data_root=None, progress: bool = True,
+def load_dataset(name: str, data_root: str | os.PathLike | None = None, progress: bool = True,
                  symmetrize: bool = False, store_dtype: str = "float32") -> GraphData:
     """Load dataset ``name`` (see the module docstring for how names resolve).
 

@@ -47,7 +47,8 @@ def _npz_file(name: str, root: Path) -> Path | None:
     return None
 
 
-def named_dataset(name: str, data_root=None, store_dtype: str = "float32"):
+def named_dataset(name: str, data_root: str | os.PathLike | None = None,
+                  store_dtype: str = "float32") -> tuple[str, Path] | None:
     """What the plain name ``name`` (not a preset, OGB name or path) loads, without loading
     it: in the data root, then in each folder of :func:`dataset_search_path`, the file
     ``<name>.npz`` (``("npz", path)``) or the store folder ``<name>/`` (``("store",

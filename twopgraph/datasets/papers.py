@@ -35,8 +35,10 @@ from __future__ import annotations
 
 import gzip
 import io
+import os
 import re
 import zipfile
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -81,7 +83,7 @@ class PapersSpec:
     community_signal: float = 0.5
     feature_noise: float = 1.0
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not (isinstance(self.scale, (int, float)) and 0 < self.scale <= 64):
             raise ConfigError(f"synthetic-papers scale must be in (0, 64], got {self.scale!r}")
         if self.num_nodes < 100:
@@ -125,7 +127,7 @@ def parse_preset(name: str) -> PapersSpec | None:
 class _Model:
     """The per-vertex state of the generator (about 20 bytes per vertex)."""
 
-    def __init__(self, spec: PapersSpec):
+    def __init__(self, spec: PapersSpec) -> None:
         self.spec = spec
         n = spec.num_nodes
         rng = np.random.default_rng([spec.seed, 0])
@@ -177,7 +179,7 @@ class _Model:
         pos = np.searchsorted(self.cum, clo + r * (chi - clo), side="right")
         return np.clip(pos, lo, hi - 1)
 
-    def edge_chunks(self):
+    def edge_chunks(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """``(src, dst)`` new ids of the citations of each chunk of hidden source vertices."""
         s, n = self.spec, self.spec.num_nodes
         window = max(1, int(round(2 * s.num_edges / n)))
@@ -209,7 +211,7 @@ class _Model:
                                             side="right").clip(0, n - 1)
             yield self.new_id[src], self.new_id[dst]
 
-    def feature_chunks(self):
+    def feature_chunks(self) -> Iterator[np.ndarray]:
         """float32 feature rows in new-id order, ``_VERTEX_CHUNK`` rows at a time."""
         s, n, f = self.spec, self.spec.num_nodes, self.spec.num_features
         rng = np.random.default_rng([s.seed, 2])
@@ -266,7 +268,8 @@ def papers_raw(spec: PapersSpec) -> RawDataset:
         edges_where=f"{spec.name} edges")
 
 
-def write_ogb_raw(spec: PapersSpec, folder, *, compress: bool = False, progress=None) -> dict:
+def write_ogb_raw(spec: PapersSpec, folder: str | os.PathLike, *, compress: bool = False,
+                  progress: Callable[[str], object] | None = None) -> dict:
     """Write ``spec``'s graph in OGB's binary layout of ogbn-papers100M into ``folder`` (e.g.
     ``R/ogbn_papers100M``): ``raw/data.npz`` (``edge_index`` 2 x E int64, ``node_feat`` N x
     128 float32, ``node_year`` N x 1 int64, ``num_nodes_list``, ``num_edges_list``; deflated

@@ -38,8 +38,8 @@ def resolve_data_root(arg: str | os.PathLike | None = None) -> Path:
     return Path(env).expanduser() if env else Path(DEFAULT_DATA_ROOT)
 
 
-def store_folder(npz, data_root=None, stem: str | None = None,
-                 dtype: str = "float32") -> Path:
+def store_folder(npz: str | os.PathLike, data_root: str | os.PathLike | None = None,
+                 stem: str | None = None, dtype: str = "float32") -> Path:
     """Where the store converted from the ``.npz`` at ``npz`` lives: ``<data root>/stores/
     <stem>-<8 hex digits of the file's path>`` (two files of one name do not collide; ``stem``
     defaults to the file's, an OGB dataset's is its name), ``-float16`` appended for a store

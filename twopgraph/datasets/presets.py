@@ -11,6 +11,7 @@ import json
 import logging
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -24,10 +25,14 @@ from twopgraph.ingest import ingest
 from twopgraph.store.reader import is_store, open_store, read_store_meta
 from twopgraph.store.writer import half_checked
 
+if TYPE_CHECKING:  # annotations only: both modules are imported where they are used
+    from twopgraph.datasets.papers import PapersSpec
+    from twopgraph.datasets.synthetic import SyntheticSpec
+
 log = logging.getLogger("twopgraph")
 
-def load_papers(spec, data_root=None, progress: bool = False,
-                store_dtype: str = "float32") -> GraphData:
+def load_papers(spec: PapersSpec, data_root: str | os.PathLike | None = None,
+                progress: bool = False, store_dtype: str = "float32") -> GraphData:
     """The store of the papers-shaped preset ``spec`` (:mod:`twopgraph.datasets.papers`), generated
     straight into ``<data root>/stores/synthetic-papers-<scale>-<hash>/`` in chunks on first
     use (one copy: no ``.npz``); reused while its spec and generator version match."""
@@ -54,7 +59,8 @@ def load_papers(spec, data_root=None, progress: bool = False,
     return open_store(folder, name=spec.name)
 
 
-def preset_store(spec, data_root=None, store_dtype: str = "float32") -> Path:
+def preset_store(spec: SyntheticSpec, data_root: str | os.PathLike | None = None,
+                 store_dtype: str = "float32") -> Path:
     """The store of the synthetic preset ``spec``
     (:class:`~twopgraph.datasets.synthetic.SyntheticSpec`): ``<data root>/stores/<name>-<8 hex
     digits of its spec fingerprint>`` (``-float16`` appended for ``store_dtype`` float16); it need
@@ -77,8 +83,8 @@ def _preset_meta(spec, folder: Path) -> dict | None:
         spec_fingerprint(spec) else None
 
 
-def load_preset(spec, data_root=None, progress: bool = False,
-                store_dtype: str = "float32") -> GraphData:
+def load_preset(spec: SyntheticSpec, data_root: str | os.PathLike | None = None,
+                progress: bool = False, store_dtype: str = "float32") -> GraphData:
     """The store of the synthetic preset ``spec`` (:func:`preset_store`), generated straight
     into it on first use (:func:`twopgraph.datasets.synthetic.write_store`: the features and the CSR
     written chunk by chunk as they are made; one copy on disk, no ``.npz``) and reused while
@@ -132,7 +138,8 @@ def _legacy_preset_cache(spec, root: Path) -> Path | None:
     return path if have == spec_fingerprint(spec) and path.is_file() else None
 
 
-def load_synthetic(spec, path: str | os.PathLike, progress: bool = False) -> GraphData:
+def load_synthetic(spec: SyntheticSpec, path: str | os.PathLike,
+                   progress: bool = False) -> GraphData:
     """The dataset of :class:`~twopgraph.datasets.synthetic.SyntheticSpec` ``spec`` in memory,
     cached as the ``.npz`` at ``path`` (for tools that need a file, e.g.
     ``scripts/bench_scaling.py`` for DGL): read from there if it was made from this spec, else

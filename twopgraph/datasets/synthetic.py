@@ -36,10 +36,13 @@ Example::
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass, fields, replace
+from pathlib import Path
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from twopgraph.core.fingerprint import fingerprint
 from twopgraph.errors import ConfigError
@@ -110,7 +113,7 @@ class SyntheticSpec:
     name: str = "synthetic"
     description: str = ""
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         for f in ("num_nodes", "num_edges", "num_features", "num_classes", "num_communities",
                   "min_community_size", "seed"):
             v = getattr(self, f)
@@ -230,7 +233,7 @@ def edge_homophily(graph: CSRGraph, label: np.ndarray) -> float:
 class _Stages:
     """A tqdm bar over named stages (a no-op without ``progress``)."""
 
-    def __init__(self, name: str, total: int, enabled: bool):
+    def __init__(self, name: str, total: int, enabled: bool) -> None:
         self.bar = None
         if enabled:
             from tqdm import tqdm
@@ -278,8 +281,8 @@ def _generate(spec: SyntheticSpec, progress: bool) -> GraphData:
                      num_classes=spec.num_classes)
 
 
-def write_store(spec: SyntheticSpec, folder, *, source: dict | None = None,
-                progress: bool = False, feat_dtype=None):
+def write_store(spec: SyntheticSpec, folder: str | os.PathLike, *, source: dict | None = None,
+                progress: bool = False, feat_dtype: DTypeLike | None = None) -> Path:
     """Generate ``spec`` straight into a dataset store at ``folder``
     (:mod:`twopgraph.store.reader`): each array is written as the generator makes it, the features
     and the CSR's ``indices`` chunk by chunk, so memory holds the generator's own arrays (the

@@ -47,6 +47,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -96,9 +97,10 @@ def index_dtype(num_nodes: int) -> np.dtype:
     return np.dtype(np.int32 if num_nodes < 2**31 else np.int64)
 
 
-def build_csr(src, dst, num_nodes: int, folder, *, chunk_edges: int = CHUNK_EDGES,
-              progress=None, what: str = "edge list",
-              scatter_bytes: int | None = None) -> BuiltCSR:
+def build_csr(src: np.ndarray, dst: np.ndarray, num_nodes: int, folder: str | os.PathLike, *,
+              chunk_edges: int = CHUNK_EDGES,
+              progress: Callable[[str, int, int], object] | None = None,
+              what: str = "edge list", scatter_bytes: int | None = None) -> BuiltCSR:
     """Build the symmetric, deduplicated, row-sorted CSR of the edges ``src[i] -> dst[i]`` into
     ``folder/indptr.npy`` and ``folder/indices.npy`` (see the module docstring for the steps
     and their memory). ``src``/``dst`` are 1-D integer arrays of one length (memory maps
@@ -291,7 +293,8 @@ def count_degrees(src, dst, deg, n):
     return res
 
 
-def count_degrees_ref(src, dst, deg, n):
+def count_degrees_ref(src: np.ndarray, dst: np.ndarray, deg: np.ndarray,
+                      n: int) -> np.ndarray:
     src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
     bad = np.flatnonzero((src < 0) | (src >= n) | (dst < 0) | (dst >= n))
     stop = int(bad[0]) if bad.shape[0] else src.shape[0]
@@ -315,7 +318,8 @@ def scatter_edges(src, dst, pos, out):
         pos[v] += 1
 
 
-def scatter_edges_ref(src, dst, pos, out):
+def scatter_edges_ref(src: np.ndarray, dst: np.ndarray, pos: np.ndarray,
+                      out: np.ndarray) -> None:
     src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
     keep = src != dst
     s, d = src[keep], dst[keep]
@@ -348,7 +352,8 @@ def scatter_edges_range(src, dst, pos, out, lo, hi):
             pos[v] += 1
 
 
-def scatter_edges_range_ref(src, dst, pos, out, lo, hi):
+def scatter_edges_range_ref(src: np.ndarray, dst: np.ndarray, pos: np.ndarray,
+                            out: np.ndarray, lo: int, hi: int) -> None:
     src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
     full = out.copy()
     before = pos.copy()
@@ -412,7 +417,7 @@ def sort_dedup_rows(indptr, entries, deg):
     return fwd.sum()
 
 
-def sort_dedup_rows_ref(indptr, entries, deg):
+def sort_dedup_rows_ref(indptr: np.ndarray, entries: np.ndarray, deg: np.ndarray) -> int:
     forward = 0
     for v in range(indptr.shape[0] - 1):
         a, b = int(indptr[v]), int(indptr[v + 1])
@@ -436,7 +441,8 @@ def compact_rows(indptr0, entries, indptr, out):
             out[lo + j] = entries[a + j]
 
 
-def compact_rows_ref(indptr0, entries, indptr, out):
+def compact_rows_ref(indptr0: np.ndarray, entries: np.ndarray, indptr: np.ndarray,
+                     out: np.ndarray) -> None:
     for v in range(indptr.shape[0] - 1):
         k = int(indptr[v + 1] - indptr[v])
         out[indptr[v]:indptr[v + 1]] = entries[indptr0[v]:indptr0[v] + k]

@@ -19,8 +19,10 @@ import os
 import weakref
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from numpy.typing import ArrayLike, DTypeLike
 
 from twopgraph.core.fingerprint import fingerprint
 from twopgraph.errors import GraphFormatError
@@ -37,6 +39,9 @@ from twopgraph.graph.io import (
     write_npz,
 )
 from twopgraph.graph.kernels import csr_violations, permute_csr
+
+if TYPE_CHECKING:
+    import scipy.sparse as sp
 
 #: The fix named by every "graph is not undirected" error.
 SYMMETRIZE_HINT = ("Rerun with --symmetrize (load_dataset(..., symmetrize=True)) to make it "
@@ -191,8 +196,9 @@ class CSRGraph:
 
     # -- construction -------------------------------------------------------------------------
     @classmethod
-    def from_edges(cls, src, dst, num_nodes: int, symmetrize: bool = True,
-                   remove_self_loops: bool = True, index_dtype=None) -> "CSRGraph":
+    def from_edges(cls, src: ArrayLike, dst: ArrayLike, num_nodes: int,
+                   symmetrize: bool = True, remove_self_loops: bool = True,
+                   index_dtype: DTypeLike | None = None) -> "CSRGraph":
         """CSR from an edge list; symmetrises, drops self loops and merges duplicates.
 
         Rows come out sorted. ``index_dtype`` defaults to int32 when ``num_nodes < 2**31``.
@@ -225,7 +231,7 @@ class CSRGraph:
             object.__setattr__(graph, "_undirected", True)
         return graph
 
-    def to_scipy(self):
+    def to_scipy(self) -> sp.csr_matrix:
         """The adjacency as ``scipy.sparse.csr_matrix`` with unit weights (float32)."""
         import scipy.sparse as sp
         n = self.num_nodes
@@ -241,7 +247,7 @@ class CSRGraph:
         return CSRGraph(indptr, indices)
 
 
-def check_permutation(perm, n: int) -> np.ndarray:
+def check_permutation(perm: ArrayLike, n: int) -> np.ndarray:
     perm = np.asarray(perm, dtype=np.int64)
     if perm.shape != (n,):
         raise GraphFormatError(f"permutation must have length {n}, got shape {perm.shape}")
@@ -295,7 +301,7 @@ class GraphData:
     # (weak references to the arrays it was computed from, num_classes, fingerprint)
     _fingerprint: tuple | None = field(default=None, init=False, repr=False, compare=False)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         self.feat = as_features(self.feat)
         self.label = as_ints(self.label, column=True)
         for name in SPLITS:
@@ -471,20 +477,15 @@ class GraphData:
         """Statistics for ``twopgraph info`` (plain Python types)."""
         deg = self.graph.degrees()
         return {
-            "name": self.name,
-            "num_nodes": self.num_nodes,
+            "name": self.name, "num_nodes": self.num_nodes,
             "num_edges_directed": self.graph.num_edges,
             "num_edges_undirected": self.graph.num_edges // 2,
-            "num_features": self.num_features,
-            "num_classes": self.num_classes,
-            "feat_dtype": str(self.feat.dtype),
-            "train": int(self.train_idx.shape[0]),
-            "val": int(self.val_idx.shape[0]),
-            "test": int(self.test_idx.shape[0]),
+            "num_features": self.num_features, "num_classes": self.num_classes,
+            "feat_dtype": str(self.feat.dtype), "train": int(self.train_idx.shape[0]),
+            "val": int(self.val_idx.shape[0]), "test": int(self.test_idx.shape[0]),
             "mean_degree": float(deg.mean()) if deg.shape[0] else 0.0,
             "max_degree": int(deg.max()) if deg.shape[0] else 0,
-            "isolated_nodes": int((deg == 0).sum()),
-            "feat_mib": round(self.feat.nbytes / 2**20, 2),
+            "isolated_nodes": int((deg == 0).sum()), "feat_mib": round(self.feat.nbytes / 2**20, 2),
             "graph_mib": round(self.graph.nbytes() / 2**20, 2),
         }
 
@@ -516,9 +517,11 @@ class GraphData:
 
     # -- from other libraries -------------------------------------------------------------------
     @classmethod
-    def from_scipy(cls, adj, feat, label, train_idx=None, val_idx=None, test_idx=None, *,
-                   num_classes: int | None = None, name: str = "",
-                   split_seed: int = 0) -> "GraphData":
+    def from_scipy(cls, adj: sp.spmatrix | sp.sparray | ArrayLike,
+                   feat: ArrayLike | sp.spmatrix | sp.sparray, label: ArrayLike,
+                   train_idx: ArrayLike | None = None, val_idx: ArrayLike | None = None,
+                   test_idx: ArrayLike | None = None, *, num_classes: int | None = None,
+                   name: str = "", split_seed: int = 0) -> "GraphData":
         """A validated :class:`GraphData` from an adjacency matrix and node arrays.
 
         ``adj``: any N x N scipy sparse matrix or array (``csr_matrix``, ``coo_array``, ...)
@@ -549,8 +552,9 @@ class GraphData:
                                num_classes=num_classes, name=name, split_seed=split_seed)
 
     @classmethod
-    def from_dgl(cls, g, feat_key: str = "feat", label_key: str = "label",
-                 train_idx=None, val_idx=None, test_idx=None, *, num_classes: int | None = None,
+    def from_dgl(cls, g: Any, feat_key: str = "feat", label_key: str = "label",
+                 train_idx: ArrayLike | None = None, val_idx: ArrayLike | None = None,
+                 test_idx: ArrayLike | None = None, *, num_classes: int | None = None,
                  name: str = "", split_seed: int = 0) -> "GraphData":
         """A validated :class:`GraphData` from a homogeneous DGL graph (``dgl`` is not
         imported: any object with ``num_nodes()``, ``edges()`` and ``ndata`` will do).
@@ -566,7 +570,8 @@ class GraphData:
                                split_seed=split_seed)
 
     @classmethod
-    def from_pyg(cls, data, train_idx=None, val_idx=None, test_idx=None, *,
+    def from_pyg(cls, data: Any, train_idx: ArrayLike | None = None,
+                 val_idx: ArrayLike | None = None, test_idx: ArrayLike | None = None, *,
                  num_classes: int | None = None, name: str = "",
                  split_seed: int = 0) -> "GraphData":
         """A validated :class:`GraphData` from a PyG ``Data`` object (``torch_geometric`` is

@@ -20,18 +20,24 @@ import logging
 import os
 import zipfile
 import zlib
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from twopgraph.core.files import atomic_write_bytes
 from twopgraph.errors import GraphFormatError
+
+if TYPE_CHECKING:
+    import scipy.sparse as sp
 
 REQUIRED_KEYS = ("indptr", "indices", "feat", "label", "train_idx", "val_idx", "test_idx")
 SPLITS = ("train_idx", "val_idx", "test_idx")
 
 
-def as_features(x) -> np.ndarray:
+def as_features(x: ArrayLike) -> np.ndarray:
     """``x`` as a C-contiguous float32 (or float16) array; non-numeric input is left for
     :meth:`GraphData.validate` to refuse."""
     x = x if isinstance(x, np.ndarray) else np.asarray(x)
@@ -42,7 +48,7 @@ def as_features(x) -> np.ndarray:
     return x if x.flags.c_contiguous else np.ascontiguousarray(x)
 
 
-def as_ints(x, column: bool = False) -> np.ndarray:
+def as_ints(x: ArrayLike, column: bool = False) -> np.ndarray:
     """``x`` as a C-contiguous int64 array if it holds integers (``column``: an N x 1 array
     becomes a vector); other dtypes are left for :meth:`GraphData.validate` to refuse."""
     x = x if isinstance(x, np.ndarray) else np.asarray(x)
@@ -156,7 +162,8 @@ def read_npz(path: Path) -> dict:
 
 
 # -- from other libraries -------------------------------------------------------------------------
-def adjacency_edges(adj) -> tuple[np.ndarray, np.ndarray, int]:
+def adjacency_edges(
+        adj: sp.spmatrix | sp.sparray | ArrayLike) -> tuple[np.ndarray, np.ndarray, int]:
     """``(src, dst, N)`` of the N x N adjacency ``adj`` (scipy sparse, or dense): every stored
     nonzero entry ``(u, v)`` is an edge, explicit zeros are not; one warning when the nonzero
     entries are not all 1 (:func:`_warn_weights`). A non-square matrix raises
@@ -182,7 +189,8 @@ def adjacency_edges(adj) -> tuple[np.ndarray, np.ndarray, int]:
     return src, dst, n
 
 
-def dgl_parts(g, feat_key: str, label_key: str, splits) -> tuple:
+def dgl_parts(g: Any, feat_key: str, label_key: str,
+              splits: Sequence[ArrayLike | None]) -> tuple:
     """``(src, dst, N, feat, label, splits)`` of the homogeneous DGL graph ``g``: features and
     labels ``g.ndata[feat_key]``, ``g.ndata[label_key]``; a split of ``splits`` (train, val,
     test) that is None is read from ``g.ndata["<split>_mask"]`` when present."""
@@ -201,7 +209,7 @@ def dgl_parts(g, feat_key: str, label_key: str, splits) -> tuple:
     return src, dst, int(g.num_nodes()), ndata[feat_key], ndata[label_key], splits
 
 
-def pyg_parts(data, splits) -> tuple:
+def pyg_parts(data: Any, splits: Sequence[ArrayLike | None]) -> tuple:
     """``(src, dst, N, feat, label, splits)`` of the PyG ``Data`` object ``data``: edges
     ``data.edge_index`` (2 x E), features ``data.x``, labels ``data.y``; a split of ``splits``
     (train, val, test) that is None is read from ``data.<split>_mask`` when present."""
@@ -219,7 +227,7 @@ def pyg_parts(data, splits) -> tuple:
     return ei[0], ei[1], n, data.x, data.y, splits
 
 
-def edge_arrays(src, dst) -> tuple[np.ndarray, np.ndarray]:
+def edge_arrays(src: ArrayLike, dst: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
     """``src`` and ``dst`` (any array-like) as flat NumPy arrays of integers."""
     src, dst = _host_array(src, "src").ravel(), _host_array(dst, "dst").ravel()
     if not (np.issubdtype(src.dtype, np.integer) and np.issubdtype(dst.dtype, np.integer)):
@@ -227,7 +235,8 @@ def edge_arrays(src, dst) -> tuple[np.ndarray, np.ndarray]:
     return src, dst
 
 
-def node_arrays(feat, label, splits, n: int, split_seed: int) -> tuple:
+def node_arrays(feat: ArrayLike | sp.spmatrix | sp.sparray, label: ArrayLike,
+                splits: Sequence[ArrayLike | None], n: int, split_seed: int) -> tuple:
     """``(feat, label, [train, val, test])`` of ``n`` vertices as NumPy arrays: ``feat`` N x F
     (a vector becomes one column), ``label`` int64 (an N x 1 column becomes a vector), splits
     sorted int64 ids (from ids or boolean masks; missing ones empty). With no split given,
@@ -251,7 +260,7 @@ def node_arrays(feat, label, splits, n: int, split_seed: int) -> tuple:
     return feat, label, ids
 
 
-def random_split(label: np.ndarray, fractions=(0.6, 0.2, 0.2),
+def random_split(label: np.ndarray, fractions: Sequence[float] = (0.6, 0.2, 0.2),
                  seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Sorted int64 ``(train, val, test)`` ids: the labelled vertices (``label >= 0``) in a
     permutation drawn from ``seed``, cut by ``fractions`` (train gets the rounding rest)."""

@@ -43,7 +43,8 @@ def permute_csr(indptr, indices, perm, inv):
     return new_indptr, new_indices
 
 
-def permute_csr_ref(indptr, indices, perm, inv):
+def permute_csr_ref(indptr: np.ndarray, indices: np.ndarray, perm: np.ndarray,
+                    inv: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """NumPy twin of :func:`permute_csr`."""
     deg = np.diff(indptr)[perm]
     new_indptr = np.zeros(perm.shape[0] + 1, dtype=np.int64)
@@ -172,7 +173,7 @@ def csr_violations(indptr, indices):
     return out
 
 
-def csr_violations_ref(indptr, indices):
+def csr_violations_ref(indptr: np.ndarray, indices: np.ndarray) -> np.ndarray:
     """NumPy twin of :func:`csr_violations`."""
     n = indptr.shape[0] - 1
     src = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))

@@ -42,7 +42,8 @@ def csr_spmm(indptr, indices, values, h, out):
                 out[i, j] += w * h[s, j]
 
 
-def csr_spmm_ref(indptr, indices, values, h, out):
+def csr_spmm_ref(indptr: np.ndarray, indices: np.ndarray, values: np.ndarray, h: np.ndarray,
+                 out: np.ndarray) -> None:
     """NumPy twin of :func:`csr_spmm`."""
     rows = np.repeat(np.arange(indptr.shape[0] - 1), np.diff(indptr))
     out[:] = 0
@@ -93,7 +94,8 @@ def scatter_rows(tgt, src, w, y, acc, parts):
                 acc[t, j] += we * y[s, j]
 
 
-def scatter_rows_ref(tgt, src, w, y, acc, parts):
+def scatter_rows_ref(tgt: np.ndarray, src: np.ndarray, w: np.ndarray, y: np.ndarray,
+                     acc: np.ndarray, parts: int) -> None:
     """NumPy twin of :func:`scatter_rows`."""
     np.add.at(acc, tgt, w[:, None] * y[src])
 

@@ -15,20 +15,23 @@ Example::
 from __future__ import annotations
 
 import itertools
+import os
 
 import numpy as np
 import torch
 
+from twopgraph.core.protocols import FeatureSource, Sampler
 from twopgraph.inference.relabel import Relabel, _local_block
 from twopgraph.inference.rows import edge_balanced_ranges
 from twopgraph.inference.tables import EVAL_CHUNK_BYTES, EvalTable, _row_source, table_place
 from twopgraph.models import BlockGNN
-from twopgraph.sampler import NeighborSampler
 
 
 @torch.no_grad()
-def layerwise_inference(model: BlockGNN, sampler: NeighborSampler, feat, device,
-                        batch_edges: int = 4_000_000, *, scratch_dir=None,
+def layerwise_inference(model: BlockGNN, sampler: Sampler,
+                        feat: FeatureSource | np.ndarray | torch.Tensor,
+                        device: torch.device | str, batch_edges: int = 4_000_000, *,
+                        scratch_dir: str | os.PathLike | None = None,
                         place: str | None = None,
                         chunk_bytes: int = EVAL_CHUNK_BYTES) -> torch.Tensor:
     """Exact full-neighbour inference, one layer at a time over all N vertices.

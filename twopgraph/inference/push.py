@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from twopgraph.core.minibatch import Block
+from twopgraph.core.protocols import Conv, Sampler
 from twopgraph.graph.spmm import scatter_rows
 from twopgraph.inference.convs import _agg_width, _projects, _widths
 from twopgraph.inference.relabel import LevelIndex
@@ -61,8 +62,8 @@ class _Push:
     to. Memory: the tables, per chunk O(its edges), and an ``n``-byte membership mark of
     ``upper`` when it is dense (:data:`PUSH_MARK`)."""
 
-    def __init__(self, conv, level: np.ndarray | None, upper: np.ndarray, sampler, device,
-                 tables: list[EvalTable]):
+    def __init__(self, conv: Conv, level: np.ndarray | None, upper: np.ndarray,
+                 sampler: Sampler, device: torch.device, tables: list[EvalTable]) -> None:
         self.conv, self.upper, self.sampler, self.device = conv, upper, sampler, device
         self.acc, self.rows = tables if len(tables) == 2 else (tables[0], None)
         for t in tables:  # zeros (a new scratch file reads as zeros already); in memory,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import mmap
 import os
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -30,7 +31,8 @@ def _file_of(arr) -> tuple[str, int] | None:
     return str(path), offset - offset % mmap.ALLOCATIONGRANULARITY + found[1]
 
 
-def read_ranges(arr, ranges, *, drop: bool = False):
+def read_ranges(arr: np.ndarray, ranges: Iterable[tuple[int, int]], *,
+                drop: bool = False) -> Iterator[np.ndarray]:
     """``arr[a:b]`` (a copy) for each ``(a, b)`` of ``ranges`` in turn, reading the next
     range on a background thread while the caller works on this one. A memory-mapped array
     (:func:`_file_of`) is read with ``os.preadv``: large sequential reads that the kernel's

@@ -15,7 +15,7 @@ import torch
 from twopgraph.core.minibatch import Block
 
 
-def id_dtype(n: int):
+def id_dtype(n: int) -> type[np.signedinteger]:
     """The dtype of vertex id tables over ``n`` vertices: int32 while ``n < 2**31``."""
     return np.int32 if n < 2 ** 31 else np.int64
 
@@ -36,7 +36,7 @@ class Relabel:
     :meth:`union` + :meth:`places` any id arrays (the places computed only once the chunk is
     kept)."""
 
-    def __init__(self, n: int, marks: bool = True):
+    def __init__(self, n: int, marks: bool = True) -> None:
         self.n, self.marks = n, marks
         self.mark: np.ndarray | None = None
         self.pos: np.ndarray | None = None
@@ -85,7 +85,8 @@ class Relabel:
         return [pos[x].astype(np.int64) for x in parts]
 
 
-def relabel_on_device(indices: torch.Tensor, a: int, b: int):
+def relabel_on_device(indices: torch.Tensor, a: int,
+                      b: int) -> tuple[torch.Tensor, torch.Tensor, int]:
     """:class:`Relabel` with torch ops where ``indices`` live (a device sampler's block):
     ``(sorted distinct ids (same device), indices relabelled, position of vertex a)``."""
     ids = torch.cat([torch.arange(a, b, device=indices.device), indices])
@@ -122,7 +123,7 @@ class LevelIndex:
     positions) maps a chunk onto its distinct rows; for ``level`` None its n-entry arrays are
     used only when ``dense`` says the rows read are a dense share of the graph."""
 
-    def __init__(self, level: np.ndarray | None, n: int, dense: bool | None = None):
+    def __init__(self, level: np.ndarray | None, n: int, dense: bool | None = None) -> None:
         self.level, self.n = level, n
         self.dense = level.shape[0] >= DENSE_LEVEL * n if dense is None else dense
         size = n if level is None else int(level.shape[0])

@@ -13,8 +13,10 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from twopgraph.core.names import EVAL_SCOPES
+from twopgraph.core.protocols import Graph
 from twopgraph.errors import ConfigError
 from twopgraph.inference.convs import _projects
 from twopgraph.inference.relabel import id_dtype, sorted_unique
@@ -31,7 +33,7 @@ from twopgraph.models import BlockGNN
 SCOPE_RATIO = 0.5
 
 
-def scored_ids(n: int, *splits) -> np.ndarray:
+def scored_ids(n: int, *splits: ArrayLike | None) -> np.ndarray:
     """The sorted distinct vertices of ``splits`` (id arrays, duplicates and any order
     allowed; None skipped) as :func:`id_dtype` ids; an id outside ``[0, n)`` is a one-line
     :class:`~twopgraph.errors.ConfigError`."""
@@ -45,7 +47,7 @@ def scored_ids(n: int, *splits) -> np.ndarray:
     return sorted_unique(ids.astype(id_dtype(n), copy=False))
 
 
-def expand_frontier(graph, ids: np.ndarray, batch_edges: int = 4_000_000) -> np.ndarray:
+def expand_frontier(graph: Graph, ids: np.ndarray, batch_edges: int = 4_000_000) -> np.ndarray:
     """``ids`` (sorted distinct) and all their in-neighbours, sorted distinct, in ``ids``'s
     dtype: the vertices a layer over ``ids`` reads. The rows are read ``batch_edges`` edges at
     a time; each piece's distinct neighbours are merged in whenever they outnumber the set
@@ -94,7 +96,7 @@ class ScopePlan:
                 "eval_input_passes": self.input_passes}
 
 
-def plan_scope(model: BlockGNN, graph, scored: np.ndarray, scope: str = "auto",
+def plan_scope(model: BlockGNN, graph: Graph, scored: np.ndarray, scope: str = "auto",
                batch_edges: int = 4_000_000, ratio: float = SCOPE_RATIO, *,
                input_level: bool | None = None) -> ScopePlan:
     """Decide between whole-graph (:func:`layerwise_inference`) and restricted

@@ -11,11 +11,14 @@ scope.
 from __future__ import annotations
 
 import itertools
+import os
 
 import numpy as np
 import torch
+from numpy.typing import ArrayLike
 
 from twopgraph.core.minibatch import Block
+from twopgraph.core.protocols import FeatureSource, Sampler
 from twopgraph.errors import ConfigError
 from twopgraph.inference.convs import _projects, _widths
 from twopgraph.inference.layerwise import layerwise_inference
@@ -34,7 +37,7 @@ class ScoredLogits:
     distinct int64 (R,): the vertex of each row), or ``ids`` None: every vertex, row i =
     vertex i (whole-graph inference's N x C table). Memory: R x C x 4 bytes + 8 R."""
 
-    def __init__(self, values: torch.Tensor, ids: np.ndarray | None = None):
+    def __init__(self, values: torch.Tensor, ids: np.ndarray | None = None) -> None:
         self.values = values
         self.ids = None if ids is None else np.asarray(ids, dtype=np.int64)
 
@@ -47,7 +50,7 @@ class ScoredLogits:
         return self.values.numel() * self.values.element_size() + \
             (0 if self.ids is None else self.ids.nbytes)
 
-    def positions(self, idx) -> np.ndarray:
+    def positions(self, idx: ArrayLike) -> np.ndarray:
         """Rows of the vertices ``idx`` (any order, duplicates allowed; int64); a vertex not
         held is a :class:`ValueError`."""
         idx = np.asarray(idx, dtype=np.int64).reshape(-1)
@@ -62,7 +65,7 @@ class ScoredLogits:
                              f"{self.ids.shape[0]} scored vertices)")
         return pos
 
-    def take(self, idx) -> torch.Tensor:
+    def take(self, idx: ArrayLike) -> torch.Tensor:
         """The logits of ``idx`` (one row per entry, in its order)."""
         return self.values[torch.from_numpy(self.positions(idx))]
 
@@ -73,9 +76,11 @@ class ScoredLogits:
 
 
 @torch.no_grad()
-def scored_inference(model: BlockGNN, sampler, feat, device, scored,
+def scored_inference(model: BlockGNN, sampler: Sampler,
+                     feat: FeatureSource | np.ndarray | torch.Tensor,
+                     device: torch.device | str, scored: ArrayLike,
                      batch_edges: int = 4_000_000, *, plan: ScopePlan | None = None,
-                     scratch_dir=None, place: str | None = None,
+                     scratch_dir: str | os.PathLike | None = None, place: str | None = None,
                      chunk_bytes: int = EVAL_CHUNK_BYTES,
                      stream: bool | None = None, stream_inputs: bool | None = None,
                      pass_rows: int | None = None) -> ScoredLogits:
@@ -275,9 +280,12 @@ def scored_inference(model: BlockGNN, sampler, feat, device, scored,
     return ScoredLogits(src.result(), levels[-1].astype(np.int64))
 
 
-def evaluate_scored(model: BlockGNN, sampler, feat, device, scored,
+def evaluate_scored(model: BlockGNN, sampler: Sampler,
+                    feat: FeatureSource | np.ndarray | torch.Tensor,
+                    device: torch.device | str, scored: ArrayLike,
                     batch_edges: int = 4_000_000, *, scope: str = "auto",
-                    plan: ScopePlan | None = None, scratch_dir=None,
+                    plan: ScopePlan | None = None,
+                    scratch_dir: str | os.PathLike | None = None,
                     place: str | None = None, stream: bool | None = None,
                     stream_inputs: bool | None = None) -> tuple[ScoredLogits, ScopePlan]:
     """The exact logits of the vertices ``scored`` (ids, any order, duplicates allowed) and

@@ -10,6 +10,7 @@ turns what the caller passes as input features into something rows are read from
 
 from __future__ import annotations
 
+import os
 import tempfile
 
 import numpy as np
@@ -27,7 +28,7 @@ EVAL_CHUNK_BYTES = 128 << 20
 TABLE_SHARE = 0.5
 
 
-def table_place(nbytes: int, device, *, host_bytes: int | None = None,
+def table_place(nbytes: int, device: torch.device | str, *, host_bytes: int | None = None,
                 device_bytes: int | None = None, share: float = TABLE_SHARE) -> str:
     """Where exact inference keeps ``nbytes`` bytes of intermediate N x d tables:
     ``"device"`` (CUDA only) when they take at most ``share`` of the device's free memory
@@ -59,7 +60,8 @@ class EvalTable:
     then rows are read with :meth:`read` (sorted ids: near-sequential reads of the scratch).
     """
 
-    def __init__(self, n: int, d: int, where: str, device, scratch_dir=None):
+    def __init__(self, n: int, d: int, where: str, device: torch.device | str,
+                 scratch_dir: str | os.PathLike | None = None) -> None:
         self.device = torch.device(device)
         self.where = where
         if where == "disk" and n * d > 0:

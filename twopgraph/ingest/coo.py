@@ -7,6 +7,7 @@ format (CSR, ``indptr``).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from twopgraph.errors import GraphFormatError
@@ -24,7 +25,7 @@ from twopgraph.ingest.raw import (
 )
 
 
-def coo_npz(path, name: str | None = None) -> RawDataset:
+def coo_npz(path: str | os.PathLike, name: str | None = None) -> RawDataset:
     """The COO exchange ``.npz`` at ``path`` (see the module docstring)."""
     path = Path(path)
     have = members(path)
@@ -63,7 +64,7 @@ def coo_npz(path, name: str | None = None) -> RawDataset:
         edges_where=f"{path}: 'edge_index'", files=[path])
 
 
-def is_coo_npz(path) -> bool:
+def is_coo_npz(path: str | os.PathLike) -> bool:
     """Whether the ``.npz`` at ``path`` is in the COO exchange format (``edge_index``, no
     ``indptr``)."""
     try:

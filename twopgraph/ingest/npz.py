@@ -10,6 +10,7 @@ a file's arrays; :data:`READ_ERRORS` is what reading a damaged or truncated raw 
 from __future__ import annotations
 
 import contextlib
+import os
 import zipfile
 import zlib
 from pathlib import Path
@@ -31,7 +32,7 @@ class NpzMember:
     """Member ``key`` of the ``.npz`` at ``path``: ``shape``, ``dtype``, ``fortran`` (memory
     order), ``stored`` (uncompressed: memory-mappable in place) -- read from its header only."""
 
-    def __init__(self, path, key: str):
+    def __init__(self, path: str | os.PathLike, key: str) -> None:
         self.path, self.key = Path(path), key
         self.where = f"{self.path}: '{key}'"
         try:
@@ -127,7 +128,7 @@ def _open_member(m: NpzMember):
                                f"{e})") from None
 
 
-def members(path) -> set[str]:
+def members(path: str | os.PathLike) -> set[str]:
     """The array names of the ``.npz`` at ``path``."""
     try:
         with zipfile.ZipFile(path) as zf:

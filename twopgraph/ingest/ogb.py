@@ -15,6 +15,7 @@ are read while it is ingested.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Iterator
 
@@ -91,7 +92,8 @@ def _csv_chunks(path: Path, dtype, rows: int, ncols: int | None = None) -> Itera
             from e
 
 
-def ogb_raw(name: str, folder, *, split: str, num_classes: int = -1) -> RawDataset:
+def ogb_raw(name: str, folder: str | os.PathLike, *, split: str,
+            num_classes: int = -1) -> RawDataset:
     """The raw files of OGB node-property dataset ``name`` in its folder (``<root>/ogbn_x``):
     the binary layout when ``raw/data.npz`` exists, else the CSV layout. ``split`` is the
     split folder's name (ogb's ``master.csv`` column ``split``). Only sizes are read here."""

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import sys
 import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from twopgraph.errors import GraphFormatError, OutputError
 from twopgraph.graph.csrbuild import build_csr
@@ -41,7 +44,7 @@ class _Stages:
 
     STAGES = ("edges", "csr", "features", "labels", "splits", "validate")
 
-    def __init__(self, name: str, enabled: bool):
+    def __init__(self, name: str, enabled: bool) -> None:
         self.seconds: dict[str, float] = {}
         self.bar = None
         if enabled:
@@ -50,7 +53,7 @@ class _Stages:
                             file=sys.stderr, leave=False)
 
     @contextlib.contextmanager
-    def stage(self, what: str):
+    def stage(self, what: str) -> Iterator[None]:
         if self.bar is not None:
             self.bar.set_postfix_str(what, refresh=True)
         t = time.perf_counter()
@@ -64,8 +67,8 @@ class _Stages:
             self.bar.close()
 
 
-def ingest(raw: RawDataset, folder, *, source: dict | None, progress: bool = False,
-           feat_dtype=None) -> Path:
+def ingest(raw: RawDataset, folder: str | os.PathLike, *, source: dict | None,
+           progress: bool = False, feat_dtype: DTypeLike | None = None) -> Path:
     """Write the dataset of ``raw`` as a store at ``folder``, streaming (module docstring).
 
     ``feat_dtype`` (``float32`` default, or ``float16``: half the disk and page cache) is the
@@ -149,7 +152,7 @@ def _describe(changes: dict) -> str:
             f"-> {c['entries']:,} CSR entries ({c['entries'] // 2:,} undirected edges)")
 
 
-def source_record(files, key: str | None) -> dict:
+def source_record(files: Iterable[str | os.PathLike], key: str | None) -> dict:
     """What identifies the raw files for staleness checks: the first file's path, size,
     mtime, inode and ctime (every file's size and mtime in ``files``)."""
     files = [Path(f) for f in files]

@@ -32,13 +32,18 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from twopgraph.core.protocols import Graph, Sampler, Scheduler
 from twopgraph.locality.schedule import make_scheduler
 from twopgraph.sampler.stream import sampled_batches
+
+if TYPE_CHECKING:
+    from twopgraph.graph.data import CSRGraph
 
 #: locality is chosen when its input vertices per batch are at most this share of random's
 #: (0.6: locality must cut them by at least 40%). Measured ratios (README "Recipes"): 0.40-0.42
@@ -120,7 +125,7 @@ class ScheduleChoice:
                 f"{self.seconds:.1f} s")
 
 
-def input_vertices(scheduler, sampler, batches: int = AUTO_BATCHES,
+def input_vertices(scheduler: Scheduler, sampler: Sampler, batches: int = AUTO_BATCHES,
                    workers: int = 1) -> tuple[int, int]:
     """``(input vertices summed, batches)`` over the first ``batches`` batches of epoch 0 of
     ``scheduler`` expanded by ``sampler`` (with the keys training uses: the same batches)."""
@@ -135,8 +140,9 @@ def input_vertices(scheduler, sampler, batches: int = AUTO_BATCHES,
     return total, n
 
 
-def measure(sampler, train_idx, batch_size: int, seed: int = 0, *, parts, labels=None,
-            balance: int = 16, batches: int = AUTO_BATCHES, workers: int = 1) -> dict:
+def measure(sampler: Sampler, train_idx: np.ndarray, batch_size: int, seed: int = 0, *,
+            parts: np.ndarray, labels: np.ndarray | None = None, balance: int = 16,
+            batches: int = AUTO_BATCHES, workers: int = 1) -> dict:
     """The figures :func:`decide` reads, for one process: ``locality_inputs`` and
     ``random_inputs`` (input vertices summed over the measured batches), ``locality_batches``
     and ``random_batches`` (batches measured: ``batches``, or fewer when an epoch has fewer)
@@ -182,7 +188,8 @@ def probe_balls(num_nodes: int, num_train: int, batch_size: int, num_clusters: i
     return int(max(1, min(seeds, round(k * seeds / num_train))))
 
 
-def probe_locality(sampler, graph, train_idx, batch_size: int, seed: int = 0, *,
+def probe_locality(sampler: Sampler, graph: Graph, train_idx: np.ndarray, batch_size: int,
+                   seed: int = 0, *,
                    batches: int = PROBE_BATCHES, workers: int = 1, balls: int = 1) -> dict:
     """The figures of the probe before clustering: ``ball_inputs`` / ``random_inputs``
     (input vertices summed over ``ball_batches`` / ``random_batches`` batches), ``balls``
@@ -260,7 +267,8 @@ def decide_probe(figures: dict, threshold: float | None = None) -> ScheduleChoic
                           basis="probe", balls=balls)
 
 
-def probe_schedule(graph, train_idx, fanouts, batch_size: int, seed: int = 0, *,
+def probe_schedule(graph: CSRGraph, train_idx: np.ndarray, fanouts: Sequence[int],
+                   batch_size: int, seed: int = 0, *,
                    batches: int = PROBE_BATCHES, threshold: float | None = None,
                    num_clusters: int = 0) -> ScheduleChoice:
     """:func:`probe_locality` with the host sampler of ``fanouts`` and ``seed``, as many balls
@@ -274,7 +282,8 @@ def probe_schedule(graph, train_idx, fanouts, batch_size: int, seed: int = 0, *,
     return choice
 
 
-def choose_schedule(sampler, train_idx, batch_size: int, seed: int = 0, *, parts, labels=None,
+def choose_schedule(sampler: Sampler, train_idx: np.ndarray, batch_size: int, seed: int = 0,
+                    *, parts: np.ndarray, labels: np.ndarray | None = None,
                     balance: int = 16, batches: int = AUTO_BATCHES,
                     threshold: float = AUTO_THRESHOLD, workers: int = 1,
                     combine: Callable[[dict], dict] | None = None) -> ScheduleChoice:

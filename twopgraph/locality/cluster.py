@@ -38,6 +38,7 @@ import threading
 import time
 import zipfile
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -205,7 +206,7 @@ def cluster_key(graph: CSRGraph, num_clusters: int, *, train_idx: np.ndarray | N
     return fingerprint("metis-clusters", params, train_idx)
 
 
-def cache_path(cache_dir, key: str, method: str) -> Path:
+def cache_path(cache_dir: str | os.PathLike, key: str, method: str) -> Path:
     """The cache file of a result of ``method`` (resolved) under ``key``."""
     return Path(cache_dir) / f"{'metis' if method == 'metis' else method}-{key}.npz"
 
@@ -295,7 +296,7 @@ def _compute(graph, num_clusters, train_idx, seed, ufactor, max_degree, method, 
     return Clustering(parts, num_clusters, cut, seconds, False, key, method)
 
 
-def vertex_weights(n: int, train_idx) -> np.ndarray:
+def vertex_weights(n: int, train_idx: np.ndarray | None) -> np.ndarray:
     """The balance weights of the clustering (int32, N): 1 per vertex, and a training vertex
     as much as all non-training vertices per training vertex on top, so training vertices
     carry half of the total weight and a weight-balanced partition is also roughly balanced
@@ -405,7 +406,7 @@ _STDOUT_LOCK = threading.Lock()
 
 
 @contextlib.contextmanager
-def metis_output_to_log(what: str = "METIS"):
+def metis_output_to_log(what: str = "METIS") -> Iterator[None]:
     """Keep what C code prints to the standard output (METIS' ``***Cannot bisect a graph with
     0 vertices!`` and such, written with ``printf``) off this process's stdout, where it would
     land ahead of a ``--json`` line: for the duration, file descriptor 1 points to a temp file

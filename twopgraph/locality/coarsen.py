@@ -47,6 +47,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -141,7 +143,8 @@ def greedy_pack(indptr, indices, ew, vw, k, cap, order):
     return parts
 
 
-def greedy_pack_ref(indptr, indices, ew, vw, k, cap, order):
+def greedy_pack_ref(indptr: np.ndarray, indices: np.ndarray, ew: np.ndarray, vw: np.ndarray,
+                    k: int, cap: int, order: np.ndarray) -> np.ndarray:
     """Python twin of :func:`greedy_pack`."""
     parts = [-1] * len(vw)
     pw = [0] * k
@@ -281,11 +284,13 @@ def coarse_refine_rounds(levels: list[Level]) -> int:
     return int(max(1, min(REFINE_ROUNDS, budget // coarse)))
 
 
-def multilevel_partition(indptr, indices, vw, k: int, *, seed: int = 0, ufactor: int = 30,
+def multilevel_partition(indptr: np.ndarray, indices: np.ndarray, vw: np.ndarray, k: int, *,
+                         seed: int = 0, ufactor: int = 30,
                          initial: str = "metis", metis_niter: int = 10,
                          clusters_per_part: int = CLUSTERS_PER_PART,
                          fine_refine_rounds: int = FINE_REFINE_ROUNDS,
-                         stats: MultilevelStats | None = None, quiet=None) -> np.ndarray:
+                         stats: MultilevelStats | None = None,
+                         quiet: Callable[[], AbstractContextManager] | None = None) -> np.ndarray:
     """``k``-way partition (int64, N) of the symmetric CSR graph ``indptr``/``indices`` with
     vertex weights ``vw`` (int, N): see the module doc. ``initial``: ``metis`` (METIS on the
     coarsest graph, ``ufactor``/``metis_niter`` its options, ``quiet`` a context manager

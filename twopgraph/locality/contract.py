@@ -37,7 +37,7 @@ def group_by(cid, num):
     return start, members
 
 
-def group_by_ref(cid, num):
+def group_by_ref(cid: np.ndarray, num: int) -> tuple[np.ndarray, np.ndarray]:
     """NumPy twin of :func:`group_by`."""
     cid = np.asarray(cid, dtype=np.int64)
     start = np.concatenate([[0], np.cumsum(np.bincount(cid, minlength=num))]).astype(np.int64)
@@ -172,7 +172,9 @@ def contract(indptr, indices, ew, cid, start, members):
     return counts, out_idx, out_w
 
 
-def contract_ref(indptr, indices, ew, cid, start, members):
+def contract_ref(indptr: np.ndarray, indices: np.ndarray, ew: np.ndarray, cid: np.ndarray,
+                 start: np.ndarray,
+                 members: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """NumPy twin of :func:`contract`."""
     num = start.shape[0] - 1
     cid = np.asarray(cid, dtype=np.int64)
@@ -221,7 +223,8 @@ def heavy_edges(indptr, indices, ew, keep):
     return out_ptr, out_idx, out_w
 
 
-def heavy_edges_ref(indptr, indices, ew, keep):
+def heavy_edges_ref(indptr: np.ndarray, indices: np.ndarray, ew: np.ndarray,
+                    keep: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """NumPy twin of :func:`heavy_edges`."""
     n = indptr.shape[0] - 1
     deg = np.diff(indptr)

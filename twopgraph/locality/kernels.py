@@ -80,7 +80,8 @@ def cluster_bfs_order(indptr, indices, parts, members, cluster_start):
     return order
 
 
-def cluster_bfs_order_ref(indptr, indices, parts, members, cluster_start):
+def cluster_bfs_order_ref(indptr: np.ndarray, indices: np.ndarray, parts: np.ndarray,
+                          members: np.ndarray, cluster_start: np.ndarray) -> np.ndarray:
     """Plain-Python twin of :func:`cluster_bfs_order`."""
     order, visited = [], set()
     for c in range(cluster_start.shape[0] - 1):
@@ -144,7 +145,8 @@ def sparsify_csr(indptr, indices, max_degree, salt):
     return new_indptr, out
 
 
-def sparsify_csr_ref(indptr, indices, max_degree, salt):
+def sparsify_csr_ref(indptr: np.ndarray, indices: np.ndarray, max_degree: int,
+                     salt: int | np.integer) -> tuple[np.ndarray, np.ndarray]:
     """NumPy twin of :func:`sparsify_csr` (the same hash on uint64 arrays)."""
     indptr = np.asarray(indptr, dtype=np.int64)
     deg = np.diff(indptr)
@@ -182,7 +184,7 @@ def cut_edges(indptr, indices, parts):
     return total
 
 
-def cut_edges_ref(indptr, indices, parts):
+def cut_edges_ref(indptr: np.ndarray, indices: np.ndarray, parts: np.ndarray) -> int:
     """NumPy twin of :func:`cut_edges`."""
     parts = np.asarray(parts)
     src = np.repeat(parts, np.diff(indptr))
@@ -238,7 +240,8 @@ def halo_masks(indptr, indices, mask, hops):
     return cur
 
 
-def halo_masks_ref(indptr, indices, mask, hops):
+def halo_masks_ref(indptr: np.ndarray, indices: np.ndarray, mask: np.ndarray,
+                   hops: int) -> np.ndarray:
     """NumPy twin of :func:`halo_masks`."""
     cur = np.array(mask, dtype=np.uint8, copy=True)
     src = np.repeat(np.arange(cur.shape[0]), np.diff(indptr))
@@ -277,7 +280,7 @@ def shared_edges(indptr, indices, mask):
     return counts
 
 
-def shared_edges_ref(indptr, indices, mask):
+def shared_edges_ref(indptr: np.ndarray, indices: np.ndarray, mask: np.ndarray) -> np.ndarray:
     """NumPy twin of :func:`shared_edges`."""
     mask = np.asarray(mask, dtype=np.uint8)
     both = np.repeat(mask, np.diff(indptr)) & mask[np.asarray(indices)]
@@ -305,7 +308,8 @@ def cluster_pairs(indptr, indices, cid, k, num_chunks):
     return out
 
 
-def cluster_pairs_ref(indptr, indices, cid, k, num_chunks):
+def cluster_pairs_ref(indptr: np.ndarray, indices: np.ndarray, cid: np.ndarray, k: int,
+                      num_chunks: int) -> np.ndarray:
     """NumPy twin of :func:`cluster_pairs`."""
     cid = np.asarray(cid, dtype=np.int64)
     src = np.repeat(cid, np.diff(indptr))
@@ -314,7 +318,7 @@ def cluster_pairs_ref(indptr, indices, cid, k, num_chunks):
     return np.bincount(src[keep] * k + dst[keep], minlength=k * k).reshape(k, k)
 
 
-def edge_chunks_ref(indptr, num):
+def edge_chunks_ref(indptr: np.ndarray, num: int) -> np.ndarray:
     """NumPy twin of :func:`edge_chunks`."""
     indptr = np.asarray(indptr, dtype=np.int64)
     n = indptr.shape[0] - 1
@@ -359,7 +363,9 @@ def ball_seeds(indptr, indices, is_train, starts, count, limit, visited):
     return seeds[:found]
 
 
-def ball_seeds_ref(indptr, indices, is_train, starts, count, limit, visited):
+def ball_seeds_ref(indptr: np.ndarray, indices: np.ndarray, is_train: np.ndarray,
+                   starts: np.ndarray, count: int, limit: int,
+                   visited: np.ndarray) -> np.ndarray:
     """Python twin of :func:`ball_seeds`."""
     from collections import deque
     seen: set = set()

@@ -157,7 +157,9 @@ def lp_propose(indptr, indices, ew, labels, vw, cw, cap, members, key, max_visit
     return out
 
 
-def lp_propose_ref(indptr, indices, ew, labels, vw, cw, cap, members, key, max_visit):
+def lp_propose_ref(indptr: np.ndarray, indices: np.ndarray, ew: np.ndarray, labels: np.ndarray,
+                   vw: np.ndarray, cw: np.ndarray, cap: int, members: np.ndarray,
+                   key: int | np.integer, max_visit: int) -> np.ndarray:
     """Python twin of :func:`lp_propose` (a dict per vertex)."""
     out = np.full(len(members), -1, dtype=np.int64)
     for i, v in enumerate(np.asarray(members).tolist()):
@@ -201,7 +203,8 @@ def lp_apply(members, targets, labels, vw, cw, cap):
     return moved
 
 
-def lp_apply_ref(members, targets, labels, vw, cw, cap):
+def lp_apply_ref(members: np.ndarray, targets: np.ndarray, labels: np.ndarray, vw: np.ndarray,
+                 cw: np.ndarray, cap: int) -> int:
     """Python twin of :func:`lp_apply`."""
     moved = 0
     for v, b in zip(np.asarray(members).tolist(), np.asarray(targets).tolist()):
@@ -231,7 +234,8 @@ def subround_order(key, nsub, out, start):
         pos[s] += 1
 
 
-def subround_order_ref(key, nsub, out, start):
+def subround_order_ref(key: int | np.integer, nsub: int, out: np.ndarray,
+                       start: np.ndarray) -> None:
     """NumPy twin of :func:`subround_order`."""
     n = out.shape[0]
     sub = np.array([splitmix64_ref(int(key) ^ v) % nsub for v in range(n)], dtype=np.int64)

@@ -22,6 +22,7 @@ Example::
 from __future__ import annotations
 
 import logging
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,7 +48,7 @@ def cluster_permutation(graph: CSRGraph, clustering: Clustering) -> np.ndarray:
     return kernels.cluster_bfs_order(graph.indptr, graph.indices, parts, members, start)
 
 
-def renumber(data: GraphData, clustering: Clustering, cache_dir=None,
+def renumber(data: GraphData, clustering: Clustering, cache_dir: str | os.PathLike | None = None,
              progress: bool = False) -> tuple[GraphData, Clustering, np.ndarray]:
     """Renumber ``data`` cluster by cluster.
 
@@ -94,7 +95,8 @@ def _renumbered_store(data, clustering, perm, key, folder, progress):
     return out, clustering.permute(perm), perm
 
 
-def to_original_order(values, perm: np.ndarray):
+def to_original_order(values: np.ndarray | torch.Tensor,
+                      perm: np.ndarray) -> np.ndarray | torch.Tensor:
     """Rows of ``values`` (indexed by new id) re-indexed by the id before :func:`renumber`.
 
     ``values[i]`` belongs to new vertex ``i`` = old vertex ``perm[i]``; the result ``r`` has
@@ -133,7 +135,7 @@ class LocalityPrep:
 
 def prepare_locality(data: GraphData, *, batch_size: int, num_clusters: int = 0,
                      need_clusters: bool = True, renumber_graph: bool = True,
-                     cache_dir=None, progress: bool = False,
+                     cache_dir: str | os.PathLike | None = None, progress: bool = False,
                      method: str = "auto") -> LocalityPrep:
     """Cluster ``data`` (when ``need_clusters`` or ``renumber_graph``) and renumber it.
 

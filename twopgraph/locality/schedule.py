@@ -7,7 +7,7 @@ A scheduler is any object with ``num_batches`` and ``batches(epoch) -> Iterator[
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -30,7 +30,7 @@ class RandomScheduler:
     """
 
     def __init__(self, train_idx: np.ndarray, batch_size: int, seed: int = 0,
-                 drop_last: bool = False):
+                 drop_last: bool = False) -> None:
         if batch_size <= 0:
             raise ConfigError(f"batch size must be positive, got {batch_size}")
         self.train_idx = np.asarray(train_idx, dtype=np.int64)
@@ -99,7 +99,7 @@ class LocalityScheduler(RandomScheduler):
 
     def __init__(self, train_idx: np.ndarray, batch_size: int, seed: int = 0, *,
                  parts: np.ndarray, labels: np.ndarray | None = None, balance: int = 16,
-                 drop_last: bool = False):
+                 drop_last: bool = False) -> None:
         super().__init__(train_idx, batch_size, seed, drop_last)
         parts = np.asarray(parts)
         if parts.ndim != 1 or not np.issubdtype(parts.dtype, np.integer):
@@ -176,7 +176,7 @@ CLUSTER_OPTIONS = ("parts", "labels", "balance")
 
 
 def make_scheduler(name: str, train_idx: np.ndarray, batch_size: int, seed: int = 0,
-                   **kwargs) -> Scheduler:
+                   **kwargs: Any) -> Scheduler:
     """Build the scheduler registered as ``name`` in :data:`~twopgraph.core.protocols.SCHEDULERS`.
 
     The cluster options ``parts``, ``labels`` and ``balance`` reach only factories that set

@@ -10,14 +10,25 @@ contract (what training, exact inference and the cache budget call) is written i
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 import torch
 from torch import nn
 
-from twopgraph.core.minibatch import MiniBatch
+from twopgraph.core.minibatch import Block, MiniBatch
 from twopgraph.core.protocols import MODELS
 from twopgraph.models.dropout import relu_dropout
+
+if TYPE_CHECKING:
+    class _ModelSection(Protocol):
+        """What :func:`model_from_config` reads of a model config section (``ModelConfig``,
+        a layer above this one)."""
+
+        model: str
+        hidden: int
+        dropout: float
+
+        def conv_options(self) -> dict: ...
 
 
 class Conv(nn.Module):
@@ -34,18 +45,19 @@ class Conv(nn.Module):
     out_dim: int
 
     @classmethod
-    def build(cls, in_dim: int, out_dim: int, *, last: bool, **options) -> "Conv":
+    def build(cls, in_dim: int, out_dim: int, *, last: bool, **options: Any) -> "Conv":
         """Layer ``in_dim`` -> ``out_dim``; ``last``: the output layer; ``options``: the
         section's values of :attr:`options`."""
         return cls(in_dim, out_dim)
 
     @classmethod
-    def check_options(cls, hidden: int, **options) -> None:
+    def check_options(cls, hidden: int, **options: Any) -> None:
         """Raise :class:`~twopgraph.errors.ConfigError` (one line) when ``options`` cannot
         build this conv with ``hidden`` columns (called when the config is validated)."""
 
     @classmethod
-    def activation_width(cls, out_dim: int, fanout: int, *, last: bool, **options) -> int:
+    def activation_width(cls, out_dim: int, fanout: int, *, last: bool,
+                         **options: Any) -> int:
         """float32 values a training step keeps per *input* row of the mini-batch for one
         layer of ``out_dim`` columns over ``fanout`` neighbours per dst (``last``: the output
         layer; ``options``: :attr:`options`' values): what autograd keeps (gradients and
@@ -54,7 +66,7 @@ class Conv(nn.Module):
         return out_dim
 
     @classmethod
-    def edge_values(cls, **options) -> int:
+    def edge_values(cls, **options: Any) -> int:
         """float32 values the layer computes per edge besides the edge weights (exact
         inference's chunks are sized in edges): 0 here."""
         return 0
@@ -67,7 +79,8 @@ class BlockGNN(nn.Module):
     callable ``conv(in_dim, out_dim)`` returning a module of the conv contract."""
 
     def __init__(self, conv: Callable[..., nn.Module], in_dim: int, hidden: int,
-                 num_classes: int, num_layers: int, dropout: float = 0.5, **options):
+                 num_classes: int, num_layers: int, dropout: float = 0.5,
+                 **options: Any) -> None:
         super().__init__()
         dims = [in_dim] + [hidden] * (num_layers - 1) + [num_classes]
         if isinstance(conv, type) and issubclass(conv, Conv):
@@ -82,7 +95,8 @@ class BlockGNN(nn.Module):
     def num_layers(self) -> int:
         return len(self.convs)
 
-    def layer(self, i: int, block, h_src: torch.Tensor, h_dst: torch.Tensor):
+    def layer(self, i: int, block: Block, h_src: torch.Tensor,
+              h_dst: torch.Tensor) -> torch.Tensor:
         """Layer ``i`` alone, with its activation (used by layer-wise inference)."""
         return self.activate(i, self.convs[i](block, h_src, h_dst))
 
@@ -106,7 +120,7 @@ class BlockGNN(nn.Module):
 
 
 def build_model(name: str, in_dim: int, hidden: int, num_classes: int, num_layers: int,
-                dropout: float = 0.5, **options) -> BlockGNN:
+                dropout: float = 0.5, **options: Any) -> BlockGNN:
     """A GNN of the conv registered as ``name`` in :data:`~twopgraph.core.protocols.MODELS`
     ("sage", "gcn", ...; an unknown name is a one-line :class:`ConfigError`); ``options``:
     the conv's own options (:attr:`Conv.options`, e.g. ``heads=4`` for gat; defaults when
@@ -115,7 +129,7 @@ def build_model(name: str, in_dim: int, hidden: int, num_classes: int, num_layer
                     **options)
 
 
-def model_from_config(section, num_features: int, num_classes: int,
+def model_from_config(section: _ModelSection, num_features: int, num_classes: int,
                       num_layers: int) -> BlockGNN:
     """The GNN a model config section (``ModelConfig``) describes: ``model``, ``hidden``,
     ``dropout`` and the conv's :attr:`Conv.options` (``section.conv_options()``)."""

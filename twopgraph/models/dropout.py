@@ -20,6 +20,7 @@ import numpy as np
 import torch
 from numba import njit, prange
 from torch import nn
+from torch.autograd.function import FunctionCtx
 
 from twopgraph.core.rng import splitmix64
 from twopgraph.runtime.jit import register
@@ -65,7 +66,8 @@ def relu_dropout_fwd(x, out, keep, key, threshold, scale):
                     keep[i] = 0
 
 
-def relu_dropout_fwd_ref(x, key, threshold, scale):
+def relu_dropout_fwd_ref(x: np.ndarray, key: int, threshold: int,
+                         scale: float | np.floating) -> tuple[np.ndarray, np.ndarray]:
     """NumPy twin of :func:`relu_dropout_fwd`; returns ``(out, keep)``."""
     n = x.shape[0]
     j = np.arange((n + 1) // 2, dtype=np.uint64)
@@ -93,7 +95,8 @@ def relu_dropout_bwd(grad, keep, scale, out):
             out[i] = grad[i] * scale if keep[i] else 0
 
 
-def relu_dropout_bwd_ref(grad, keep, scale):
+def relu_dropout_bwd_ref(grad: np.ndarray, keep: np.ndarray,
+                         scale: float | np.floating) -> np.ndarray:
     """NumPy twin of :func:`relu_dropout_bwd`."""
     return np.where(keep == 1, grad * np.float32(scale), np.float32(0)).astype(grad.dtype)
 
@@ -106,7 +109,7 @@ class _ReluDropoutCPU(torch.autograd.Function):
     """ReLU then inverted dropout in one numba pass (CPU, float32), 1 byte of mask per element."""
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, p: float, key: int) -> torch.Tensor:
+    def forward(ctx: FunctionCtx, x: torch.Tensor, p: float, key: int) -> torch.Tensor:
         xc = x.detach().contiguous()
         out = torch.empty_like(xc)
         keep = torch.empty(xc.shape, dtype=torch.uint8)
@@ -118,7 +121,7 @@ class _ReluDropoutCPU(torch.autograd.Function):
         return out
 
     @staticmethod
-    def backward(ctx, grad: torch.Tensor):
+    def backward(ctx: FunctionCtx, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
         (keep,) = ctx.saved_tensors
         g = grad.contiguous()
         out = torch.empty_like(g)

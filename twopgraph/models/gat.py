@@ -70,7 +70,7 @@ class GATConv(Conv):
     options = ("heads",)
 
     def __init__(self, in_dim: int, out_dim: int, heads: int = DEFAULT_HEADS,
-                 concat: bool = True, negative_slope: float = NEGATIVE_SLOPE):
+                 concat: bool = True, negative_slope: float = NEGATIVE_SLOPE) -> None:
         super().__init__()
         self.check_options(out_dim if concat else int(heads), heads=heads)
         self.in_dim, self.out_dim = in_dim, out_dim

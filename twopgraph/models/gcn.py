@@ -26,7 +26,7 @@ class GCNConv(Conv):
     does (uniform weights ``1 / s_v`` give today's factor exactly).
     """
 
-    def __init__(self, in_dim: int, out_dim: int):
+    def __init__(self, in_dim: int, out_dim: int) -> None:
         super().__init__()
         self.in_dim, self.out_dim = in_dim, out_dim
         self.lin = nn.Linear(in_dim, out_dim, bias=False)

@@ -26,7 +26,7 @@ class SAGEConv(Conv):
     When ``in_dim > out_dim`` the neighbour projection runs before aggregation (fewer flops).
     """
 
-    def __init__(self, in_dim: int, out_dim: int):
+    def __init__(self, in_dim: int, out_dim: int) -> None:
         super().__init__()
         self.in_dim, self.out_dim = in_dim, out_dim
         self.lin_self = nn.Linear(in_dim, out_dim, bias=True)

@@ -106,7 +106,7 @@ class BatchHeap:
     ``MALLOC_TRIM_THRESHOLD_`` in the environment, or a libc other than glibc 2.33+: nothing
     changes (``active`` False). ``trims`` counts the trims inside the epoch."""
 
-    def __init__(self, keep: int | None = None):
+    def __init__(self, keep: int | None = None) -> None:
         self.keep = keep
         self.active = False
         self.trims = 0
@@ -133,7 +133,7 @@ class BatchHeap:
             self._libc.malloc_trim(0)
             self.trims += 1
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         if not self.active:
             return
         self.active = False

@@ -63,7 +63,7 @@ class PssMonitor:
         812.4
     """
 
-    def __init__(self, interval: float = 0.2, path: str = SMAPS_ROLLUP):
+    def __init__(self, interval: float = 0.2, path: str = SMAPS_ROLLUP) -> None:
         if not interval > 0:
             raise ValueError(f"interval must be > 0 seconds, got {interval!r}")
         self.interval, self.path = float(interval), path
@@ -114,7 +114,7 @@ class PssMonitor:
     def __enter__(self) -> Self:
         return self.start()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
 

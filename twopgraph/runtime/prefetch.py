@@ -31,6 +31,7 @@ Example::
 from __future__ import annotations
 
 import numba
+import numpy as np
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
@@ -49,7 +50,7 @@ def _intrinsic_name() -> str:
 
 
 if numba.config.DISABLE_JIT:
-    def prefetch(a, i):
+    def prefetch(a: np.ndarray, i: int) -> None:
         """No-op twin of the intrinsic (kernels run as Python under NUMBA_DISABLE_JIT=1)."""
         return None
 else:

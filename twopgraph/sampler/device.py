@@ -149,7 +149,8 @@ class TorchNeighborSampler:
     on_device = True
 
     def __init__(self, graph: CSRGraph, fanouts: Sequence[int], seed: int = 0,
-                 degrees: np.ndarray | None = None, device="cpu"):
+                 degrees: np.ndarray | None = None,
+                 device: torch.device | str = "cpu") -> None:
         self.graph = graph
         self.fanouts = parse_fanouts(fanouts)
         self.seed = int(seed)
@@ -175,7 +176,8 @@ class TorchNeighborSampler:
         return sum(t.numel() * t.element_size() for t in (self.indptr, self.indices, self.deg))
 
     # -- sampling -------------------------------------------------------------------------------
-    def sample(self, seeds, key: int | None = None, parallel: bool = True) -> MiniBatch:
+    def sample(self, seeds: np.ndarray | torch.Tensor, key: int | None = None,
+               parallel: bool = True) -> MiniBatch:
         """Sample the blocks of ``seeds`` (unique global ids: a host array/tensor, or an int64
         tensor on ``device``); ``key`` picks the random stream (same seed + key => the same
         mini-batch, and the one NeighborSampler gives); without a key every call draws fresh

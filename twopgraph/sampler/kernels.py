@@ -156,7 +156,8 @@ def sample_neighbors_serial(indptr, indices, nodes, fanout, key):
     return offsets, nbrs
 
 
-def sample_neighbors_ref(indptr, indices, nodes, fanout, key):
+def sample_neighbors_ref(indptr: np.ndarray, indices: np.ndarray, nodes: np.ndarray, fanout: int,
+                         key: int) -> tuple[np.ndarray, np.ndarray]:
     """Plain-Python twin of :func:`sample_neighbors` (same random stream, same output)."""
     key = int(key)
     offsets = [0]
@@ -207,7 +208,8 @@ def relabel(nbrs, node_map, num_known, frontier_out):
     return local, nxt - num_known
 
 
-def relabel_ref(nbrs, node_map, num_known, frontier_out):
+def relabel_ref(nbrs: np.ndarray, node_map: np.ndarray, num_known: int,
+                frontier_out: np.ndarray) -> tuple[np.ndarray, int]:
     """NumPy twin of :func:`relabel` (same in-place effects, same output)."""
     nbrs = np.asarray(nbrs)
     _, first = np.unique(nbrs, return_index=True)
@@ -261,8 +263,9 @@ def relabel_hashed(nbrs, start, local_out, keys, vals, slot_of, shift, nxt, limi
     return m, nxt
 
 
-def relabel_hashed_ref(nbrs, start, local_out, keys, vals, slot_of, shift, nxt, limit,
-                       num_known, frontier_out):
+def relabel_hashed_ref(nbrs: np.ndarray, start: int, local_out: np.ndarray, keys: np.ndarray,
+                       vals: np.ndarray, slot_of: np.ndarray, shift: int, nxt: int, limit: int,
+                       num_known: int, frontier_out: np.ndarray) -> tuple[int, int]:
     """Python twin of :func:`relabel_hashed` (same probing, same in-place effects)."""
     mask = keys.shape[0] - 1
     for e in range(start, len(nbrs)):
@@ -291,7 +294,7 @@ def clear_table(keys, slot_of, count):
         keys[slot_of[x]] = -1
 
 
-def clear_table_ref(keys, slot_of, count):
+def clear_table_ref(keys: np.ndarray, slot_of: np.ndarray, count: int) -> None:
     """NumPy twin of :func:`clear_table`."""
     keys[slot_of[:count]] = -1
 
@@ -313,7 +316,7 @@ def reset_map_serial(node_map, nodes):
         node_map[nodes[i]] = -1
 
 
-def reset_map_ref(node_map, nodes):
+def reset_map_ref(node_map: np.ndarray, nodes: np.ndarray) -> None:
     """NumPy twin of :func:`reset_map`."""
     node_map[np.asarray(nodes)] = -1
 
@@ -334,7 +337,7 @@ def take(values, idx):
     return out
 
 
-def take_ref(values, idx):
+def take_ref(values: np.ndarray, idx: np.ndarray) -> np.ndarray:
     """NumPy twin of :func:`take`."""
     return np.asarray(values)[np.asarray(idx)]
 

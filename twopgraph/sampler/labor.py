@@ -27,6 +27,7 @@ import threading
 from typing import Sequence
 
 import numpy as np
+import torch
 
 from twopgraph.core.minibatch import MiniBatch
 from twopgraph.core.protocols import SAMPLERS
@@ -98,7 +99,7 @@ class LaborSampler(NeighborSampler):
 
     def __init__(self, graph: CSRGraph, fanouts: Sequence[int], seed: int = 0,
                  degrees: np.ndarray | None = None, iterations: int = 0,
-                 layer_dependency: bool = False, batch_dependency: int = 1):
+                 layer_dependency: bool = False, batch_dependency: int = 1) -> None:
         super().__init__(graph, fanouts, seed=seed, degrees=degrees)
         self.iterations, self.layer_dependency, self.batch_dependency = _check_options(
             iterations, layer_dependency, batch_dependency)
@@ -137,7 +138,8 @@ class LaborSampler(NeighborSampler):
             t = self._cand_tls.table = RelabelTable()
         return t
 
-    def sample(self, seeds, key: int | None = None, parallel: bool = True) -> MiniBatch:
+    def sample(self, seeds: np.ndarray | torch.Tensor, key: int | None = None,
+               parallel: bool = True) -> MiniBatch:
         """The blocks of ``seeds`` (unique global ids); ``key`` as
         :meth:`NeighborSampler.sample` (the loader's keys also carry the batch index that
         ``batch_dependency`` follows; a plain int is its own index; key-less calls count
@@ -157,7 +159,7 @@ class LaborSampler(NeighborSampler):
             return mix_key(_LABOR, key.epoch), int(key.batch)
         return _PLAIN_STREAM, int(key)
 
-    def variates(self, vertices, key: int, hop: int = 0) -> np.ndarray:
+    def variates(self, vertices: np.ndarray, key: int, hop: int = 0) -> np.ndarray:
         """The variates ``r_t`` (float64 in [0, 1)) of ``vertices`` in hop ``hop`` (0 = the
         seeds' own neighbours) of the batch sampled with ``key``: what every dst of that
         layer compares with ``c_s pi_t``."""
@@ -181,7 +183,8 @@ class LaborSampler(NeighborSampler):
         angle = 0.5 * math.pi * phase / k
         return key0, key1, math.cos(angle), math.sin(angle)
 
-    def layer_scales(self, nodes: np.ndarray, fanout: int, parallel: bool = True):
+    def layer_scales(self, nodes: np.ndarray, fanout: int,
+                     parallel: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(c, pi, cand)`` of one layer whose dsts are ``nodes``: the per-dst scales, the
         candidates' importances (empty for LABOR-0: all 1) and the candidate of every edge of
         the dsts' concatenated CSR rows (empty for LABOR-0)."""

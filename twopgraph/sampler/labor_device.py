@@ -138,14 +138,16 @@ class TorchLaborSampler(TorchNeighborSampler):
     _stream_index = staticmethod(LaborSampler._stream_index)
 
     def __init__(self, graph: CSRGraph, fanouts: Sequence[int], seed: int = 0,
-                 degrees: np.ndarray | None = None, device="cpu", iterations: int = 0,
-                 layer_dependency: bool = False, batch_dependency: int = 1):
+                 degrees: np.ndarray | None = None, device: torch.device | str = "cpu",
+                 iterations: int = 0, layer_dependency: bool = False,
+                 batch_dependency: int = 1) -> None:
         super().__init__(graph, fanouts, seed=seed, degrees=degrees, device=device)
         self.iterations, self.layer_dependency, self.batch_dependency = _check_options(
             iterations, layer_dependency, batch_dependency)
         self._fresh = itertools.count()
 
-    def sample(self, seeds, key: int | None = None, parallel: bool = True) -> MiniBatch:
+    def sample(self, seeds: np.ndarray | torch.Tensor, key: int | None = None,
+               parallel: bool = True) -> MiniBatch:
         """The blocks of ``seeds`` (unique global ids: a host array/tensor or an int64 tensor
         on ``device``); ``key`` as :meth:`LaborSampler.sample`. ``parallel`` is accepted for
         the protocol (torch picks the threads; the result never depends on it)."""

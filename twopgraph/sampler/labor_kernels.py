@@ -53,7 +53,7 @@ def _room(nbrs, weights, o, d):
     return grown, grown_w
 
 
-# -- LABOR-1 from each vertex's smallest dst degree (no candidate numbering) -------------------------
+# -- LABOR-1 from each vertex's smallest dst degree (no candidate numbering) -----------------------
 # One fixed-point round from pi = 1, where c_s = k / d_s, gives pi_t = max_s min(1, k / d_s) =
 # min(1, k / (min_s d_s)): the smallest degree among t's dsts decides it. Kept per vertex in
 # an integer array, it needs no numbering of the candidates (no gather of the dsts' rows, no
@@ -100,7 +100,8 @@ def labor_min_degree(indptr, indices, nodes, dmin):
     return touched[:count]
 
 
-def labor_min_degree_ref(indptr, indices, nodes, dmin):
+def labor_min_degree_ref(indptr: np.ndarray, indices: np.ndarray, nodes: np.ndarray,
+                         dmin: np.ndarray) -> np.ndarray:
     """NumPy twin of :func:`labor_min_degree`."""
     nodes = np.asarray(nodes, dtype=np.int64)
     deg = indptr[nodes + 1] - indptr[nodes]
@@ -259,7 +260,10 @@ def _numbered(indptr, indices, nodes):
     return rank[inv.reshape(-1)].astype(np.int64), distinct
 
 
-def labor_sample_dense_ref(indptr, indices, nodes, fanout, dmin, key0, key1, ca, cb, smooth):
+def labor_sample_dense_ref(indptr: np.ndarray, indices: np.ndarray, nodes: np.ndarray,
+                           fanout: int, dmin: np.ndarray, key0: int, key1: int, ca: float,
+                           cb: float,
+                           smooth: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Twin of :func:`labor_sample_dense`: the candidates numbered, ``pi`` and ``c`` by
     :func:`labor_pi_ref` (one round; ``dmin`` unused), then :func:`labor_sample_ref`."""
     cand, distinct = _numbered(indptr, indices, nodes)
@@ -268,7 +272,7 @@ def labor_sample_dense_ref(indptr, indices, nodes, fanout, dmin, key0, key1, ca,
                             cb, smooth)
 
 
-# -- sampling ---------------------------------------------------------------------------------------
+# -- sampling --------------------------------------------------------------------------------------
 @njit(inline="always", cache=True)
 def _prob(ci, pi, cand, ce):
     """The inclusion probability ``min(1, c_s pi_t)`` of candidate edge ``ce``."""
@@ -397,7 +401,10 @@ def labor_sample_serial(indptr, indices, nodes, c, pi, cand, rv, key0, key1, ca,
     return offsets, nbrs[:o], weights[:o]
 
 
-def labor_sample_ref(indptr, indices, nodes, c, pi, cand, rv, key0, key1, ca, cb, smooth):
+def labor_sample_ref(indptr: np.ndarray, indices: np.ndarray, nodes: np.ndarray, c: np.ndarray,
+                     pi: np.ndarray, cand: np.ndarray, rv: np.ndarray, key0: int, key1: int,
+                     ca: float, cb: float,
+                     smooth: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Python twin of :func:`labor_sample` (``rv`` unused: a per-candidate variate is the
     vertex's own)."""
     offsets, out, wts = [0], [], []

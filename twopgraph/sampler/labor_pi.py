@@ -160,7 +160,8 @@ def labor_pi(indptr, nodes, cand, num_cand, fanout, iterations):
 labor_pi_serial = njit(nogil=True, cache=True)(getattr(labor_pi, "py_func", labor_pi))
 
 
-def labor_pi_ref(indptr, nodes, cand, num_cand, fanout, iterations):
+def labor_pi_ref(indptr: np.ndarray, nodes: np.ndarray, cand: np.ndarray, num_cand: int,
+                 fanout: int, iterations: int) -> tuple[np.ndarray, np.ndarray]:
     """Python twin of :func:`labor_pi`."""
     nodes = [int(v) for v in nodes]
     starts = [0]

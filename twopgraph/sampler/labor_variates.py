@@ -44,7 +44,7 @@ def variate(key0, key1, ca, cb, smooth, t):
     return r if r < _BELOW_ONE else _BELOW_ONE
 
 
-def variate_ref(key0, key1, ca, cb, smooth, t):
+def variate_ref(key0: int, key1: int, ca: float, cb: float, smooth: bool, t: int) -> float:
     """Python twin of :func:`variate`."""
     key0, key1, t = int(key0), int(key1), int(t)
     if not smooth:
@@ -76,7 +76,8 @@ labor_variates_serial = njit(nogil=True, cache=True)(getattr(labor_variates, "py
                                                             labor_variates))
 
 
-def labor_variates_ref(key0, key1, ca, cb, smooth, vertices):
+def labor_variates_ref(key0: int, key1: int, ca: float, cb: float, smooth: bool,
+                       vertices: np.ndarray) -> np.ndarray:
     """Python twin of :func:`labor_variates`."""
     return np.array([variate_ref(key0, key1, ca, cb, smooth, int(t)) for t in vertices],
                     dtype=np.float64)

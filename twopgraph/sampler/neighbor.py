@@ -22,7 +22,7 @@ from twopgraph.sampler import kernels
 _FRESH_STREAM = 0x46524553480A
 
 
-def check_seeds(seeds, n: int) -> np.ndarray:
+def check_seeds(seeds: np.ndarray | torch.Tensor, n: int) -> np.ndarray:
     """``seeds`` as a contiguous int64 array, refused (ConfigError) unless it is a non-empty
     1-D array of unique vertex ids in ``[0, n)``."""
     a = np.ascontiguousarray(np.asarray(seeds, dtype=np.int64))
@@ -44,7 +44,7 @@ class RelabelTable:
 
     MIN_BITS = 12
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._alloc(self.MIN_BITS)
 
     def _alloc(self, bits: int) -> None:
@@ -59,7 +59,8 @@ class RelabelTable:
     def nbytes(self) -> int:
         return self.keys.nbytes + self.vals.nbytes + self.slot_of.nbytes
 
-    def relabel(self, nbrs: np.ndarray, num_known: int, count: int):
+    def relabel(self, nbrs: np.ndarray, num_known: int,
+                count: int) -> tuple[np.ndarray, int, np.ndarray]:
         """Local ids of ``nbrs`` (int64), new vertices numbered from ``count`` in order of
         first appearance; returns ``(local, count', frontier)`` with the new vertices in
         ``frontier[:count' - num_known]`` (``num_known`` = ``count`` here: ids in use)."""
@@ -83,7 +84,7 @@ class RelabelTable:
         kernels.relabel_hashed(ids, 0, loc, self.keys, self.vals, self.slot_of, 64 - self.bits,
                                0, self.limit, 0, scratch)
 
-    def clear(self, count: int, nodes=None) -> None:
+    def clear(self, count: int, nodes: np.ndarray | None = None) -> None:
         """Forget the first ``count`` local ids (the whole batch; ``nodes`` unused)."""
         kernels.clear_table(self.keys, self.slot_of, count)
 
@@ -93,11 +94,11 @@ class NodeMap:
     unseen; int32 while N < 2**31, as local ids are below N): what a sampling thread uses once
     its table would be larger than the map."""
 
-    def __init__(self, num_nodes: int):
+    def __init__(self, num_nodes: int) -> None:
         self.map = np.full(num_nodes, -1, dtype=self.dtype_for(num_nodes))
 
     @staticmethod
-    def dtype_for(num_nodes: int):
+    def dtype_for(num_nodes: int) -> type[np.signedinteger]:
         """The map's entry type for a graph of ``num_nodes`` vertices."""
         return np.int32 if num_nodes < 2**31 else np.int64
 
@@ -110,13 +111,14 @@ class NodeMap:
     def nbytes(self) -> int:
         return self.map.nbytes
 
-    def relabel(self, nbrs: np.ndarray, num_known: int, count: int):
+    def relabel(self, nbrs: np.ndarray, num_known: int,
+                count: int) -> tuple[np.ndarray, int, np.ndarray]:
         """See :meth:`RelabelTable.relabel`."""
         frontier = np.empty(nbrs.shape[0], dtype=np.int64)
         local, num_new = kernels.relabel(nbrs, self.map, count, frontier)
         return local, int(count + num_new), frontier
 
-    def clear(self, count: int, nodes=None) -> None:
+    def clear(self, count: int, nodes: np.ndarray | None = None) -> None:
         """Forget the batch: the map entries of ``nodes`` (all of them when unknown)."""
         if nodes is None or nodes.shape[0] != count:
             self.map.fill(-1)
@@ -162,7 +164,7 @@ class NeighborSampler:
     device_twin = "device"
 
     def __init__(self, graph: CSRGraph, fanouts: Sequence[int], seed: int = 0,
-                 degrees: np.ndarray | None = None):
+                 degrees: np.ndarray | None = None) -> None:
         self.graph = graph
         self.fanouts = parse_fanouts(fanouts)
         self.seed = int(seed)
@@ -189,7 +191,8 @@ class NeighborSampler:
         """After a batch: this thread's table, settled (:func:`settled`)."""
         self._tls.table = settled(table, self.graph.num_nodes)
 
-    def sample(self, seeds, key: int | None = None, parallel: bool = True) -> MiniBatch:
+    def sample(self, seeds: np.ndarray | torch.Tensor, key: int | None = None,
+               parallel: bool = True) -> MiniBatch:
         """Sample the blocks of ``seeds`` (unique global ids); ``key`` picks the random stream
         (e.g. a batch counter: same seed + key => same mini-batch); without a key every call
         draws fresh randomness (keys from a counter that advances with each such call, so a

@@ -17,10 +17,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Iterator
 
 from twopgraph.core.minibatch import MiniBatch
+from twopgraph.core.protocols import Sampler, Scheduler
 from twopgraph.core.rng import batch_key
 
 
-def sampled_batches(scheduler, sampler, epoch: int,
+def sampled_batches(scheduler: Scheduler, sampler: Sampler, epoch: int,
                     workers: int = 1) -> Iterator[tuple[MiniBatch, float]]:
     """``(batch, seconds spent sampling it)`` for every batch of ``epoch``, in schedule order;
     ``batch.batch_id`` is its position in the epoch.

@@ -56,7 +56,7 @@ class StoreChanged(GraphFormatError):
     """A store file was truncated or rewritten in place (while mapped, or since the store was
     written). ``what`` says what changed, without the advice (for a caller that rebuilds)."""
 
-    def __init__(self, message: str, what: str | None = None):
+    def __init__(self, message: str, what: str | None = None) -> None:
         super().__init__(message)
         self.what = what or message
 
@@ -67,7 +67,7 @@ class _State:
     ``msgs`` the prepared lines, ``state`` what the handler reads: the claim of the first
     faulting thread and the addresses of the others."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.table = np.zeros((CAPACITY, 4), dtype=np.int64)
         self.msgs = np.zeros(CAPACITY * MSG_BYTES + MSG_BYTES, dtype=np.uint8)
         g = np.frombuffer(_GENERIC[:MSG_BYTES], dtype=np.uint8)
@@ -236,7 +236,8 @@ def _message(path: str, hint: str) -> bytes:
     return line
 
 
-def register(arr: np.ndarray, path, hint: str = "delete the store folder to rebuild it") -> None:
+def register(arr: np.ndarray, path: str | os.PathLike,
+             hint: str = "delete the store folder to rebuild it") -> None:
     """Watch the memory map ``arr`` of the file at ``path``: a SIGBUS inside it names the file
     (see :func:`install`) and :func:`check` notices it shrinking or changing. Unregistered when
     ``arr`` is garbage-collected. A no-op for arrays that are not memory maps."""

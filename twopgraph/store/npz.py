@@ -13,13 +13,16 @@ Example::
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import time
 import zipfile
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from twopgraph.errors import GraphFormatError
 from twopgraph.graph.data import GraphData
@@ -30,7 +33,8 @@ from twopgraph.store.writer import StoreWriter, _row_chunks, half_checked, progr
 log = logging.getLogger("twopgraph")
 
 
-def read_npy_header(f, where: str):
+def read_npy_header(f: io.BufferedIOBase,
+                    where: str) -> tuple[tuple[int, ...], bool, np.dtype]:
     """``(shape, fortran_order, dtype)`` of the ``.npy`` stream ``f``."""
     fmt = np.lib.format
     try:
@@ -45,7 +49,8 @@ def read_npy_header(f, where: str):
                                f"({e})") from None
 
 
-def npy_chunks(f, shape, dtype, where: str):
+def npy_chunks(f: io.BufferedIOBase, shape: tuple[int, ...], dtype: np.dtype,
+               where: str) -> Iterator[np.ndarray]:
     """The array of ``.npy`` stream ``f`` (C order) in row chunks, read :data:`CHUNK_BYTES` at
     a time."""
     n = shape[0] if shape else 1
@@ -80,8 +85,9 @@ _KEEP = {"indices": (np.int32, np.int64), "feat": (np.float32, np.float16)}
 _FALLBACK = {"indices": np.int64, "feat": np.float32}
 
 
-def convert_npz(npz, folder, *, progress: bool = False, name: str | None = None,
-                source_key: str | None = None, feat_dtype=None) -> Path:
+def convert_npz(npz: str | os.PathLike, folder: str | os.PathLike, *, progress: bool = False,
+                name: str | None = None, source_key: str | None = None,
+                feat_dtype: DTypeLike | None = None) -> Path:
     """Convert the exchange-format ``.npz`` at ``npz`` into a store at ``folder``, streaming: each
     member is read and written in chunks (an ``.npz`` larger than memory converts), then the
     store is validated once. Any problem is a one-line :class:`GraphFormatError` naming the
@@ -129,7 +135,8 @@ def convert_npz(npz, folder, *, progress: bool = False, name: str | None = None,
     return out
 
 
-def warn_extra_keys(path, keys, known) -> list[str]:
+def warn_extra_keys(path: str | os.PathLike, keys: Iterable[str],
+                    known: Collection[str]) -> list[str]:
     """One warning naming the keys of the ``.npz`` at ``path`` that are not in ``known`` (the
     format's keys): they are ignored (e.g. ``edge_weight``: twopgraph's graphs are
     unweighted). Returns them."""
@@ -241,7 +248,7 @@ def _counted(chunk, bar):
     return chunk
 
 
-def export_npz(data: GraphData, path) -> Path:
+def export_npz(data: GraphData, path: str | os.PathLike) -> Path:
     """Write ``data`` as an exchange-format ``.npz`` (uncompressed, zip64), streaming each array in
     chunks so a memory-mapped table larger than memory can be exported. Atomic (temp file,
     then rename)."""
@@ -262,7 +269,8 @@ def export_npz(data: GraphData, path) -> Path:
     return path
 
 
-def write_npy_member(zf: zipfile.ZipFile, key: str, shape, dtype, chunks) -> None:
+def write_npy_member(zf: zipfile.ZipFile, key: str, shape: Sequence[int], dtype: DTypeLike,
+                     chunks: Iterable[np.ndarray]) -> None:
     """Append ``KEY.npy`` (``shape``/``dtype``, C order) to the open zip ``zf`` from
     ``chunks`` (arrays concatenated along axis 0), one chunk in memory at a time."""
     dtype = np.dtype(dtype)

@@ -75,19 +75,19 @@ class NotUndirected(GraphFormatError):
     """A store whose graph is not undirected (``problem`` says why), opened for a run that
     needs the dataset format (no ``--symmetrize``)."""
 
-    def __init__(self, folder, problem: str):
+    def __init__(self, folder: str | os.PathLike, problem: str) -> None:
         super().__init__(f"{folder}: {problem}")
         self.problem = problem
 
 
-def is_store(path) -> bool:
+def is_store(path: str | os.PathLike) -> bool:
     """Whether ``path`` is a folder holding a ``store.json`` (complete or not: see
     :func:`open_store` for the checks)."""
     p = Path(path)
     return p.is_dir() and (p / STORE_META).is_file()
 
 
-def read_store_meta(path) -> dict:
+def read_store_meta(path: str | os.PathLike) -> dict:
     """``store.json`` of the store at ``path``, checked for format and required keys."""
     folder = Path(path)
     meta_path = folder / STORE_META
@@ -121,7 +121,8 @@ def read_store_meta(path) -> dict:
     return meta
 
 
-def open_store(path, name: str | None = None, check_symmetric: bool = True) -> GraphData:
+def open_store(path: str | os.PathLike, name: str | None = None,
+               check_symmetric: bool = True) -> GraphData:
     """The dataset of the store at ``path``, every array a read-only memory map.
 
     Checks ``store.json`` against every file (dtype, shape, file size) and refuses, in one
@@ -177,7 +178,7 @@ def open_store(path, name: str | None = None, check_symmetric: bool = True) -> G
     return data
 
 
-def file_identity(path) -> dict:
+def file_identity(path: str | os.PathLike) -> dict:
     """What tells a file's content has not been touched since: ``size``, ``mtime_ns``,
     ``inode``, ``ctime_ns`` (an in-place rewrite changes the times, a replacement the inode;
     the change time cannot be set back by a user)."""
@@ -186,7 +187,7 @@ def file_identity(path) -> dict:
             "ctime_ns": st.st_ctime_ns}
 
 
-def files_changed(folder, meta: dict) -> list[str]:
+def files_changed(folder: str | os.PathLike, meta: dict) -> list[str]:
     """The arrays of the store at ``folder`` whose file identity differs from its
     ``store.json`` ``meta``'s ``files`` (none for an older store without them): their content
     may differ from what its ``fingerprint`` vouches for. A few ``stat`` calls."""
@@ -229,7 +230,7 @@ def _check_content(data: GraphData, folder: Path, meta: dict) -> None:
                                            for k in meta["files"]}))
 
 
-def rewrite_meta(folder, meta: dict) -> bool:
+def rewrite_meta(folder: str | os.PathLike, meta: dict) -> bool:
     """Replace the ``store.json`` of the store at ``folder`` by ``meta`` (atomically: temporary
     file, then rename); False where the folder is not writable (nothing changes then)."""
     text = (json.dumps(meta, indent=1) + "\n").encode()
@@ -240,7 +241,7 @@ def rewrite_meta(folder, meta: dict) -> bool:
         return False
 
 
-def source_digest(path) -> str:
+def source_digest(path: str | os.PathLike) -> str:
     """blake2b digest (16 bytes, hex) of the bytes of the file at ``path``, read
     :data:`CHUNK_BYTES` at a time: tells a source file copied elsewhere (another inode and
     change time, same bytes) from one replaced by other content of the same size and mtime."""
@@ -252,7 +253,7 @@ def source_digest(path) -> str:
     return h.hexdigest()
 
 
-def source_identity(path, key: str | None) -> dict:
+def source_identity(path: str | os.PathLike, key: str | None) -> dict:
     """What :func:`twopgraph.datasets` records of a source file in ``store.json``'s
     ``source``: ``path``, ``key``, ``size``, ``mtime_ns``, ``inode``, ``ctime_ns`` and
     ``digest`` (:func:`source_digest`)."""
@@ -272,7 +273,7 @@ def _adopt_fingerprint(data: GraphData, fp: str) -> None:
                          data.num_classes, fp)
 
 
-def disk_bytes(path) -> int:
+def disk_bytes(path: str | os.PathLike) -> int:
     """Bytes of the arrays of the store at ``path`` (from its metadata)."""
     meta = read_store_meta(path)
     return sum(int(r["bytes"]) for r in meta["arrays"].values())

@@ -19,9 +19,13 @@ import logging
 import os
 import shutil
 import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from twopgraph.core.files import host_tag, output_error, sweep_orphans, temp_folder
 from twopgraph.errors import GraphFormatError, OutputError, TwopgraphError
@@ -39,6 +43,9 @@ from twopgraph.store.reader import (
     open_store,
 )
 
+if TYPE_CHECKING:
+    from tqdm import tqdm
+
 log = logging.getLogger("twopgraph")
 
 
@@ -46,7 +53,7 @@ class StoreWriter:
     """A store being written: arrays go to a temporary folder beside ``folder``; :meth:`commit`
     validates, fingerprints, writes ``store.json`` and renames it into place."""
 
-    def __init__(self, folder):
+    def __init__(self, folder: str | os.PathLike) -> None:
         self.folder = Path(folder).absolute()
         parent = self.folder.parent
         try:
@@ -57,15 +64,17 @@ class StoreWriter:
             raise _write_error(self.folder, e) from e
         self.records = {}
 
-    def __enter__(self):
+    def __enter__(self) -> StoreWriter:
         return self
 
-    def __exit__(self, kind, exc, tb):
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> Literal[False]:
         if kind is not None:
             shutil.rmtree(self.tmp, ignore_errors=True)
         return False
 
-    def put(self, name: str, shape: tuple, dtype, chunks) -> None:
+    def put(self, name: str, shape: tuple, dtype: DTypeLike,
+            chunks: Iterable[np.ndarray]) -> None:
         """Write array ``name`` of ``shape``/``dtype`` from ``chunks`` (an iterable of arrays
         whose concatenation along axis 0 is the array), one chunk in memory at a time."""
         dtype = np.dtype(dtype).newbyteorder("=")
@@ -88,7 +97,7 @@ class StoreWriter:
         self.records[name] = {"dtype": dtype.str, "shape": list(header["shape"]),
                               "bytes": total}
 
-    def adopt(self, name: str, path) -> None:
+    def adopt(self, name: str, path: str | os.PathLike) -> None:
         """Take the ``.npy`` file at ``path`` (written by someone else, e.g. the CSR builder)
         as array ``name`` of the store: moved into the store's folder, recorded as it is."""
         path = Path(path)
@@ -107,7 +116,7 @@ class StoreWriter:
         write fails; the caller removes it before :meth:`commit`)."""
         return self.tmp / name
 
-    def put_array(self, name: str, arr: np.ndarray, dtype=None) -> None:
+    def put_array(self, name: str, arr: np.ndarray, dtype: DTypeLike | None = None) -> None:
         """Write ``arr`` (any array, memory-mapped included), in row chunks."""
         dtype = arr.dtype if dtype is None else np.dtype(dtype)
         self.put(name, arr.shape, dtype, _row_chunks(arr))
@@ -192,7 +201,7 @@ def _write_error(folder: Path, e: OSError) -> TwopgraphError:
     return output_error(folder, e, None)
 
 
-def clean_orphans(parent) -> list[Path]:
+def clean_orphans(parent: str | os.PathLike) -> list[Path]:
     """Remove temporary store folders in ``parent`` whose writer (a process of this host) is
     gone; returns what was removed."""
     return sweep_orphans(parent, accept=Path.is_dir)
@@ -222,7 +231,7 @@ def _take_rows(arr: np.ndarray, rows: np.ndarray) -> np.ndarray:
 PROGRESS_MIN_BYTES = 256 << 20
 
 
-def progress_bar(total: int, desc: str, enabled: bool):
+def progress_bar(total: int, desc: str, enabled: bool) -> tqdm:
     """A tqdm bar of ``total`` bytes named ``desc``; hidden when not ``enabled`` or for less
     than :data:`PROGRESS_MIN_BYTES`."""
     from tqdm import tqdm
@@ -230,7 +239,7 @@ def progress_bar(total: int, desc: str, enabled: bool):
                 disable=not enabled or total < PROGRESS_MIN_BYTES, leave=False)
 
 
-def write_store(data: GraphData, folder, *, source: dict | None = None,
+def write_store(data: GraphData, folder: str | os.PathLike, *, source: dict | None = None,
                 validate: bool = True, progress: bool = False) -> Path:
     """Write ``data`` (in memory or memory-mapped) as a store at ``folder``, array by array
     in chunks; ``source`` is recorded for staleness checks. Returns the folder."""
@@ -254,7 +263,7 @@ def _data_bytes(data: GraphData) -> int:
             + data.label.nbytes + sum(getattr(data, s).nbytes for s in SPLITS))
 
 
-def permuted_store(data: GraphData, perm: np.ndarray, folder, *,
+def permuted_store(data: GraphData, perm: np.ndarray, folder: str | os.PathLike, *,
                    progress: bool = False, key: str | None = None) -> GraphData:
     """``data.permute(perm)`` written as a store at ``folder`` chunk by chunk (features read in
     ascending row order per chunk, never the whole table in memory) and opened memory-mapped.
@@ -294,7 +303,7 @@ class HalfRangeError(GraphFormatError):
 HALF_MAX = float(np.finfo(np.float16).max)
 
 
-def half_checked(chunks, where: str):
+def half_checked(chunks: Iterable[np.ndarray], where: str) -> Iterator[np.ndarray]:
     """``chunks`` of features on their way into a float16 store, each checked to lie within
     float16's range (+-65504): a larger value would be stored as an infinity."""
     for c in chunks:
