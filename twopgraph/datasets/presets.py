@@ -142,7 +142,7 @@ def load_synthetic(spec: SyntheticSpec, path: str | os.PathLike,
                    progress: bool = False) -> GraphData:
     """The dataset of :class:`~twopgraph.datasets.synthetic.SyntheticSpec` ``spec`` in memory,
     cached as the ``.npz`` at ``path`` (for tools that need a file, e.g.
-    ``scripts/bench_scaling.py`` for DGL): read from there if it was made from this spec, else
+    ``twopgraph bench scaling`` for DGL): read from there if it was made from this spec, else
     generated and written there. The presets of ``--dataset`` do not use it: they live in their
     store alone (:func:`load_preset`).
 

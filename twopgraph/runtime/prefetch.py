@@ -2,11 +2,11 @@
 
 Sampling is bound by memory latency, not bandwidth: on this project's 2-core machine a chain
 of dependent loads into a 0.5 GB CSR costs ~330 ns per load, independent loads ~13 ns each
-(``scripts/bench_latency.py``).
+(``twopgraph bench csr``).
 A kernel that knows the addresses of the next iterations (the rows of the dsts ``dist``
 positions ahead, the map entries of the neighbours ``dist`` edges ahead) asks for them with
-:func:`prefetch` so that their misses overlap (``scripts/bench_sampler_families.py`` measures
-the effect against DGL).
+:func:`prefetch` so that their misses overlap (``twopgraph bench sampling --peers dgl``
+measures the effect against DGL).
 
 ``prefetch(a, i)`` emits LLVM's ``llvm.prefetch`` (read, high locality, data cache) for the
 address of ``a[i]`` of a 1-D array. It never faults (a hint, not a load), so ``i`` may be any
