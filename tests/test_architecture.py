@@ -139,6 +139,7 @@ LAYERS = [
     {"twopgraph.config"},
     {"twopgraph.pipeline"},
     {"twopgraph.inference"},
+    {"twopgraph.pyg"},
     {"twopgraph.run"},
     {"twopgraph.distributed"},
     {"twopgraph.bench"},
