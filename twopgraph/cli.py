@@ -26,6 +26,7 @@ import os
 import signal
 import sys
 import threading
+from typing import NoReturn
 
 from twopgraph.bench.harness import add_parsers as add_bench_parsers
 from twopgraph.config import DataConfig, TrainConfig, add_section_arguments
@@ -39,7 +40,7 @@ log = logging.getLogger("twopgraph")
 class _Parser(argparse.ArgumentParser):
     """argparse whose usage errors are one line (exit 2)."""
 
-    def error(self, message):
+    def error(self, message: str) -> NoReturn:
         self.exit(2, f"twopgraph: error: {message} (see `{self.prog} --help`)\n")
 
 
@@ -93,7 +94,7 @@ def given(argv: list[str], dest: str) -> bool:
     return getattr(ns, dest, _UNSET) is not _UNSET
 
 
-def cmd_train(a) -> int:
+def cmd_train(a: argparse.Namespace) -> int:
     from twopgraph.run.records import result_record
     from twopgraph.run.train import train
     cfg = TrainConfig.from_args(a)
@@ -108,24 +109,24 @@ def cmd_train(a) -> int:
     return 0
 
 
-def cmd_predict(a) -> int:
+def cmd_predict(a: argparse.Namespace) -> int:
     from twopgraph.run.predict import run_predict
     print(json.dumps(run_predict(PredictConfig.from_args(a))))
     return 0
 
 
-def cmd_bench(a) -> int:
+def cmd_bench(a: argparse.Namespace) -> int:
     from twopgraph.bench.harness import run
     return run(a)
 
 
-def cmd_partition(a) -> int:
+def cmd_partition(a: argparse.Namespace) -> int:
     from twopgraph.distributed.commands import cmd_partition as run
     PartitionConfig.from_args(a).validate()
     return run(a)
 
 
-def cmd_datasets(a) -> int:
+def cmd_datasets(a: argparse.Namespace) -> int:
     from twopgraph.datasets import (
         DATASET_PATH_ENV,
         dataset_search_path,
@@ -144,7 +145,7 @@ def cmd_datasets(a) -> int:
     return 0
 
 
-def cmd_info(a) -> int:
+def cmd_info(a: argparse.Namespace) -> int:
     from twopgraph.datasets import dataset_path, store_dtype_of
     data = DataConfig(a.dataset, a.data_root, a.symmetrize, a.store_dtype).validate().load()
     info = data.summary()

@@ -385,12 +385,12 @@ def test_rebalance_moves_whole_clusters_and_keeps_a_balanced_split():
 
 def test_halos_of_more_than_eight_parts_are_the_hop_balls(data):
     # 10 parts: two bytes of part masks; each part's halo is the BFS ball of its seeds
-    from twopgraph.distributed.partition.selfdep import _local_entries
-    from twopgraph.distributed.partition.split import _halos
+    from twopgraph.distributed.partition.selfdep import local_entries
+    from twopgraph.distributed.partition.split import halos
     g = data.graph
     owner = np.random.default_rng(0).integers(0, 10, g.num_nodes)
-    reached = _halos(g, owner, data.train_idx, 10, 2)
-    entries = _local_entries(g, owner, reached, 10)
+    reached = halos(g, owner, data.train_idx, 10, 2)
+    entries = local_entries(g, owner, reached, 10)
     adj = g.to_scipy()
     for p in range(10):
         seeds = data.train_idx[owner[data.train_idx] == p]

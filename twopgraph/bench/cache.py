@@ -59,24 +59,34 @@ import logging
 import time
 import zlib
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from twopgraph.bench.config import BenchCacheConfig
 from twopgraph.bench.harness import BENCHMARKS, STDOUT, Benchmark, Context, Row
 from twopgraph.core.files import atomic_write_bytes
 
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+    from matplotlib.figure import Figure
+
+    from twopgraph.graph.data import GraphData
+
 log = logging.getLogger("twopgraph")
 
-COLUMNS = ["dataset", "fanouts", "batch_size", "seed", "policy", "schedule", "ratio", "budget_rows", "feature_rows", "cache_hits",
-           "hit_rate", "h2d_bytes", "cache_fill_bytes", "total_bytes", "transfer_ratio",
+COLUMNS = ["dataset", "fanouts", "batch_size", "seed", "policy", "schedule", "ratio",
+           "budget_rows", "feature_rows", "cache_hits", "hit_rate", "h2d_bytes",
+           "cache_fill_bytes", "total_bytes", "transfer_ratio",
            "bytes_vs_baseline", "total_vs_baseline", "vs_optimal", "total_vs_optimal",
            "optimal_h2d_bytes", "optimal_total_bytes", "row_bytes", "num_batches",
            "input_nodes_per_batch", "policy_s", "replay_s", "presample_s", "gather_s"]
 
 
-def run_bench(data, policies: list[str], ratios: list[float], schedules: list[str],
+def run_bench(data: GraphData, policies: list[str], ratios: list[float], schedules: list[str],
               fanouts: list[int], batch_size: int, seed: int = 0, epoch: int = 0,
-              parts=None, balance: int = 16, policy_options: dict | None = None,
-              copy: bool = False, device: str = "cpu", dtype=None,
+              parts: np.ndarray | None = None, balance: int = 16,
+              policy_options: dict | None = None, copy: bool = False, device: str = "cpu",
+              dtype: torch.dtype | None = None,
               threads: int = 0, sampler: str = "neighbor",
               sampler_kwargs: dict | None = None) -> list[dict]:
     """All rows of ``cache.csv`` (see the module doc) for ``data`` (already renumbered /
@@ -245,7 +255,7 @@ def policy_marker(policy: str) -> str:
     return _EXTRA_MARKERS[zlib.crc32(policy.encode()) % len(_EXTRA_MARKERS)]
 
 
-def schedule_style(schedule: str):
+def schedule_style(schedule: str) -> str | tuple[int, tuple[int, ...]]:
     """The line style of ``schedule`` in ``cache.png``, fixed per name."""
     if schedule in SCHEDULE_STYLES:
         return SCHEDULE_STYLES[schedule]
@@ -262,7 +272,7 @@ ONE_BATCH_NOTE = ("one batch per epoch: every schedule gives the same batch and 
                   "is reused within the epoch (bytes beyond none's are the cache's fill only)")
 
 
-def figure(rows: list[dict], title: str = ""):
+def figure(rows: list[dict], title: str = "") -> Figure:
     """The ``cache.png`` figure (a :class:`matplotlib.figure.Figure`, not registered with
     pyplot) of ``rows``; raises ImportError without matplotlib."""
     from matplotlib.figure import Figure

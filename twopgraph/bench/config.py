@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from twopgraph.config import (
     TRAIN_ONLY_SAMPLING,
@@ -25,6 +26,9 @@ from twopgraph.core.names import FEAT_DTYPE_NAMES
 from twopgraph.core.protocols import CACHE_POLICIES, SCHEDULERS
 from twopgraph.errors import ConfigError
 
+if TYPE_CHECKING:
+    from typing import Self
+
 
 @dataclass
 class SamplerBenchOptions(Section):
@@ -36,7 +40,7 @@ class SamplerBenchOptions(Section):
     threads: int = threads_option()
     json: bool = option(False, "print one JSON line")
 
-    def validate(self):
+    def validate(self) -> Self:
         if self.epochs is not None:  # None: by graph size (TrainConfig.resolved)
             positive_int(self, "epochs")
         int_at_least(self, "warmup", 0)
@@ -80,7 +84,7 @@ class CacheBenchOptions(Section):
     threads: int = threads_option()
     json: bool = option(False, "print the rows as JSON lines")
 
-    def validate(self):
+    def validate(self) -> Self:
         for name in ("policies", "schedules"):
             setattr(self, name, csv_list(getattr(self, name), name))
         for p in self.policies:

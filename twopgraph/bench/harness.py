@@ -128,7 +128,7 @@ class Context:
     """What one run of a benchmark shares between its repeats: the parsed options, the graph
     (loaded once, on first use), the repeat being measured, the peers' versions."""
 
-    def __init__(self, a: argparse.Namespace, bench: Benchmark):
+    def __init__(self, a: argparse.Namespace, bench: Benchmark) -> None:
         self.args = a
         self.bench = bench
         self.repeat = 0

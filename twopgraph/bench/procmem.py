@@ -31,6 +31,10 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from typing import Self
 
 log = logging.getLogger("twopgraph")
 
@@ -96,17 +100,17 @@ def _is_rank(pid: int) -> bool:
 class _Sampler:
     """A thread calling :meth:`sample` every ``interval`` s inside a ``with`` block."""
 
-    def __init__(self, pid: int, interval: float):
+    def __init__(self, pid: int, interval: float) -> None:
         self.pid, self.interval = pid, interval
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=type(self).__name__,
                                         daemon=True)
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         self._thread.start()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
 
@@ -124,7 +128,7 @@ class TreeMonitor(_Sampler):
     summed ``pss``, summed ``pss_anon``, the ranks' summed ``rank_pss``, the largest single
     ``rss``); ``procs``: the most processes seen at once, ``samples``: samples taken."""
 
-    def __init__(self, pid: int, interval: float = 0.2):
+    def __init__(self, pid: int, interval: float = 0.2) -> None:
         super().__init__(pid, interval)
         self.peak = {"pss": 0.0, "pss_anon": 0.0, "rank_pss": 0.0, "rss": 0.0}
         self.procs = self.ranks = self.samples = 0
@@ -168,7 +172,7 @@ class IoMonitor(_Sampler):
     (``/proc/PID/io`` ``write_bytes``/``read_bytes``, each process's last reading; reads
     count what missed the page cache)."""
 
-    def __init__(self, pid: int, interval: float = 0.2):
+    def __init__(self, pid: int, interval: float = 0.2) -> None:
         super().__init__(pid, interval)
         self.written: dict[int, int] = {}
         self.read: dict[int, int] = {}
@@ -197,7 +201,8 @@ class MemCgroup:
     group (waiting for its processes to end first; any left after 10 s were started by the
     benchmark and are killed by pid)."""
 
-    def __init__(self, name: str, limit_bytes: int | None = None, base: Path | None = None):
+    def __init__(self, name: str, limit_bytes: int | None = None,
+                 base: Path | None = None) -> None:
         self.path = (CGROUP_V1 if base is None else base) / name
         self.limit_bytes = limit_bytes
         self.path.mkdir()
@@ -276,7 +281,7 @@ class MemCgroup:
     def __enter__(self) -> MemCgroup:  # noqa: PYI034 (typing.Self: Python 3.11)
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.remove()
 
 

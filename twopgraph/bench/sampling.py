@@ -37,7 +37,7 @@ import logging
 import os
 import statistics
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from twopgraph.bench.harness import BENCHMARKS, Benchmark, Context, Row
 from twopgraph.errors import ConfigError
@@ -168,7 +168,7 @@ class SamplingBenchmark(Benchmark):
 
 
 def sampler_config(a: argparse.Namespace, ctx: Context | None, schedule: str,
-                   sampler: str = "neighbor", **fields) -> BenchSamplerConfig:
+                   sampler: str = "neighbor", **fields: Any) -> BenchSamplerConfig:
     """The :class:`~twopgraph.bench.config.BenchSamplerConfig` of one row: the flags of
     :func:`add_sampling_arguments` in ``a``, the graph of ``ctx`` (None: a stand-in, to
     validate the flags before loading), ``schedule``, ``sampler`` and other config

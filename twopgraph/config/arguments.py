@@ -6,11 +6,15 @@ from __future__ import annotations
 import argparse
 import types
 import typing
+from collections.abc import Container
 from dataclasses import MISSING, fields
 
+if typing.TYPE_CHECKING:
+    from twopgraph.core.registry import Registry
 
-def add_section_arguments(parser: argparse.ArgumentParser, section: type, exclude=(),
-                          required=()) -> None:
+
+def add_section_arguments(parser: argparse.ArgumentParser, section: type,
+                          exclude: Container[str] = (), required: Container[str] = ()) -> None:
     """Add one flag per field of the dataclass ``section`` (see
     :func:`~twopgraph.config.option`); ``exclude``: field names left out; ``required``:
     field names made required."""
@@ -61,7 +65,7 @@ def _base_type(kind) -> type:
     return kind
 
 
-def registry_help(registry) -> str:
+def registry_help(registry: Registry) -> str:
     """``name: summary | ...`` of a registry's names (read from the sources, not imported)."""
     def lower(d: str) -> str:  # "A layer-aware ..." -> "a layer-aware ...", not "GCN"
         return d[0].lower() + d[1:] if d[:2] != d[:2].upper() else d

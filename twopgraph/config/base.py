@@ -8,7 +8,9 @@ import argparse
 import copy
 import logging
 import typing
+from collections.abc import Container, Iterable
 from dataclasses import asdict, fields
+from typing import TYPE_CHECKING, Any
 
 from twopgraph.config.arguments import add_section_arguments
 from twopgraph.config.defaults import (
@@ -19,6 +21,9 @@ from twopgraph.config.defaults import (
     size_profile,
 )
 from twopgraph.errors import ConfigError
+
+if TYPE_CHECKING:
+    from typing import Self
 
 
 class Config:
@@ -35,7 +40,7 @@ class Config:
         return {f.name: hints[f.name] for f in fields(cls)}
 
     @classmethod
-    def of(cls, **flat):
+    def of(cls, **flat: Any) -> Self:
         """Build from flat field names, e.g. ``TrainConfig.of(dataset="cora", epochs=3)``;
         an unknown name is a :class:`ConfigError`."""
         parts = {}
@@ -48,7 +53,7 @@ class Config:
         return cls(**parts)
 
     @classmethod
-    def from_dict(cls, d: dict):
+    def from_dict(cls, d: dict) -> Self:
         """From :meth:`flat` output or from ``asdict`` (nested) output."""
         if any(k in d for k in cls.sections()) and all(isinstance(v, dict) for v in d.values()):
             flat = {k: v for sec in d.values() for k, v in sec.items()}
@@ -57,7 +62,7 @@ class Config:
         return cls.of(**flat)
 
     @classmethod
-    def from_args(cls, ns: argparse.Namespace):
+    def from_args(cls, ns: argparse.Namespace) -> Self:
         """From a namespace parsed by a parser made with :meth:`add_arguments`."""
         flat = {}
         for sec in cls.sections().values():
@@ -67,14 +72,15 @@ class Config:
         return cls.of(**flat)
 
     @classmethod
-    def add_arguments(cls, parser: argparse.ArgumentParser, exclude=(), required=()) -> None:
+    def add_arguments(cls, parser: argparse.ArgumentParser, exclude: Iterable[str] = (),
+                      required: Container[str] = ()) -> None:
         """One flag per field of every section (``exclude``: field names left out, besides
         the config's own ``EXCLUDE``; ``required``: field names made required)."""
         exclude = tuple(exclude) + tuple(getattr(cls, "EXCLUDE", ()))
         for sec in cls.sections().values():
             add_section_arguments(parser, sec, exclude=exclude, required=required)
 
-    def resolved_logged(self, num_nodes: int):
+    def resolved_logged(self, num_nodes: int) -> tuple[Self, dict]:
         """:meth:`resolved`, with the line saying what the size-based defaults became
         (:func:`describe_defaults`) logged at INFO when any was left to them."""
         out, rec = self.resolved(num_nodes)
@@ -82,7 +88,7 @@ class Config:
             logging.getLogger("twopgraph").info("%s", line)
         return out, rec
 
-    def resolved(self, num_nodes: int):
+    def resolved(self, num_nodes: int) -> tuple[Self, dict]:
         """This config with the size-based options left at None (``fanouts``, ``lr``,
         ``epochs``, those of them it has) set from :data:`SIZE_DEFAULTS` for a graph of
         ``num_nodes`` vertices (:func:`size_profile`), and the record of what was chosen
@@ -133,7 +139,7 @@ class Config:
                         out[f.name] = value
         return out
 
-    def validate(self):
+    def validate(self) -> Self:
         """Validate every section (one pass; the first bad value raises)."""
         for name in self.sections():
             getattr(self, name).validate()

@@ -4,8 +4,9 @@ only by the checks that need it (devices), never when a parser is built."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from twopgraph.errors import ConfigError
 
@@ -33,7 +34,7 @@ def resolve_device(name: str) -> "torch.device":
     return torch.device(name)
 
 
-def csv_list(value, what: str, conv=str) -> list:
+def csv_list(value: object, what: str, conv: Callable[[Any], Any] = str) -> list:
     """``"a,b"`` (or a list) -> ``[conv("a"), conv("b")]``; at least one entry."""
     items = value if isinstance(value, (list, tuple)) else \
         [t.strip() for t in str(value).split(",") if t.strip()]
@@ -50,22 +51,22 @@ def flag_name(name: str) -> str:
     return name.replace("_", "-")
 
 
-def is_number(v) -> bool:
+def is_number(v: object) -> bool:
     """An int or a float, not a bool."""
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def is_int(v) -> bool:
+def is_int(v: object) -> bool:
     """An int, not a bool."""
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def positive_int(obj, name: str) -> None:
+def positive_int(obj: object, name: str) -> None:
     """``obj.name`` is an integer >= 1."""
     int_at_least(obj, name, 1)
 
 
-def int_at_least(obj, name: str, low: int, note: str = "") -> None:
+def int_at_least(obj: object, name: str, low: int, note: str = "") -> None:
     """``obj.name`` is an integer >= ``low``; ``note`` is added to the message."""
     v = getattr(obj, name)
     if not is_int(v) or v < low:
@@ -74,7 +75,7 @@ def int_at_least(obj, name: str, low: int, note: str = "") -> None:
                           f"got {v!r}")
 
 
-def one_of(obj, name: str, allowed) -> None:
+def one_of(obj: object, name: str, allowed: Collection[str]) -> None:
     """``obj.name`` is one of ``allowed``."""
     v = getattr(obj, name)
     if v not in allowed:
@@ -82,7 +83,7 @@ def one_of(obj, name: str, allowed) -> None:
                           f"{', '.join(allowed)}")
 
 
-def seed_ok(seed) -> None:
+def seed_ok(seed: object) -> None:
     """``seed`` is an integer in [0, 2**63)."""
     if not is_int(seed) or not 0 <= seed < 2 ** 63:
         raise ConfigError(f"seed must be an integer in [0, 2**63), got {seed!r}")

@@ -4,16 +4,25 @@ share (seed, threads, feature dtype, number of clusters)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import MISSING, Field, field
+from typing import TYPE_CHECKING, Any
 
 from twopgraph.core.names import FEAT_DTYPE_NAMES
 
+if TYPE_CHECKING:
+    from typing import Self
 
-def option(default=MISSING, help: str = "", *, flag: str | None = None, factory=None,
-           required: bool = False, negatable: bool = False, metavar: str | None = None,
-           show_default: str | None = None, result: bool = False, choices=None,
-           listed: bool = False, fingerprint_default: bool = True, registry=None,
-           spec: bool = False) -> Field:
+    from twopgraph.core.registry import Registry
+
+
+def option(default: Any = MISSING, help: str = "", *, flag: str | None = None,
+           factory: Callable[[], Any] | None = None, required: bool = False,
+           negatable: bool = False, metavar: str | None = None,
+           show_default: str | None = None, result: bool = False,
+           choices: Sequence[str] | Callable[[], Sequence[str]] | None = None,
+           listed: bool = False, fingerprint_default: bool = True,
+           registry: Registry | None = None, spec: bool = False) -> Field:
     """A config field with its command-line form.
 
     ``flag`` defaults to ``--field-name``; a bool field is a switch (``store_true``; a flag
@@ -42,7 +51,7 @@ class Section:
     """Base of the config sections: :meth:`validate` checks every field in one pass and
     raises :class:`~twopgraph.errors.ConfigError` naming the flag and the bad value."""
 
-    def validate(self):
+    def validate(self) -> Self:
         """Check every field; ``self`` (the base section has none)."""
         return self
 

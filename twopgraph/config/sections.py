@@ -205,8 +205,8 @@ class CacheConfig(Section):
                              "table does not fit in half the memory left) | a cache policy's "
                              "name (degree, presample, layer: its static rank picks the rows). "
                              "Off by default: it took memory from the page cache and did not "
-                             "pay on any graph measured (scripts/bench_outofcore.py, "
-                             "scripts/bench_gather.py)",
+                             "pay on any graph measured (twopgraph bench memory "
+                             "--wide-features 2048, --workload gather)",
                              choices=lambda: ("auto", *CACHE_POLICIES.declared()))
     readahead: str = option("auto", "read-ahead of a memory-mapped feature table: on (the "
                             "sampling workers advise each batch's rows, MADV_WILLNEED, and "

@@ -4,6 +4,7 @@ checks of the options that depend on each other."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from twopgraph.config.base import Config
 from twopgraph.config.checks import resolve_device
@@ -17,6 +18,9 @@ from twopgraph.config.sections import (
 )
 from twopgraph.errors import ConfigError
 
+if TYPE_CHECKING:
+    from typing import Self
+
 
 @dataclass
 class TrainConfig(Config):
@@ -29,7 +33,7 @@ class TrainConfig(Config):
     run: RunConfig = field(default_factory=RunConfig)
     dist: DistConfig = field(default_factory=DistConfig)
 
-    def validate(self):
+    def validate(self) -> Self:
         """Every section, then the options that depend on each other: ``--sampler-device
         cuda`` samples on the training device, so it needs ``--device`` cuda, and the
         partition sampler of ``--partitions`` (it counts remote requests) runs on the host."""

@@ -3,18 +3,23 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from twopgraph.core.files import refuse_dangling
 from twopgraph.errors import ConfigError, Stopped, TwopgraphError
 
+if TYPE_CHECKING:
+    from twopgraph.config import TrainConfig
+
 log = logging.getLogger("twopgraph")
 
 
-def cmd_partition(a) -> int:
+def cmd_partition(a: argparse.Namespace) -> int:
     """``twopgraph partition``; ``a`` holds the flags of
     :class:`~twopgraph.distributed.partition.config.PartitionConfig` (the CLI validated them). One
     writer per ``--out``: a second ``partition`` into a folder being written is refused in one line
@@ -75,7 +80,8 @@ def _check_out_folder(out) -> None:
         raise ConfigError(f"--out {out}: {parent} is not writable")
 
 
-def run_partitioned(cfg, argv: list[str], dataset_given: bool | None = None) -> int | None:
+def run_partitioned(cfg: TrainConfig, argv: list[str],
+                    dataset_given: bool | None = None) -> int | None:
     """``twopgraph train --partitions``: launch torchrun (``--nproc`` outside torchrun) or
     train as this torchrun rank. Returns the exit code, or None without ``--partitions``.
     ``argv`` is the command line, passed on to the workers; ``dataset_given``: whether it

@@ -19,6 +19,7 @@ import contextlib
 import datetime
 import logging
 import os
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 import torch
@@ -47,7 +48,7 @@ class DistEnv:
         return self.rank == 0
 
 
-def detect(environ=None) -> DistEnv:
+def detect(environ: Mapping[str, str] | None = None) -> DistEnv:
     """The torchrun variables of ``environ`` (default ``os.environ``), validated."""
     env = os.environ if environ is None else environ
     if "RANK" not in env and "WORLD_SIZE" not in env:
@@ -79,7 +80,7 @@ def rank_device(name: str, env: DistEnv) -> torch.device:
 
 
 @contextlib.contextmanager
-def process_group(env: DistEnv, device: torch.device, timeout_s: float):
+def process_group(env: DistEnv, device: torch.device, timeout_s: float) -> Iterator[str]:
     """Initialise the default process group for ``env`` (``nccl`` on CUDA, ``gloo`` on CPU)
     and destroy it on exit, whatever happens. Yields the backend name."""
     if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) \

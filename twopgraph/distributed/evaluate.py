@@ -78,7 +78,7 @@ class SharedTables:
     memory-mapped by every rank (see the module docstring). Collective: every rank makes
     the same calls in the same order."""
 
-    def __init__(self, n: int, scratch_dir=None):
+    def __init__(self, n: int, scratch_dir: str | os.PathLike | None = None) -> None:
         self.n, self.main = int(n), dist.get_rank() == 0
         box = [None]
         if self.main:
@@ -127,7 +127,7 @@ class ReducedTables:
     """The hidden layers' output tables all-reduced into a private ``n x width`` array on
     every rank (ranks on several machines, which share no file)."""
 
-    def __init__(self, n: int, device):
+    def __init__(self, n: int, device: torch.device | str) -> None:
         self.n, self.device = int(n), device
 
     def new(self, layer: int, width: int, rows: int | None = None) -> np.ndarray:
@@ -177,8 +177,9 @@ def _from_projection(conv, block: Block, table: np.ndarray, src: np.ndarray, row
     return conv.from_projection(block, tuple(parts), s, s + int(rows.shape[0]))
 
 
-def evaluate_distributed(model: BlockGNN, part: Part, device, batch_edges: int = 4_000_000,
-                         feat_dtype: torch.dtype | None = None, scratch_dir=None,
+def evaluate_distributed(model: BlockGNN, part: Part, device: torch.device | str,
+                         batch_edges: int = 4_000_000, feat_dtype: torch.dtype | None = None,
+                         scratch_dir: str | os.PathLike | None = None,
                          shared: bool | None = None,
                          scope: str = "all") -> tuple[float | None, float | None]:
     """``(val_acc, test_acc)`` of ``model`` over all ranks' owned val/test vertices (the same
@@ -193,8 +194,9 @@ def evaluate_distributed(model: BlockGNN, part: Part, device, batch_edges: int =
     return res["val_acc"], res["test_acc"]
 
 
-def evaluate_scores(model: BlockGNN, part: Part, device, batch_edges: int = 4_000_000,
-                    feat_dtype: torch.dtype | None = None, scratch_dir=None,
+def evaluate_scores(model: BlockGNN, part: Part, device: torch.device | str,
+                    batch_edges: int = 4_000_000, feat_dtype: torch.dtype | None = None,
+                    scratch_dir: str | os.PathLike | None = None,
                     shared: bool | None = None, metric: str = "acc",
                     warned: set | None = None, scope: str = "all",
                     plans: dict | None = None) -> dict:

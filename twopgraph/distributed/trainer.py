@@ -48,12 +48,14 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
+import os
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -62,6 +64,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from twopgraph.config import DataConfig, TrainConfig, describe_defaults
 from twopgraph.core.metrics import transfer_metrics
+from twopgraph.core.minibatch import Block, MiniBatch
+from twopgraph.core.protocols import Scheduler
 from twopgraph.core.rng import mix_key
 from twopgraph.datasets import partition_dataset
 from twopgraph.distributed.env import DistEnv, detect, process_group, rank_device
@@ -122,8 +126,8 @@ class PartSampler:
     ``options``: the sampler's own keywords (:func:`~twopgraph.sampler.sampler_options`).
     """
 
-    def __init__(self, part: Part, fanouts, seed: int = 0, name: str = "neighbor",
-                 options: dict | None = None):
+    def __init__(self, part: Part, fanouts: Sequence[int], seed: int = 0,
+                 name: str = "neighbor", options: dict | None = None) -> None:
         self.inner = make_sampler(name, part.data.graph, fanouts, seed=seed,
                                   degrees=part.degree, **(options or {}))
         self.graph, self.fanouts, self.seed = self.inner.graph, self.inner.fanouts, seed
@@ -143,7 +147,8 @@ class PartSampler:
     def num_layers(self) -> int:
         return self.inner.num_layers
 
-    def sample(self, seeds, key: int | None = None, parallel: bool = True):
+    def sample(self, seeds: np.ndarray | torch.Tensor, key: int | None = None,
+               parallel: bool = True) -> MiniBatch:
         """:meth:`NeighborSampler.sample`, counting; safe from several sampler threads."""
         mb = self.inner.sample(seeds, key, parallel)
         ids = mb.input_nodes.numpy()
@@ -168,7 +173,7 @@ class PartSampler:
     def counters(self) -> tuple[int, float, int]:
         return self.remote_graph_requests, self.remote_feature_rows, self.halo_input_rows
 
-    def full_block(self, dst_start: int, dst_end: int):
+    def full_block(self, dst_start: int, dst_end: int) -> Block:
         return self.inner.full_block(dst_start, dst_end)
 
 
@@ -182,15 +187,15 @@ class FixedSteps:
     starting fresh shuffles of ``inner`` (epochs ``epoch + k * REFILL_EPOCH_STRIDE``) when it
     runs out."""
 
-    def __init__(self, inner, num_batches: int):
+    def __init__(self, inner: Scheduler, num_batches: int) -> None:
         self.inner, self.num_batches = inner, int(num_batches)
 
-    def __getattr__(self, name):  # batch_size, train_idx, ... of the wrapped scheduler
+    def __getattr__(self, name: str) -> Any:  # batch_size, train_idx, ... of the wrapped scheduler
         if name == "inner":
             raise AttributeError(name)
         return getattr(self.inner, name)
 
-    def batches(self, epoch: int):
+    def batches(self, epoch: int) -> Iterator[np.ndarray]:
         done, k = 0, 0
         while done < self.num_batches:
             for seeds in self.inner.batches(epoch + k * REFILL_EPOCH_STRIDE):
@@ -220,7 +225,8 @@ class DistResult:
     selected_epoch: int | None = None
 
 
-def train_distributed(cfg: TrainConfig, partitions, *, env: DistEnv | None = None,
+def train_distributed(cfg: TrainConfig, partitions: str | os.PathLike, *,
+                      env: DistEnv | None = None,
                       dataset_given: bool | None = None) -> DistResult:
     """Train per ``cfg`` on the partition folder ``partitions`` as rank ``env.rank`` of
     ``env.world_size`` (default: from the torchrun variables). The partition must have
@@ -442,7 +448,8 @@ class DistributedRank(Rank):
     stops_on_nonfinite = False  # a non-finite loss is recorded: the ranks decide together
 
     def __init__(self, env: DistEnv, ddp: torch.nn.Module, sampler: PartSampler,
-                 evaluate: Callable[[], dict], info: Callable[[], dict], pss: PssMonitor):
+                 evaluate: Callable[[], dict], info: Callable[[], dict],
+                 pss: PssMonitor) -> None:
         super().__init__(None, None, info)
         self.env, self.ddp, self.sampler, self._evaluate, self.pss = env, ddp, sampler, \
             evaluate, pss

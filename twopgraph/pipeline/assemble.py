@@ -19,18 +19,33 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable, Collection
+from typing import TYPE_CHECKING
 
 import torch
 
 from twopgraph.cache import PolicyContext, attach_host_cache, build_feature_source
-from twopgraph.cache.feature_cache import activation_reserve_bytes, feat_dtype, resolve_budget
+from twopgraph.cache.base import CachePolicy
+from twopgraph.cache.feature_cache import (
+    FeatureCache,
+    activation_reserve_bytes,
+    feat_dtype,
+    resolve_budget,
+)
 from twopgraph.cache.host import HostFeatures, host_tensor
 from twopgraph.cache.readahead import worth_reading_ahead
 from twopgraph.config import CacheConfig, ModelConfig, SamplingConfig, TrainConfig
 from twopgraph.core.files import human_bytes
-from twopgraph.core.protocols import MODELS, SAMPLERS, SCHEDULERS, Scheduler
+from twopgraph.core.protocols import (
+    MODELS,
+    SAMPLERS,
+    SCHEDULERS,
+    FeatureSource,
+    Sampler,
+    Scheduler,
+)
 from twopgraph.errors import ConfigError
-from twopgraph.graph.data import GraphData
+from twopgraph.graph.data import CSRGraph, GraphData
 from twopgraph.locality import make_scheduler, prepare_locality
 from twopgraph.locality.auto import choose_schedule
 from twopgraph.pipeline.loader import HostIdSampler, Loader, ThreadPlan
@@ -38,10 +53,19 @@ from twopgraph.runtime.jit import thread_count
 from twopgraph.runtime.memory import available_host_bytes
 from twopgraph.sampler import make_sampler, sampler_options
 
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    import numpy as np
+
+    from twopgraph.config import Config
+    from twopgraph.locality import LocalityPrep
+    from twopgraph.locality.auto import ScheduleChoice
+
 log = logging.getLogger("twopgraph")
 
 
-def device_sampler_bytes(graph) -> int:
+def device_sampler_bytes(graph: CSRGraph) -> int:
     """Device bytes the ``device`` sampler needs for ``graph`` (what
     :meth:`~twopgraph.sampler.device.TorchNeighborSampler.nbytes` reports, plus the one
     relabelling map of its one sampling worker): ``indptr`` int64 ``8 (N + 1)``, ``indices``
@@ -51,7 +75,8 @@ def device_sampler_bytes(graph) -> int:
     return (8 * (n + 1) + graph.indices.dtype.itemsize * graph.num_edges + 4 * n + 8 * n)
 
 
-def resolve_sampler_device(choice: str, device, graph, share: float = 0.25,
+def resolve_sampler_device(choice: str, device: torch.device | str, graph: CSRGraph,
+                           share: float = 0.25,
                            total_bytes: int | None = None) -> tuple[torch.device, str]:
     """Where to sample (``--sampler-device``) and why, as ``(device, reason)``: ``cpu`` -> the
     host (numba); ``cuda`` -> the training device (``device`` must be a CUDA one); ``auto`` ->
@@ -81,7 +106,8 @@ def resolve_sampler_device(choice: str, device, graph, share: float = 0.25,
     return (device if fits else host), why
 
 
-def build_sampler(s, graph, device, seed: int, log_choice: bool = True):
+def build_sampler(s: SamplingConfig, graph: CSRGraph, device: torch.device | str, seed: int,
+                  log_choice: bool = True) -> Sampler:
     """The training sampler of the sampling options ``s`` (``--sampler``,
     ``--sampler-device``, ``--sampler-memory-share``) over ``graph`` for training on
     ``device``: the registered sampler ``s.sampler`` on the host, or its ``device_twin`` (the
@@ -113,9 +139,11 @@ def build_sampler(s, graph, device, seed: int, log_choice: bool = True):
     return make_sampler(built, graph, s.fanouts, seed=seed, **options)
 
 
-def build_scheduler(s: SamplingConfig, data: GraphData, sampler, batch_size: int, seed: int,
-                    *, parts=None, workers: int = 1, schedule_choice=None,
-                    combine_schedule_figures=None) -> tuple[Scheduler, str, dict | None]:
+def build_scheduler(s: SamplingConfig, data: GraphData, sampler: Sampler, batch_size: int,
+                    seed: int, *, parts: np.ndarray | None = None, workers: int = 1,
+                    schedule_choice: ScheduleChoice | None = None,
+                    combine_schedule_figures: Callable[[dict], dict] | None = None,
+                    ) -> tuple[Scheduler, str, dict | None]:
     """The seed scheduler of the sampling options ``s`` (``--schedule``, ``--balance``) over
     ``data.train_idx`` in batches of ``batch_size``, as ``(scheduler, name, decision)``:
     ``parts`` = the METIS cluster of every vertex (a ``locality`` schedule needs them);
@@ -144,8 +172,11 @@ def build_scheduler(s: SamplingConfig, data: GraphData, sampler, batch_size: int
     return scheduler, schedule, None if choice is None else choice.as_dict()
 
 
-def build_features(c: CacheConfig, data: GraphData, device, ctx: PolicyContext, *,
-                   reserve: int = 0, rows=None, feat=None, policy=None, threads: int = 1):
+def build_features(c: CacheConfig, data: GraphData, device: torch.device,
+                   ctx: PolicyContext, *, reserve: int = 0, rows: np.ndarray | None = None,
+                   feat: np.ndarray | torch.Tensor | None = None,
+                   policy: CachePolicy | Callable[..., CachePolicy] | None = None,
+                   threads: int = 1) -> HostFeatures | FeatureCache:
     """The feature source of the cache options ``c`` for ``data`` on ``device``: the cache
     budget decided here, once for a run (``--cache-ratio``, ``--cache-gb``, or on CUDA the free
     device memory less a margin and ``reserve`` bytes left to the model's activations; on the
@@ -196,7 +227,7 @@ def build_features(c: CacheConfig, data: GraphData, device, ctx: PolicyContext, 
     return features
 
 
-def model_reserve(m: ModelConfig, data: GraphData, fanouts, batch_size: int, *,
+def model_reserve(m: ModelConfig, data: GraphData, fanouts: Sequence[int], batch_size: int, *,
                   prefetch: int, eval_batch_edges: int, extra: int = 0) -> int:
     """Device bytes a default CUDA cache budget leaves to the model ``m``'s activations on
     ``data`` (:func:`~twopgraph.cache.feature_cache.activation_reserve_bytes`; ``extra``:
@@ -209,11 +240,16 @@ def model_reserve(m: ModelConfig, data: GraphData, fanouts, batch_size: int, *,
         conv_options=m.conv_options())
 
 
-def make_loader(cfg: TrainConfig, data: GraphData, device, *, parts=None,
-                batch_size: int | None = None, sampler=None, wrap_scheduler=None,
-                threads: int | None = None, rows=None, feat=None,
-                combine_schedule_figures=None, schedule_choice=None, scheduler=None,
-                cache_policy=None) -> Loader:
+def make_loader(cfg: TrainConfig, data: GraphData, device: torch.device | str, *,
+                parts: np.ndarray | None = None, batch_size: int | None = None,
+                sampler: Sampler | None = None,
+                wrap_scheduler: Callable[[Scheduler], Scheduler] | None = None,
+                threads: int | None = None, rows: np.ndarray | None = None,
+                feat: np.ndarray | torch.Tensor | None = None,
+                combine_schedule_figures: Callable[[dict], dict] | None = None,
+                schedule_choice: ScheduleChoice | None = None,
+                scheduler: Scheduler | None = None,
+                cache_policy: CachePolicy | Callable[..., CachePolicy] | None = None) -> Loader:
     """The training :class:`~twopgraph.pipeline.loader.Loader` over ``data``, composed of
     objects: a sampler (:func:`build_sampler` of ``cfg.sampling``), a seed scheduler
     (:func:`build_scheduler` of ``cfg.sampling``; ``parts`` = the METIS cluster of every
@@ -289,7 +325,7 @@ def host_cache_record(loader: Loader) -> dict | None:
     return None if rc is None else rc.record()
 
 
-def eval_features(data: GraphData, loader: Loader):
+def eval_features(data: GraphData, loader: Loader) -> FeatureSource:
     """What exact evaluation reads the input features through: the loader's feature source
     (rows in the dtype it copies -- the model is evaluated on the features it was trained on
     -- read per chunk from the host table, and from the device cache where there is one), or,
@@ -311,8 +347,8 @@ def needs_clusters(schedule: str) -> bool:
 DATA_ROOT_CLUSTERS = "data-root"
 
 
-def locality_for(data: GraphData, schedules, cfg, *,
-                 cache_dir: str | os.PathLike | None = DATA_ROOT_CLUSTERS):
+def locality_for(data: GraphData, schedules: Collection[str], cfg: Config, *,
+                 cache_dir: str | os.PathLike | None = DATA_ROOT_CLUSTERS) -> LocalityPrep:
     """:func:`~twopgraph.locality.prepare_locality` for runs using ``schedules`` (scheduler
     names, or ``auto``) with the sampling options of ``cfg``: METIS clusters when one of them
     needs them (:func:`needs_clusters`) or ``renumber``, cached under ``cache_dir`` (default

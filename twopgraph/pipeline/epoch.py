@@ -18,7 +18,8 @@ from twopgraph.pipeline.loader import Loader
 from twopgraph.runtime.heap import BatchHeap
 
 
-def diverged(epoch: int, step: int, loss: float, opt, what: str = "") -> TrainingDiverged:
+def diverged(epoch: int, step: int, loss: float, opt: torch.optim.Optimizer,
+             what: str = "") -> TrainingDiverged:
     """The :class:`TrainingDiverged` of a non-finite loss (or, ``what``, weights) at
     ``epoch``/``step`` (0-based) of a run optimised by ``opt``."""
     lr = opt.param_groups[0]["lr"] if opt.param_groups else float("nan")
@@ -27,7 +28,8 @@ def diverged(epoch: int, step: int, loss: float, opt, what: str = "") -> Trainin
                             f"non-finite values", epoch=epoch, step=step, loss=loss)
 
 
-def check_finite_weights(model, opt, rec: dict) -> None:
+def check_finite_weights(model: torch.nn.Module, opt: torch.optim.Optimizer,
+                         rec: dict) -> None:
     """Raise :func:`diverged` if a parameter of ``model`` is no longer finite after the epoch
     of ``rec`` (one reduction per parameter tensor, once an epoch)."""
     if all(bool(torch.isfinite(p).all()) for p in model.parameters()):
@@ -53,7 +55,7 @@ class StepTally:
     first non-finite loss with its exact step and value. ``rows`` steps fit between reads.
     """
 
-    def __init__(self, device, rows: int = READ_EVERY):
+    def __init__(self, device: torch.device | str, rows: int = READ_EVERY) -> None:
         self.buf = torch.zeros((rows, 2), dtype=torch.float64, device=device)
         self.pending: list[int] = []  # seeds of each step written since the last read
         self.steps = 0  # steps read so far
@@ -93,15 +95,16 @@ class StepTally:
         return k
 
 
-def autocast(device, amp: str = "off"):
+def autocast(device: torch.device | str, amp: str = "off") -> torch.autocast:
     """The autocast context of ``--amp``: ``bf16`` = ``torch.autocast`` to bfloat16 on
     ``device``'s type (CUDA or CPU), ``off`` = a disabled one."""
     return torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16,
                           enabled=amp == "bf16")
 
 
-def train_epoch(model, opt, loader: Loader, epoch: int, progress: bool = True,
-                stop_on_nonfinite: bool = True, amp: str = "off") -> dict:
+def train_epoch(model: torch.nn.Module, opt: torch.optim.Optimizer, loader: Loader,
+                epoch: int, progress: bool = True, stop_on_nonfinite: bool = True,
+                amp: str = "off") -> dict:
     """One epoch of ``loader``'s batches through ``model`` (cross-entropy, ``opt`` step per
     batch; forward and loss under :func:`autocast` ``amp``); returns the epoch's record
     (the metrics of docs/formats.md, seconds, ``sampler_device``, ``amp``).

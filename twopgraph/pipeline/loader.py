@@ -49,16 +49,18 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import asdict, dataclass, replace
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import torch
 
 from twopgraph.cache.directory import announced
 from twopgraph.core.metrics import transfer_metrics
 from twopgraph.core.minibatch import MiniBatch
-from twopgraph.core.protocols import FeatureSource
+from twopgraph.core.protocols import FeatureSource, Sampler, Scheduler
 from twopgraph.runtime.heap import BatchHeap
 from twopgraph.runtime.jit import configure_threading, thread_count
 from twopgraph.sampler.stream import sampled_batches
@@ -148,7 +150,7 @@ class ThreadPlan:
         return cls(n, n, max(1, n // 4), True)
 
     @contextlib.contextmanager
-    def applied(self):
+    def applied(self) -> Iterator[ThreadPlan]:
         """torch's and (this thread's) numba's thread counts set to ``compute`` inside the
         block, restored after it."""
         before = torch.get_num_threads()
@@ -179,9 +181,10 @@ class Loader:
     during) an epoch, :attr:`stats` holds its :class:`EpochStats`.
     """
 
-    def __init__(self, scheduler, sampler, features: FeatureSource | None = None,
-                 labels: torch.Tensor | None = None, device="cpu", *, prefetch: int = 2,
-                 threads: int = 0):
+    def __init__(self, scheduler: Scheduler, sampler: Sampler,
+                 features: FeatureSource | None = None, labels: torch.Tensor | None = None,
+                 device: torch.device | str = "cpu", *, prefetch: int = 2,
+                 threads: int = 0) -> None:
         self.scheduler = scheduler
         self.sampler = sampler
         self.features = features
@@ -206,7 +209,7 @@ class Loader:
     def __len__(self) -> int:
         return self.scheduler.num_batches
 
-    def epoch(self, epoch: int) -> Iterator[MiniBatch]:
+    def epoch(self, epoch: int) -> Generator[MiniBatch, None, None]:
         """The batches of epoch ``epoch`` on the device; counts go to a fresh :attr:`stats`.
         Closing the iterator early stops the background threads."""
         stats = self.stats = EpochStats(activation_reserve_bytes=self.activation_reserve_bytes)
@@ -326,7 +329,7 @@ class Loader:
         return mb
 
 
-def sampler_device(sampler) -> torch.device:
+def sampler_device(sampler: Sampler) -> torch.device:
     """Where ``sampler`` builds its batches: its ``device`` (the torch samplers), else the
     host (the numba samplers)."""
     dev = getattr(sampler, "device", None)
@@ -342,15 +345,16 @@ class HostIdSampler:
     sampler's. What the loader's sampling stage, and the cache policies that pre-sample
     (``presample``), call."""
 
-    def __init__(self, sampler, stream=None):
+    def __init__(self, sampler: Sampler, stream: torch.cuda.Stream | None = None) -> None:
         self.sampler, self.stream = sampler, stream
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:
         if name in ("sampler", "stream"):
             raise AttributeError(name)
         return getattr(self.sampler, name)
 
-    def sample(self, seeds, key: int | None = None, parallel: bool = True) -> MiniBatch:
+    def sample(self, seeds: np.ndarray | torch.Tensor, key: int | None = None,
+               parallel: bool = True) -> MiniBatch:
         ctx = contextlib.nullcontext() if self.stream is None else torch.cuda.stream(self.stream)
         with ctx:
             return _ids_to_host(self.sampler.sample(seeds, key, parallel))
@@ -363,15 +367,16 @@ class AdvisingSampler:
     table's pages while the batches ahead of it train. Ids are made host ids first
     (:func:`_ids_to_host`). Every other attribute is the sampler's."""
 
-    def __init__(self, sampler, advise):
+    def __init__(self, sampler: Sampler, advise: Callable[[torch.Tensor], object]) -> None:
         self.sampler, self.advise = sampler, advise
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:
         if name in ("sampler", "advise"):
             raise AttributeError(name)
         return getattr(self.sampler, name)
 
-    def sample(self, seeds, key: int | None = None, parallel: bool = True) -> MiniBatch:
+    def sample(self, seeds: np.ndarray | torch.Tensor, key: int | None = None,
+               parallel: bool = True) -> MiniBatch:
         mb = _ids_to_host(self.sampler.sample(seeds, key, parallel))
         self.advise(mb.input_nodes)
         return mb
@@ -450,5 +455,5 @@ def _prefetch(it: Iterator, depth: int) -> Iterator:
                 th.join(timeout=0.05)
 
 
-def as_long_tensor(a) -> torch.Tensor:
+def as_long_tensor(a: npt.ArrayLike) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64))

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -134,15 +134,17 @@ class NodeLoader:
         (torch.float32, (50,), 2, 1)
     """
 
-    def __init__(self, data: GraphData, fanouts, batch_size: int = 1024, split="train",
+    def __init__(self, data: GraphData, fanouts: Sequence[int], batch_size: int = 1024,
+                 split: str | np.ndarray | torch.Tensor | Sequence[int] = "train",
                  schedule: str | Scheduler = "auto", shuffle: bool | None = None,
-                 seed: int = 0, device="cpu",
+                 seed: int = 0, device: torch.device | str = "cpu",
                  cache_policy: str | CachePolicy | Callable[..., CachePolicy] = "none",
                  cache_ratio: float | None = None,
-                 prefetch: int = 2, threads: int = 0, data_root=None, *,
+                 prefetch: int = 2, threads: int = 0,
+                 data_root: str | os.PathLike | None = None, *,
                  num_clusters: int = 0, balance: int = 16, sampler_device: str = "auto",
-                 feat_dtype: str = "float32", sampler="neighbor",
-                 sampler_options: dict | None = None):
+                 feat_dtype: str = "float32", sampler: str | Sampler = "neighbor",
+                 sampler_options: dict | None = None) -> None:
         if not isinstance(data, GraphData):
             raise TypeError(f"NodeLoader takes a GraphData (GraphData.from_scipy, from_pyg, "
                             f"from_dgl, load_dataset), got {type(data).__name__}")
@@ -236,7 +238,7 @@ class NodeLoader:
             batches.close()
 
     @property
-    def sampler(self):
+    def sampler(self) -> Sampler:
         return self._loader.sampler
 
     @property

@@ -19,9 +19,11 @@ Example::
 from __future__ import annotations
 
 import io
+import os
 import pickle
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -51,7 +53,7 @@ CHECKPOINT_READ_ERRORS = (OSError, EOFError, RuntimeError, ValueError, pickle.Un
                           zipfile.BadZipFile)
 
 
-def damaged_checkpoint(path, e: BaseException) -> str:
+def damaged_checkpoint(path: str | os.PathLike, e: BaseException) -> str:
     """``cannot read checkpoint PATH: truncated or corrupt ...``: what to say of a checkpoint that
     ``torch.load`` could not read (``e``), with its size and torch's reason in a few words
     (an ``OSError: [Errno 22] Invalid argument`` or a miniz error alone says nothing)."""
@@ -99,7 +101,8 @@ def read_checkpoint(path: Path, signature: dict, epochs: int, kind: str = "singl
     return ckpt
 
 
-def save_checkpoint(out: Path, model, opt, signature: dict, epochs_log: list, **extra) -> None:
+def save_checkpoint(out: Path, model: torch.nn.Module, opt: torch.optim.Optimizer,
+                    signature: dict, epochs_log: list, **extra: Any) -> None:
     """``out/checkpoint.pt`` (atomically) after ``len(epochs_log)`` epochs; ``extra`` keys
     (e.g. ``torch_rng``, ``kind``, ``config``) are stored as they are; :func:`read_checkpoint`
     reads it."""
@@ -136,8 +139,9 @@ def model_from_spec(spec: dict) -> BlockGNN:
                              int(spec["num_layers"]))
 
 
-def dataset_record(dataset: str | None, data_root, symmetrize: bool, name: str,
-                   fingerprint: str, num_nodes: int, store_dtype: str = "float32") -> dict:
+def dataset_record(dataset: str | None, data_root: str | os.PathLike | None,
+                   symmetrize: bool, name: str, fingerprint: str, num_nodes: int,
+                   store_dtype: str = "float32") -> dict:
     """Which data a model was trained on (checkpoint key ``dataset``; what ``twopgraph
     predict`` loads by default and compares with): ``dataset`` (the name or path to load,
     None for a caller's :class:`GraphData`), the data root resolved to an absolute path,
@@ -149,7 +153,9 @@ def dataset_record(dataset: str | None, data_root, symmetrize: bool, name: str,
             "num_nodes": int(num_nodes), "store_dtype": store_dtype}
 
 
-def build_training(cfg: TrainConfig, data: GraphData, device, ckpt: dict | None = None):
+def build_training(cfg: TrainConfig, data: GraphData, device: torch.device | str,
+                   ckpt: dict | None = None,
+                   ) -> tuple[BlockGNN, torch.optim.Optimizer, list[dict], int]:
     """The model (initialised from ``torch.manual_seed(seed)``, so every process builds the
     same weights) and its Adam optimizer, restored from ``ckpt`` when resuming.
     Returns ``(model, optimizer, epochs_log, start_epoch)``."""

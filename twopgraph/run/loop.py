@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -90,7 +91,9 @@ class Rank:
     #: others instead)
     stops_on_nonfinite = True
 
-    def __init__(self, evaluator, score, info):
+    def __init__(self, evaluator: Callable[..., ScoredLogits] | None,
+                 score: Callable[[dict, ScoredLogits], object] | None,
+                 info: Callable[[], dict]) -> None:
         self.evaluator, self.score, self.info = evaluator, score, info
 
     def module(self, t: Training) -> torch.nn.Module:

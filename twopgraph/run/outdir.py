@@ -41,10 +41,14 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from twopgraph.core.files import refuse_dangling
 from twopgraph.core.locks import FileLock
 from twopgraph.errors import ConfigError
+
+if TYPE_CHECKING:
+    from types import TracebackType
 
 log = logging.getLogger("twopgraph")
 
@@ -83,7 +87,7 @@ class RunDir:
     already holds a run (:func:`check_out`)."""
 
     def __init__(self, path: str | os.PathLike, flag: str = "--out", *, resume: bool = False,
-                 overwrite: bool = False):
+                 overwrite: bool = False) -> None:
         self.path = Path(path)
         self.flag = flag
         self.resume, self.overwrite = resume, overwrite
@@ -98,7 +102,8 @@ class RunDir:
         self.claim()
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> bool:
         self.release(failed=exc_type is not None)
         return False
 

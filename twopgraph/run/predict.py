@@ -39,8 +39,10 @@ Example::
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import torch
@@ -94,7 +96,7 @@ def _first_line(e: BaseException) -> str:
     return (str(e).strip().splitlines() or [""])[0][:200]
 
 
-def read_model_checkpoint(checkpoint) -> ModelCheckpoint:
+def read_model_checkpoint(checkpoint: str | os.PathLike) -> ModelCheckpoint:
     """Read ``checkpoint`` (a path) and rebuild its model; one-line
     :class:`~twopgraph.errors.ConfigError` for a missing, unreadable or foreign file, and for
     a checkpoint of an older twopgraph that lacks what rebuilding needs. Loaded with
@@ -135,7 +137,7 @@ def read_model_checkpoint(checkpoint) -> ModelCheckpoint:
                            int(ckpt.get("epochs_done", 0)), selected_epoch)
 
 
-def load_model(checkpoint) -> tuple[BlockGNN, TrainConfig]:
+def load_model(checkpoint: str | os.PathLike) -> tuple[BlockGNN, TrainConfig]:
     """``(model, config)`` of a checkpoint of ``twopgraph train`` (single-process or
     ``--partitions``): the model rebuilt on the host with the weights of the model the run
     reports (``--select``: e.g. its best validation epoch's; see the module doc), in eval
@@ -301,9 +303,11 @@ def _original_order(data: GraphData, perm: np.ndarray | None) -> np.ndarray | No
     return perm
 
 
-def prediction(checkpoint, data: GraphData | None = None, dataset: str | None = None,
-               data_root=None, device="cpu", logits: bool = False, *,
-               symmetrize: bool | None = None, scratch_dir=None) -> Prediction:
+def prediction(checkpoint: str | os.PathLike, data: GraphData | None = None,
+               dataset: str | None = None, data_root: str | os.PathLike | None = None,
+               device: torch.device | str = "cpu", logits: bool = False, *,
+               symmetrize: bool | None = None,
+               scratch_dir: str | os.PathLike | None = None) -> Prediction:
     """:func:`predict` with the accuracies of the predictions (:class:`Prediction`)."""
     res = _infer(checkpoint, data, dataset, data_root, device, symmetrize, scratch_dir)
     # class ids: the argmax before the permutation (N int64 permuted, not N x C)
@@ -320,7 +324,7 @@ def prediction(checkpoint, data: GraphData | None = None, dataset: str | None = 
 WRITE_CHUNK_BYTES = 64 << 20
 
 
-def write_rows(f, values, order: np.ndarray | None = None,
+def write_rows(f: BinaryIO, values: np.ndarray | torch.Tensor, order: np.ndarray | None = None,
                chunk_bytes: int = WRITE_CHUNK_BYTES) -> None:
     """Write ``values`` (a NumPy array or host tensor, N rows) as a ``.npy`` file to the
     binary file ``f``, row ``j`` of the file being ``values[order[j]]`` (``order`` None: in
@@ -339,9 +343,11 @@ def write_rows(f, values, order: np.ndarray | None = None,
         f.write(np.ascontiguousarray(chunk).data)
 
 
-def predict(checkpoint, data: GraphData | None = None, dataset: str | None = None,
-            data_root=None, device="cpu", logits: bool = False, *,
-            symmetrize: bool | None = None, scratch_dir=None) -> np.ndarray:
+def predict(checkpoint: str | os.PathLike, data: GraphData | None = None,
+            dataset: str | None = None, data_root: str | os.PathLike | None = None,
+            device: torch.device | str = "cpu", logits: bool = False, *,
+            symmetrize: bool | None = None,
+            scratch_dir: str | os.PathLike | None = None) -> np.ndarray:
     """Predictions of the model in ``checkpoint`` for every vertex, in the data's original
     vertex order: class ids (int64, shape (N,)) or, with ``logits``, the logits (float32,
     N x C).

@@ -5,11 +5,16 @@ Importing it imports neither torch nor numba (the CLI builds its parser from it)
 from __future__ import annotations
 
 import argparse
+from collections.abc import Container, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from twopgraph.config import Config, DataConfig, Section, option, resolve_device
 from twopgraph.errors import ConfigError
+
+if TYPE_CHECKING:
+    from typing import Self
 
 
 @dataclass
@@ -25,7 +30,7 @@ class PredictOptions(Section):
                           "(int64, N)")
     device: str = option("cpu", "where inference runs: cpu | cuda | cuda:N | auto")
 
-    def validate(self):
+    def validate(self) -> Self:
         for name in ("checkpoint", "out"):
             v = getattr(self, name)
             if not isinstance(v, str) or not v.strip():
@@ -47,12 +52,13 @@ class PredictConfig(Config):
     predict: PredictOptions = field(default_factory=PredictOptions)
 
     @classmethod
-    def of(cls, **flat):
+    def of(cls, **flat: Any) -> Self:
         flat.setdefault("dataset", None)
         return super().of(**flat)
 
     @classmethod
-    def add_arguments(cls, parser: argparse.ArgumentParser, exclude=(), required=()) -> None:
+    def add_arguments(cls, parser: argparse.ArgumentParser, exclude: Iterable[str] = (),
+                      required: Container[str] = ()) -> None:
         """:meth:`Config.add_arguments`, with the checkpoint's dataset and data root as the
         defaults of ``--dataset`` and ``--data-root``."""
         parser.add_argument("--dataset", dest="dataset", default=None,
@@ -65,7 +71,7 @@ class PredictConfig(Config):
         super().add_arguments(parser, exclude=("dataset", "data_root") + tuple(exclude),
                               required=required)
 
-    def validate(self):
+    def validate(self) -> Self:
         if self.data.dataset is not None:
             self.data.validate()
         elif not isinstance(self.data.symmetrize, bool):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
 from twopgraph.config import TrainConfig
 from twopgraph.core.files import write_json, writing
@@ -18,14 +19,30 @@ from twopgraph.pipeline.loader import ThreadPlan
 from twopgraph.run.selection import Selection
 from twopgraph.runtime.memory import peak_rss_mib, process_pss_monitor
 
+if TYPE_CHECKING:
+    import torch
+
 log = logging.getLogger("twopgraph")
 
 METRICS = "metrics.json"
 
 
-def write_metrics(out: Path, cfg: TrainConfig, device, plan: ThreadPlan, epochs_log: list,
-                  selection: Selection, *, final: bool = False, status: str | None = None,
-                  **extra) -> None:
+class _RunResult(Protocol):
+    """What :func:`result_record` reads of a run's result: a
+    :class:`~twopgraph.run.train.TrainResult` or a distributed run's ``DistResult``."""
+
+    val_acc: float | None
+    test_acc: float | None
+    val_score: float | None
+    test_score: float | None
+    metric: str
+    selected_epoch: int | None
+    out: Path
+
+
+def write_metrics(out: Path, cfg: TrainConfig, device: torch.device | str, plan: ThreadPlan,
+                  epochs_log: list, selection: Selection, *, final: bool = False,
+                  status: str | None = None, **extra: Any) -> None:
     """``out/metrics.json``: the ``selection``'s figures at the top level (``val_acc``,
     ``test_acc``, ``val_score``, ``test_score`` of the selected epoch -- the best so far
     while running --, ``metric``, ``select``, ``selected_epoch``); ``final`` once training
@@ -58,7 +75,7 @@ def write_metrics(out: Path, cfg: TrainConfig, device, plan: ThreadPlan, epochs_
         write_json(out / METRICS, metrics)
 
 
-def result_record(res) -> dict:
+def result_record(res: _RunResult) -> dict:
     """The JSON line ``twopgraph train`` prints at the end, the same for a single-process
     (:class:`~twopgraph.run.train.TrainResult`) and a distributed run (``DistResult``)."""
     return {"val_acc": res.val_acc, "test_acc": res.test_acc, "metric": res.metric,
@@ -79,8 +96,9 @@ def final_line(selection: Selection, path: Path) -> str:
             f"{_fmt(f['val_acc'])}  test_acc {_fmt(f['test_acc'])}{scores}  -> {path}")
 
 
-def write_diverged(out: Path, cfg: TrainConfig, device, plan: ThreadPlan, epochs_log: list,
-                   err: TrainingDiverged, selection: Selection, **extra) -> None:
+def write_diverged(out: Path, cfg: TrainConfig, device: torch.device | str, plan: ThreadPlan,
+                   epochs_log: list, err: TrainingDiverged, selection: Selection,
+                   **extra: Any) -> None:
     """``metrics.json`` of a run stopped by ``err``: ``"status": "diverged"``, where
     (``diverged``: epoch, step, loss as text), no accuracies or scores (``selection`` gives
     the metric and the rule). A failure to write it is logged: the divergence stays the error
@@ -94,8 +112,9 @@ def write_diverged(out: Path, cfg: TrainConfig, device, plan: ThreadPlan, epochs
         log.warning("%s", w)
 
 
-def write_failed(out: Path, cfg: TrainConfig, device, plan: ThreadPlan, epochs_log: list,
-                 err: TwopgraphError, selection: Selection, **extra) -> None:
+def write_failed(out: Path, cfg: TrainConfig, device: torch.device | str, plan: ThreadPlan,
+                 epochs_log: list, err: TwopgraphError, selection: Selection,
+                 **extra: Any) -> None:
     """``metrics.json`` of a run that ``err`` stopped after the epochs of ``epochs_log`` (a
     store changed under it, a full disk, ...): ``"status": "failed"`` and ``error`` (its
     one-line message and the epoch it stopped in); the figures of the model selected so far

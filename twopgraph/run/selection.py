@@ -12,6 +12,7 @@ and the ranks of a distributed run (:mod:`twopgraph.distributed.trainer`).
 from __future__ import annotations
 
 import logging
+import os
 
 import numpy as np
 import torch
@@ -41,7 +42,7 @@ class Selection:
 
     FIGURES = ("val_acc", "test_acc", "val_score", "test_score")
 
-    def __init__(self, select: str, metric: str):
+    def __init__(self, select: str, metric: str) -> None:
         self.select, self.metric = select, metric
         self.epoch: int | None = None
         self.figures: dict = dict.fromkeys(self.FIGURES)
@@ -50,7 +51,8 @@ class Selection:
         self.logits: ScoredLogits | None = None
 
     @classmethod
-    def resumed(cls, select: str, metric: str, ckpt: dict | None, path=None) -> Selection:
+    def resumed(cls, select: str, metric: str, ckpt: dict | None,
+                path: str | os.PathLike | None = None) -> Selection:
         """The selection of a run resuming ``ckpt`` (None: a fresh one); refuses
         (ConfigError) a checkpoint that selected by another rule or metric, and a
         ``best-val`` resume of a checkpoint written before selection existed (its earlier
@@ -73,7 +75,8 @@ class Selection:
         sel.figures = {k: rec[k] for k in cls.FIGURES}
         return sel
 
-    def offer(self, rec: dict, model, logits: ScoredLogits | None = None) -> bool:
+    def offer(self, rec: dict, model: torch.nn.Module,
+              logits: ScoredLogits | None = None) -> bool:
         """Consider the evaluated epoch ``rec`` of ``model`` (its ``logits``, the scored
         vertices' rows, kept when it is taken); returns whether it is the selected one
         now."""
@@ -135,8 +138,8 @@ class Selection:
                 "selection_note": self.no_score_reason()}
 
 
-def score_epoch(rec: dict, metric: str, logits, labels: torch.Tensor,
-                data: GraphData, warned: set | None = None) -> dict:
+def score_epoch(rec: dict, metric: str, logits: torch.Tensor | ScoredLogits,
+                labels: torch.Tensor, data: GraphData, warned: set | None = None) -> dict:
     """Add an evaluated epoch's ``val_acc``, ``test_acc`` (accuracies) and ``val_score``,
     ``test_score`` (``metric``) of ``logits`` to ``rec``; returns it. ``logits``: N x C, or a
     :class:`~twopgraph.inference.ScoredLogits` holding (at least) the val and test rows."""

@@ -53,6 +53,7 @@ Example::
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -63,6 +64,7 @@ import torch
 from twopgraph.cache.feature_cache import feat_dtype
 from twopgraph.cache.host import HostFeatures
 from twopgraph.config import TrainConfig, resolve_device
+from twopgraph.core.protocols import FeatureSource, Sampler
 from twopgraph.datasets.identity import check_data_root
 from twopgraph.graph.data import GraphData
 from twopgraph.inference import (
@@ -73,7 +75,7 @@ from twopgraph.inference import (
     scored_ids,
 )
 from twopgraph.locality import to_original_order
-from twopgraph.models import build_model
+from twopgraph.models import BlockGNN, build_model
 from twopgraph.pipeline.assemble import eval_features, host_cache_record, locality_for, make_loader
 from twopgraph.pipeline.loader import ThreadPlan
 from twopgraph.run.checkpoint import (
@@ -116,14 +118,15 @@ class RunEvaluator:
     between evaluations for ``scored``). A call with ``rec`` adds the plan's ``eval_scope``,
     ``eval_rows``, ``eval_edges``, ``eval_choice`` to it."""
 
-    def __init__(self, sampler, feat, device, scored: np.ndarray, batch_edges: int,
-                 scope: str = "auto", scratch_dir=None):
+    def __init__(self, sampler: Sampler, feat: FeatureSource | np.ndarray | torch.Tensor,
+                 device: torch.device | str, scored: np.ndarray, batch_edges: int,
+                 scope: str = "auto", scratch_dir: str | os.PathLike | None = None) -> None:
         self.sampler, self.feat, self.device = sampler, feat, device
         self.scored, self.batch_edges, self.scope = scored, batch_edges, scope
         self.scratch_dir = scratch_dir
         self.plan = None
 
-    def __call__(self, model, rec: dict | None = None) -> ScoredLogits:
+    def __call__(self, model: BlockGNN, rec: dict | None = None) -> ScoredLogits:
         first = self.plan is None
         logits, self.plan = evaluate_scored(model, self.sampler, self.feat, self.device,
                                             self.scored, self.batch_edges, scope=self.scope,
@@ -159,8 +162,9 @@ class WholeLogits:
     figures reported), then put in the caller's ids (``perm``). N x C float32; the CLI never
     reads it."""
 
-    def __init__(self, cfg: TrainConfig, data: GraphData, device, state: dict,
-                 scored: ScoredLogits | None, perm, scratch_dir):
+    def __init__(self, cfg: TrainConfig, data: GraphData, device: torch.device | str,
+                 state: dict, scored: ScoredLogits | None, perm: np.ndarray | None,
+                 scratch_dir: str | os.PathLike | None) -> None:
         self.cfg, self.data, self.device, self.state = cfg, data, device, state
         self.scored, self.perm, self.scratch_dir = scored, perm, scratch_dir
 

@@ -48,7 +48,7 @@ _DTYPES = {"indptr": _INT64, "indices": _IDS, "label": _INT64, "node_ids": _INT6
            **{s: _INT64 for s in SPLITS}}
 
 
-def check_part(pdir, arr: dict, meta: dict, p: int) -> None:
+def check_part(pdir: Path, arr: dict, meta: dict, p: int) -> None:
     """Check the arrays ``arr`` (name -> array, as loaded from ``pdir``) of part ``p`` against
     ``meta.json``; raise :class:`PartitionError` naming the first bad file.
 

@@ -5,12 +5,16 @@ neither torch nor numba (the CLI builds its parser from it)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from twopgraph.config import Config, DataConfig, Section, option
 from twopgraph.config.checks import int_at_least, one_of, positive_int, seed_ok
 from twopgraph.config.options import num_clusters_option
 from twopgraph.core.names import REPRESENTATIONS
 from twopgraph.errors import ConfigError
+
+if TYPE_CHECKING:
+    from typing import Self
 
 
 @dataclass
@@ -34,7 +38,7 @@ class PartitionOptions(Section):
     force: bool = option(False, "rewrite DIR even if it already holds this partition")
     json: bool = option(False, "print meta.json as one JSON line")
 
-    def validate(self):
+    def validate(self) -> Self:
         positive_int(self, "num_parts")
         int_at_least(self, "hops", 0)
         int_at_least(self, "num_clusters", 0, "(0 = automatic)")
@@ -50,7 +54,7 @@ class PartitionConfig(Config):
     data: DataConfig = field(default_factory=DataConfig)
     partition: PartitionOptions = field(default_factory=PartitionOptions)
 
-    def validate(self):
+    def validate(self) -> Self:
         super().validate()
         if self.data.store_dtype == "float16":
             raise ConfigError("--store-dtype float16 is not available for partitions yet")

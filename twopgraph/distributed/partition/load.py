@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,7 +108,7 @@ class Part:
         return ids if self.representation == "local" else np.searchsorted(self.owned, ids)
 
 
-def read_meta(folder, check_source: bool = True) -> dict:
+def read_meta(folder: str | os.PathLike, check_source: bool = True) -> dict:
     """``meta.json`` of a partition folder, checked (format, part folders and, with
     ``check_source``, that the source file is unchanged since it was partitioned)."""
     folder = Path(folder)
@@ -157,7 +158,7 @@ def read_meta(folder, check_source: bool = True) -> dict:
     return meta
 
 
-def open_source_store(folder, meta: dict) -> GraphData:
+def open_source_store(folder: str | os.PathLike, meta: dict) -> GraphData:
     """The store the partition in ``folder`` was made from (``meta["source"]["store"]``; the
     partition's own ``store/`` when it was written there), memory-mapped read-only, after
     checking that its fingerprint is the one partitioned (a store rebuilt from a changed
@@ -202,8 +203,9 @@ def _root_cluster(folder: Path, meta: dict, mmap: bool, verify: bool) -> np.ndar
     return arr
 
 
-def load_part(folder, index: int, meta: dict | None = None, mmap: bool = True,
-              verify: bool = True, store: GraphData | None = None) -> Part:
+def load_part(folder: str | os.PathLike, index: int, meta: dict | None = None,
+              mmap: bool = True, verify: bool = True,
+              store: GraphData | None = None) -> Part:
     """Part ``index`` of the partition in ``folder`` (arrays memory-mapped unless ``mmap`` is
     False; features, labels of a global part and the graph of a global part are always the
     store's read-only maps); refuses parts of another run, a store that is missing or holds
@@ -262,7 +264,7 @@ def load_part(folder, index: int, meta: dict | None = None, mmap: bool = True,
                 store, arr["node_ids"])
 
 
-def verify_partition(folder, meta: dict | None = None) -> dict:
+def verify_partition(folder: str | os.PathLike, meta: dict | None = None) -> dict:
     """Check every part of the partition in ``folder`` against its ``meta.json``
     (:func:`check_part`: dtypes, shapes, value ranges, layout invariants, content
     fingerprints), its store (:func:`open_source_store`) and that the owned vertices of the

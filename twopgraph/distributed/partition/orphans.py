@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 from pathlib import Path
 
@@ -52,7 +53,7 @@ def _is_partition_tmp(folder: Path) -> bool:
     return True
 
 
-def clean_orphans(parent) -> list[Path]:
+def clean_orphans(parent: str | os.PathLike) -> list[Path]:
     """Remove the temporary folders (:func:`~twopgraph.core.files.parse_temp`) that partition
     writers killed before they finished (``kill -9``, power loss) left in ``parent``, and their lock
     files (``.NAME.lock``) that no process holds any more; returns them.

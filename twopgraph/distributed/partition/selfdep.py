@@ -100,9 +100,9 @@ from twopgraph.distributed.partition.orphans import clean_orphans
 from twopgraph.distributed.partition.split import (
     SPLIT_VERSION,
     _check_train_in_every_part,
-    _halos,
-    _split_clusters,
+    halos,
     part_masks,
+    split_clusters,
 )
 from twopgraph.errors import ConfigError
 from twopgraph.graph.data import CSRGraph, GraphData
@@ -182,18 +182,18 @@ def _partition_locked(data: GraphData, num_parts: int, hops: int, out: Path, *, 
     steps = _Steps()
     fine = cluster_graph(g, k, train_idx=data.train_idx, cache_dir=cache_dir)
     steps.done("clusters", k)
-    fine_to_part, cut = _split_clusters(g, fine.parts, k, data.train_idx, num_parts, seed)
+    fine_to_part, cut = split_clusters(g, fine.parts, k, data.train_idx, num_parts, seed)
     # 1 byte a vertex up to 127 parts: the kernels below look it up once per CSR entry
     owner = kernels.compact_labels(fine_to_part, num_parts - 1)[fine.parts]
     steps.done("split", num_parts)
     metis_s = steps.total()
     _check_train_in_every_part(owner, data.train_idx, num_parts, n)
-    reached = _halos(g, owner, data.train_idx, num_parts, hops)
+    reached = halos(g, owner, data.train_idx, num_parts, hops)
     steps.done("halos", hops)
-    local_entries = _local_entries(g, owner, reached, num_parts)
-    steps.done("local edges", int(local_entries.sum()))
+    entries = local_entries(g, owner, reached, num_parts)
+    steps.done("local edges", int(entries.sum()))
     reps = [_representation(g, int(np.count_nonzero(reached[:, p] | (owner == p))),
-                            int(local_entries[p]), representation) for p in range(num_parts)]
+                            int(entries[p]), representation) for p in range(num_parts)]
     rank = None  # position of each vertex in cluster-BFS order: the local ids' order
     if "local" in reps:  # global parts keep global ids: none of them needs it
         rank = np.empty(n, dtype=np.int64)
@@ -212,7 +212,7 @@ def _partition_locked(data: GraphData, num_parts: int, hops: int, out: Path, *, 
         for p in range(num_parts):
             part_meta.append(_write_part(tmp / f"part{p}", p, pid, data, owner == p,
                                          reached[:, p], rank, fine.parts,
-                                         int(local_entries[p]), reps[p]))
+                                         int(entries[p]), reps[p]))
             steps.done(f"part {p}", part_meta[-1]["num_nodes"])
         total = sum(m["num_owned"] + m["num_halo"] for m in part_meta)
         root = {"cluster": None}
@@ -253,7 +253,8 @@ def _partition_locked(data: GraphData, num_parts: int, hops: int, out: Path, *, 
 
 class _Steps:
     """Logs each step of a partition with its wall seconds (progress, and the breakdown
-    ``scripts/bench_scale.py``'s stage logs carry)."""
+    ``twopgraph bench scale``'s stage logs carry; ``twopgraph bench partition-steps`` times
+    the steps one by one)."""
 
     def __init__(self):
         self.t0 = self.t = time.perf_counter()
@@ -416,10 +417,13 @@ def _gather_rows(indptr: np.ndarray, indices: np.ndarray, rows: np.ndarray, g2l=
     return out_ptr, ent
 
 
-def _local_entries(g: CSRGraph, owner: np.ndarray, reached: np.ndarray,
-                   num_parts: int) -> np.ndarray:
-    """CSR entries of the subgraph each part induces on its vertices (owned or reached; int64,
-    ``num_parts``): one parallel pass over the edges per eight parts."""
+def local_entries(g: CSRGraph, owner: np.ndarray, reached: np.ndarray,
+                  num_parts: int) -> np.ndarray:
+    """CSR entries (directed edges) of the subgraph each part induces on its vertices, the
+    ones it owns or reaches (int64, ``num_parts`` entries). ``owner`` is the part of every
+    vertex (N entries), ``reached`` the N x ``num_parts`` bool table of :func:`halos
+    <twopgraph.distributed.partition.split.halos>`. One parallel pass over the edges per
+    eight parts (:func:`~twopgraph.locality.kernels.shared_edges`)."""
     out = np.zeros(num_parts, dtype=np.int64)
     for first, mask in part_masks(lambda p: reached[:, p] | (owner == p), num_parts):
         k = min(8, num_parts - first)

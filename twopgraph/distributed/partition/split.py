@@ -1,8 +1,9 @@
 """Which part owns which vertex, and which vertices each part reaches: the ``P``-way split
-of the fine METIS clusters (:func:`_split_clusters`, METIS on the cluster graph, then
+of the fine METIS clusters (:func:`split_clusters`, METIS on the cluster graph, then
 :func:`rebalance` where METIS misses :data:`BALANCE_TOLERANCE`) and the ``H``-hop halos of
-every part's training vertices (:func:`_halos`), for
-:func:`~twopgraph.distributed.partition.selfdep.partition_selfdep`.
+every part's training vertices (:func:`halos`), for
+:func:`~twopgraph.distributed.partition.selfdep.partition_selfdep` (each step timed alone by
+``twopgraph bench partition-steps``).
 """
 
 from __future__ import annotations
@@ -26,14 +27,20 @@ def _check_train_in_every_part(owner: np.ndarray, train_idx: np.ndarray, num_par
                           f"{empty.shape[0]} part(s) without training vertices; use fewer parts")
 
 
-def _split_clusters(g: CSRGraph, fine: np.ndarray, k: int, train_idx: np.ndarray,
-                    num_parts: int, seed: int) -> tuple[np.ndarray, int]:
-    """``(part of each fine cluster (int64, k), edge cut)``: METIS on the cluster graph
+def split_clusters(g: CSRGraph, fine: np.ndarray, k: int, train_idx: np.ndarray,
+                   num_parts: int, seed: int) -> tuple[np.ndarray, int]:
+    """The ``num_parts``-way split of the ``k`` fine clusters: ``(part of each fine cluster
+    (int64, k entries, ids 0..num_parts-1), edge cut (undirected edges between parts))``.
+
+    ``fine`` is the fine cluster of every vertex (N entries, ids ``0..k-1``), ``train_idx`` the
+    training vertices (global ids), ``seed`` METIS' seed. METIS runs on the cluster graph
     (vertex weights = [vertices, training vertices] of a cluster, edge weights = edges between
-    two clusters), so parts balance both and every fine cluster lies inside one part. The
-    edge cut (undirected edges between parts, :func:`~twopgraph.locality.cluster.edge_cut`
-    of the vertices' parts) is summed from the cluster graph: every edge between parts is one
-    between clusters, so no second pass over the graph's entries is needed."""
+    two clusters), so parts balance both and every fine cluster lies inside one part;
+    :func:`rebalance` then moves whole clusters where METIS misses
+    :data:`BALANCE_TOLERANCE`. The edge cut (what
+    :func:`~twopgraph.locality.cluster.edge_cut` gives for the vertices' parts) is summed
+    from the cluster graph: every edge between parts is one between clusters, so no second
+    pass over the graph's entries is needed."""
     if num_parts == 1:
         return np.zeros(k, dtype=np.int64), 0
     import pymetis
@@ -172,12 +179,16 @@ def part_masks(columns, num_parts: int):
         yield first, mask
 
 
-def _halos(g: CSRGraph, owner: np.ndarray, train_idx: np.ndarray, num_parts: int,
-           hops: int) -> np.ndarray:
-    """``reached[v, p]``: v is within ``hops`` hops of a training vertex of part ``p`` (N x P
-    bool). One parallel pass over the edges per hop for eight parts at once
-    (:func:`~twopgraph.locality.kernels.halo_masks`), not a single-threaded sparse-times-dense
-    product per hop (README, "papers100M-shaped graphs", has the two timed)."""
+def halos(g: CSRGraph, owner: np.ndarray, train_idx: np.ndarray, num_parts: int,
+          hops: int) -> np.ndarray:
+    """``reached[v, p]``: vertex ``v`` is within ``hops`` hops (edges) of a training vertex of
+    part ``p`` (bool, N x ``num_parts``; a part's training vertices themselves included, hop
+    0). ``owner`` is the part of every vertex (N entries, any integer dtype; int8 from
+    :func:`~twopgraph.locality.kernels.compact_labels` is what the partition passes),
+    ``train_idx`` the training vertices (global ids). One parallel pass over the edges per hop
+    for eight parts at once (:func:`~twopgraph.locality.kernels.halo_masks`), not a
+    single-threaded sparse-times-dense product per hop (README, "papers100M-shaped graphs",
+    has the two timed)."""
     n = g.num_nodes
     reached = np.zeros((n, num_parts), dtype=bool)
     is_train = np.zeros(n, dtype=bool)
