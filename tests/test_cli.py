@@ -408,8 +408,9 @@ def test_feat_dtype_names_are_the_cache_types():
 
 
 def test_negative_fanouts_parse_and_version(root, capsys):
-    from twopgraph.cli import _join_values, build_parser
-    ns = build_parser().parse_args(_join_values(["train", "--fanouts", "-1,-1"]))
+    from twopgraph.bench.harness import join_values
+    from twopgraph.cli import build_parser
+    ns = build_parser().parse_args(join_values(["train", "--fanouts", "-1,-1"]))
     assert ns.fanouts == "-1,-1"
     rc, out, _ = run_cli(["--version"], capsys)
     assert rc == 0 and out.startswith("twopgraph ")

@@ -29,6 +29,7 @@ import threading
 from typing import NoReturn
 
 from twopgraph.bench.harness import add_parsers as add_bench_parsers
+from twopgraph.bench.harness import join_values
 from twopgraph.config import DataConfig, TrainConfig, add_section_arguments
 from twopgraph.distributed.partition.config import PartitionConfig
 from twopgraph.errors import Stopped, TwopgraphError
@@ -90,7 +91,7 @@ def _print_record(rec: dict, as_json: bool) -> None:
 def given(argv: list[str], dest: str) -> bool:
     """Whether the ``train`` command line ``argv`` gives the option ``dest`` (in any spelling
     argparse accepts: ``--flag v``, ``--flag=v``, an abbreviation)."""
-    ns = build_parser(unset=(dest,)).parse_args(_join_values(argv))
+    ns = build_parser(unset=(dest,)).parse_args(join_values(argv))
     return getattr(ns, dest, _UNSET) is not _UNSET
 
 
@@ -185,24 +186,9 @@ COMMANDS = {"train": cmd_train, "predict": cmd_predict, "datasets": cmd_datasets
             "bench": cmd_bench,
             "partition": cmd_partition}
 
-# Flags whose value may start with "-" (``--fanouts -1,-1``): argparse would take it for a flag.
-_VALUE_FLAGS = ("--fanouts",)
-
-
-def _join_values(argv: list[str]) -> list[str]:
-    out, it = [], iter(argv)
-    for a in it:
-        if a in _VALUE_FLAGS:
-            v = next(it, None)
-            out.append(a if v is None else f"{a}={v}")
-        else:
-            out.append(a)
-    return out
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(_join_values(argv))
+    args = build_parser().parse_args(join_values(argv))
     args.argv = argv  # train --nproc passes it on
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(message)s", datefmt="%H:%M:%S", stream=sys.stderr)

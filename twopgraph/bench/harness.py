@@ -59,7 +59,7 @@ STDOUT = "-"
 #: namespace entries that are not a benchmark's parameters
 _NOT_PARAMS = {"bench", "command", "verbose", "argv", "json", "repeat", "dgl_venv"}
 #: (derived values a benchmark keeps on the namespace start with "_": not parameters either)
-#: flags whose value may start with "-" (``--fanouts -1,-1``)
+#: Flags whose value may start with "-" (``--fanouts -1,-1``), for every verb's parser.
 VALUE_FLAGS = ("--fanouts",)
 
 

@@ -343,12 +343,19 @@ def needs_clusters(schedule: str) -> bool:
     return schedule == "auto" or getattr(SCHEDULERS.get(schedule), "needs_clusters", False)
 
 
-#: :func:`locality_for`'s default cache folder: ``clusters`` under the config's data root.
-DATA_ROOT_CLUSTERS = "data-root"
+class _DataRootClusters:
+    def __repr__(self) -> str:
+        return "DATA_ROOT_CLUSTERS"
+
+
+#: :func:`locality_for`'s default cache folder: ``clusters`` under the config's data root (a
+#: sentinel, never a path a caller could mean).
+DATA_ROOT_CLUSTERS = _DataRootClusters()
 
 
 def locality_for(data: GraphData, schedules: Collection[str], cfg: Config, *,
-                 cache_dir: str | os.PathLike | None = DATA_ROOT_CLUSTERS) -> LocalityPrep:
+                 cache_dir: str | os.PathLike | _DataRootClusters | None = DATA_ROOT_CLUSTERS,
+                 ) -> LocalityPrep:
     """:func:`~twopgraph.locality.prepare_locality` for runs using ``schedules`` (scheduler
     names, or ``auto``) with the sampling options of ``cfg``: METIS clusters when one of them
     needs them (:func:`needs_clusters`) or ``renumber``, cached under ``cache_dir`` (default
@@ -371,7 +378,7 @@ def locality_for(data: GraphData, schedules: Collection[str], cfg: Config, *,
                                num_clusters=s.num_clusters)
         if probe.schedule != "random":
             probe = None  # clusters may pay: cluster, then measure them (make_loader)
-    if cache_dir == DATA_ROOT_CLUSTERS:
+    if cache_dir is DATA_ROOT_CLUSTERS:
         cache_dir = resolve_data_root(cfg.data.data_root) / "clusters"
     prep = prepare_locality(
         data, batch_size=s.batch_size, num_clusters=s.num_clusters,
