@@ -11,6 +11,7 @@ differences and the keywords PyG lacks.
 
 from __future__ import annotations
 
+import copy
 import warnings
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
@@ -20,6 +21,7 @@ import numpy as np
 import torch
 
 from twopgraph.errors import ConfigError
+from twopgraph.pyg.features import LoaderFeatures
 from twopgraph.pyg.graph import EdgeCSC
 from twopgraph.pyg.sampler import EdgeSampler, Sampled
 from twopgraph.pyg.schedule import BatchPlan, dist_rank_world, node_labels, twopgraph_scheduler
@@ -91,7 +93,12 @@ class NeighborLoader:
       ``torch.distributed``'s when it is initialised, else 0 / 1): this rank's batches are
       every ``world_size``-th of the epoch's (:mod:`twopgraph.pyg.schedule`); ``len(loader)``
       is the same on every rank. ``set_epoch(e)`` fixes the epoch (as ``DistributedSampler``);
-      otherwise each pass over the loader is the next epoch.
+      otherwise each pass over the loader is the next epoch;
+    - ``device``, ``cache_policy`` (``"degree"`` or a :class:`~twopgraph.cache.CachePolicy`),
+      ``cache_ratio`` / ``cache_gb``: ``batch.x`` gathered onto ``device`` by twopgraph's
+      feature source, through a device feature cache with a policy
+      (:mod:`twopgraph.pyg.features`; hits in ``loader.features.counters``); the other
+      attributes stay where PyG's slicing puts them.
 
     Memory: the CSC of ``edge_index`` (:class:`~twopgraph.pyg.graph.EdgeCSC`: ``8 N + 4 E``
     bytes, ``8 E`` from 2**31 edges, built once) plus O(batch) per sampling thread; the
@@ -112,7 +119,9 @@ class NeighborLoader:
                  seed: int | None = None, rank: int | None = None,
                  world_size: int | None = None, num_clusters: int = 0,
                  parts: Any = None, generator: torch.Generator | None = None,
-                 prefetch_factor: int | None = None, **kwargs: Any) -> None:
+                 prefetch_factor: int | None = None, device: Any = None,
+                 cache_policy: Any = None, cache_ratio: float | None = None,
+                 cache_gb: float | None = None, **kwargs: Any) -> None:
         from torch_geometric.data import Data
 
         if not isinstance(data, Data):
@@ -164,6 +173,15 @@ class NeighborLoader:
         self.batch_size, self.shuffle, self.drop_last = batch_size, bool(shuffle), drop_last
         self.input_nodes, self._input_id = _input_nodes(input_nodes, data.num_nodes)
         self.csc = EdgeCSC.from_edge_index(data.edge_index, data.num_nodes, is_sorted)
+        self.features, self._filtered = None, data
+        if device is not None or cache_policy is not None:
+            self.features = LoaderFeatures(data.x, self.csc.src, device, cache_policy,
+                                           cache_ratio, cache_gb)
+            self._filtered = copy.copy(data)  # the other attributes, sliced as PyG does
+            del self._filtered.x
+            self._filtered.num_nodes = data.num_nodes
+        elif cache_ratio is not None or cache_gb is not None:
+            raise ConfigError("cache_ratio / cache_gb need a cache_policy")
         self.node_sampler = EdgeSampler(self.csc, num_neighbors, replace, subgraph_type,
                                         seed=self.seed, method=sampler)
         self.num_neighbors = self.node_sampler.num_neighbors
@@ -196,7 +214,7 @@ class NeighborLoader:
         """The batch of the seeds at positions ``index`` of ``input_nodes`` (a list or an
         index tensor), sampled with fresh randomness, filtered and transformed."""
         out = self.collate_fn(index)
-        return out if self.filter_per_worker else self.filter_fn(out)
+        return self._consume(out if self.filter_per_worker else self.filter_fn(out))
 
     def collate_fn(self, index: Any, key: int | None = None, parallel: bool = True) -> Any:
         """The sampled subgraph of the positions ``index`` as a PyG ``SamplerOutput``
@@ -215,7 +233,7 @@ class NeighborLoader:
 
         if self.transform_sampler_output is not None:
             out = self.transform_sampler_output(out)
-        batch = filter_data(self.data, out.node, out.row, out.col, out.edge, None)
+        batch = filter_data(self._filtered, out.node, out.row, out.col, out.edge, None)
         if "n_id" not in batch:
             batch.n_id = out.node
         if out.edge is not None and "e_id" not in batch:
@@ -227,6 +245,17 @@ class NeighborLoader:
         batch.input_id = input_id
         batch.seed_time = seed_time
         batch.batch_size = input_id.size(0)
+        if self.features is not None:  # x and transform on the consuming thread (_consume)
+            return batch
+        return batch if self.transform is None else self.transform(batch)
+
+    def _consume(self, batch: Any) -> Any:
+        """A filtered batch as the training loop receives it: with ``device=`` /
+        ``cache_policy=``, ``x`` gathered by the feature source (on the consuming thread, in
+        batch order: a cache policy sees the batches as they are used), then ``transform``."""
+        if self.features is None:
+            return batch
+        batch.x = self.features.gather(batch.n_id)
         return batch if self.transform is None else self.transform(batch)
 
     def __iter__(self) -> Iterator[Any]:
@@ -260,7 +289,7 @@ class NeighborLoader:
         finish = (lambda out: out) if self.filter_per_worker else self.filter_fn
         if self.num_workers == 0:
             for pos, key in jobs:
-                yield finish(self.collate_fn(pos, key))
+                yield self._consume(finish(self.collate_fn(pos, key)))
             return
         pool = ThreadPoolExecutor(self.num_workers, thread_name_prefix="twopgraph-pyg")
         todo = iter(jobs)
@@ -272,7 +301,7 @@ class NeighborLoader:
                 out = pending.popleft().result()
                 for pos, key in _take(todo, 1):
                     pending.append(pool.submit(self.collate_fn, pos, key, False))
-                yield finish(out)
+                yield self._consume(finish(out))
         finally:
             for fut in pending:
                 fut.cancel()
