@@ -19,7 +19,7 @@ light: the command line starts fast). Module paths of earlier releases (``twopgr
 
 from twopgraph.imports import install_moved_modules, lazy_exports
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 _EXPORTS = {
     "CSRGraph": "graph.data", "GraphData": "graph.data", "load_dataset": "datasets",

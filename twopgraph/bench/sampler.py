@@ -28,8 +28,8 @@ class SamplerBenchmark(Benchmark):
     epoch seconds, input vertices and sampled edges per batch, with the locality set-up.
 
     The flags are ``twopgraph train``'s sampling flags plus ``--epochs`` (timed, median),
-    ``--warmup``; ``--json`` alone prints the record as one JSON line (its keys: the README's
-    ``bench sampler`` table), else one aligned line per field. ``bench sampling`` compares
+    ``--warmup``; ``--json`` alone prints the record as one JSON line (its keys: see
+    :func:`run`), else one aligned line per field. ``bench sampling`` compares
     several samplers and schedules (and DGL) side by side."""
 
     help = "sampling-only epochs: throughput and input sizes"
@@ -56,9 +56,13 @@ class SamplerBenchmark(Benchmark):
 
 
 def run(cfg: BenchSamplerConfig) -> dict:
-    """The ``bench sampler`` record (see the README for its keys; ``schedule`` is the
-    scheduler sampled, ``schedule_choice`` the figures of a ``--schedule auto`` decision,
-    ``defaults`` what ``--fanouts`` left at its default became for the graph's size)."""
+    """The ``bench sampler`` record: ``seeds_per_s``, ``sample_epoch_s`` (median of the timed
+    epochs), ``input_nodes_per_batch``, ``sampled_edges_per_batch`` (the edges of all blocks
+    of a batch), ``feature_rows``, ``num_batches``, ``sampler`` and ``sampler_options`` (its
+    ``--labor-*`` values), ``locality`` (clustering and renumbering times, edge cut);
+    ``schedule`` is the scheduler sampled, ``schedule_choice`` the figures of a ``--schedule
+    auto`` decision, ``defaults`` what ``--fanouts`` left at its default became for the
+    graph's size."""
     from twopgraph.locality import make_scheduler
     from twopgraph.locality.auto import choose_schedule
     from twopgraph.pipeline.assemble import locality_for

@@ -67,7 +67,10 @@ class DataConfig(Section):
                           "a .npz path | a store folder | NAME: DATA_ROOT/NAME.npz or the "
                           "store DATA_ROOT/NAME, else the same in a folder of "
                           "$TWOPGRAPH_DATASET_PATH (':'-separated), else the store converted "
-                          "earlier from a NAME.npz (`twopgraph datasets` lists them)",
+                          "earlier from a NAME.npz, else for cora | citeseer | pubmed the "
+                          "Planetoid citation graph (public split, as PyG's Planetoid), its "
+                          "raw files in DATA_ROOT/planetoid/NAME/raw, downloaded there when "
+                          "missing (`twopgraph datasets` lists them)",
                           result=True)
     data_root: str | None = option(None, "where datasets are generated, cached and looked up; "
                                    "ogb's root", show_default="$TWOPGRAPH_DATA, else ./datasets")
@@ -252,8 +255,14 @@ class ModelConfig(Section):
     """The model (a registered name, its sizes, dropout, heads) and its optimiser (Adam) and
     mixed precision."""
 
-    model: str = option("sage", "the GNN, a registered model", result=True,
-                        choices=MODELS.declared, registry=MODELS, spec=True)
+    model: str = option("sage", "the GNN: a registered model, or MODULE:CLASS, a GNN layer "
+                        "class of your own imported from sys.path (the current folder "
+                        "included) and built as the registered ones are, CLASS.build(in_dim, "
+                        "out_dim, last=..., **options) for a twopgraph.models.Conv subclass, "
+                        "else CLASS(in_dim, out_dim), called as layer(block, h_src, h_dst) "
+                        "(docs/architecture.md, 'Adding a model'); the checkpoint records the "
+                        "spec, so predict and --resume import it again. Registered",
+                        result=True, choices=MODELS.declared, registry=MODELS, spec=True)
     hidden: int = option(256, "hidden width", result=True, spec=True)
     dropout: float = option(0.5, "dropout between layers", result=True, spec=True)
     heads: int = option(4, "attention heads of a model with attention (gat): a hidden layer "
@@ -266,6 +275,10 @@ class ModelConfig(Section):
     amp: str = option("off", "mixed precision of the training forward pass and loss: off "
                       "(float32) | bf16 (torch.autocast to bfloat16, on CUDA and on CPU); exact "
                       "evaluation stays float32", result=True, choices=AMP_MODES)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.model, type):  # a class: its spec, what the checkpoint records
+            self.model = model_class_spec(self.model)
 
     def spec(self) -> dict:
         """The fields the model is built from (``spec=True``), by name: the checkpoint's
@@ -282,7 +295,13 @@ class ModelConfig(Section):
 
     def conv_options(self) -> dict:
         """The fields the chosen model's conv reads besides the sizes (its ``options``)."""
-        return {k: getattr(self, k) for k in MODELS.get(self.model).options}
+        conv = MODELS.get(self.model)
+        unknown = [k for k in conv.options if k not in self.spec_fields()]
+        if unknown:
+            raise ConfigError(f"model {self.model!r} reads options {', '.join(unknown)} that "
+                              f"the model section does not have (it has "
+                              f"{', '.join(self.spec_fields())})")
+        return {k: getattr(self, k) for k in conv.options}
 
     def validate(self):
         conv = MODELS.get(self.model)
@@ -300,6 +319,17 @@ class ModelConfig(Section):
             raise ConfigError(f"weight-decay must be a finite number >= 0, "
                               f"got {self.weight_decay!r}")
         return self
+
+
+def model_class_spec(cls: type) -> str:
+    """``module.path:ClassName`` of a model class (``ModelConfig(model=cls)``): the spec that
+    imports it again (:mod:`twopgraph.models.imported`); a class defined inside a function
+    has none (one-line :class:`ConfigError`)."""
+    if "<locals>" in cls.__qualname__:
+        raise ConfigError(f"model class {cls.__qualname__} is defined inside a function: define "
+                          f"it at the top level of a module, so that predict and --resume can "
+                          f"import it again")
+    return f"{cls.__module__}:{cls.__qualname__}"
 
 
 @dataclass

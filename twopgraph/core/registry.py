@@ -54,6 +54,14 @@ class Registry:
         self._declared: list[str] | None = None  # declared(): read from the sources once
         self._summaries: dict[str, str] | None = None  # described(): likewise
         self._lock = threading.Lock()
+        self._importer: Callable[[str], Callable] | None = None
+
+    def import_specs(self, importer: Callable[[str], Callable]) -> None:
+        """Let :meth:`get` resolve a name of the form ``module.path:Name`` that is not
+        registered through ``importer(name)`` (a user's own factory, imported; the importer
+        raises a one-line :class:`ConfigError` for a bad spec). Called by the registry's
+        package when it is imported (``twopgraph.models``: ``--model pkg.mod:Class``)."""
+        self._importer = importer
 
     def register(self, name: str) -> Callable[[Callable], Callable]:
         """Decorator: register the decorated factory (a class or a function) as ``name``."""
@@ -119,17 +127,21 @@ class Registry:
         return list(self._entries)
 
     def get(self, name: str) -> Callable:
-        """The factory registered as ``name``; :class:`ConfigError` (one line, with the known
+        """The factory registered as ``name`` (or, with :meth:`import_specs`, the one a
+        ``module.path:Name`` spec imports); :class:`ConfigError` (one line, with the known
         names and the closest match) otherwise."""
         self._discover()
         try:
             return self._entries[name]
         except (KeyError, TypeError):
             pass
+        if self._importer is not None and isinstance(name, str) and ":" in name:
+            return self._importer(name)
         close = difflib.get_close_matches(str(name), self._entries, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
+        own = ", or MODULE:CLASS (your own, imported)" if self._importer is not None else ""
         raise ConfigError(f"unknown {self.kind} {name!r}{hint}; known: "
-                          f"{', '.join(self._entries)}") from None
+                          f"{', '.join(self._entries)}{own}") from None
 
     def check(self, name: str) -> str:
         """``name`` if registered (else the :meth:`get` error)."""

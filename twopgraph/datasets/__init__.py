@@ -1,4 +1,5 @@
-"""Dataset registry behind ``--dataset``: synthetic presets, ``.npz`` files and OGB graphs.
+"""Dataset registry behind ``--dataset``: synthetic presets, ``.npz`` files, OGB graphs and the
+Planetoid citation graphs.
 
 Names resolve in this order (:func:`load_dataset`):
 
@@ -19,8 +20,14 @@ Names resolve in this order (:func:`load_dataset`):
    (folders separated by ``:``, like ``PATH``: e.g. a shared, read-only folder of real
    graphs or stores), else the store an earlier
    run converted from a ``<name>.npz`` (``<root>/stores/<name>-<hash>/``: read through its
-   file while that exists, as the store it is once the file is gone). :func:`list_datasets`
-   (``twopgraph datasets``) lists all of them.
+   file while that exists, as the store it is once the file is gone);
+5. ``cora``, ``citeseer``, ``pubmed`` (:data:`PLANETOID_DATASETS`; only when step 4 finds no
+   file or store of that name: a user's own ``cora.npz`` wins): the Planetoid citation graphs,
+   their raw files in ``<root>/planetoid/<name>/raw/`` (downloaded from
+   :data:`PLANETOID_URL` when missing, as PyG's ``Planetoid`` does) read once, PyG's way with
+   the public split, into the store ``<root>/stores/<name>-<hash>/`` (:mod:`.planetoid`).
+
+:func:`list_datasets` (``twopgraph datasets``) lists all of them.
 
 The data root is ``--data-root``, else ``$TWOPGRAPH_DATA``, else ``./datasets``
 (:func:`resolve_data_root`). Every failure a user can fix raises a one-line
@@ -34,9 +41,9 @@ The package: :mod:`.load` (:func:`load_dataset`), :mod:`.builtin` (the built-in 
 :mod:`.paths` (the data root, store folders, OGB's folders), :mod:`.names` (plain names and
 ``$TWOPGRAPH_DATASET_PATH``), :mod:`.dtype` (``--store-dtype``), :mod:`.sourcestore` (the
 store of a source file, kept fresh), :mod:`.presets` (the synthetic datasets), :mod:`.ogb` and
-:mod:`.download` (the OGB datasets; ogb's download code), :mod:`.identity` (a dataset's
-identity without loading it; partitions' datasets), :mod:`.catalogue` (:func:`list_datasets`,
-"did you mean").
+:mod:`.download` (the OGB datasets; ogb's download code), :mod:`.planetoid` (cora,
+citeseer, pubmed), :mod:`.identity` (a dataset's identity without loading it; partitions'
+datasets), :mod:`.catalogue` (:func:`list_datasets`, "did you mean").
 
 Example::
 
@@ -45,7 +52,7 @@ Example::
     ['synthetic-tiny']
 """
 
-from twopgraph.datasets.builtin import OGB_BINARY, OGB_DATASETS
+from twopgraph.datasets.builtin import OGB_BINARY, OGB_DATASETS, PLANETOID_DATASETS
 from twopgraph.datasets.catalogue import list_datasets
 from twopgraph.datasets.download import OGB_NET_TIMEOUT_S, ogb_session
 from twopgraph.datasets.dtype import (
@@ -74,13 +81,21 @@ from twopgraph.datasets.paths import (
                                       resolve_data_root,
                                       store_folder,
 )
+from twopgraph.datasets.planetoid import (
+                                      PLANETOID_NET_TIMEOUT_S,
+                                      PLANETOID_URL,
+                                      download_planetoid,
+                                      load_planetoid,
+                                      planetoid_raw_folder,
+)
 from twopgraph.datasets.presets import load_papers, load_preset, load_synthetic, preset_store
 
 __all__ = ["AUTO_HALF_SHARE", "DATASET_PATH_ENV", "DATA_ROOT_ENV", "DEFAULT_DATA_ROOT",
            "OGB_BINARY", "OGB_CACHE_FILE", "OGB_DATASETS", "OGB_NET_TIMEOUT_S",
-           "STORES_DIR", "STORE_DTYPES", "STORE_DTYPE_CHOICES", "dataset_identity",
-           "dataset_path", "dataset_search_path", "float32_feature_bytes", "list_datasets",
-           "load_dataset", "load_papers", "load_preset", "load_synthetic", "named_dataset",
-           "ogb_session", "partition_dataset", "preset_store", "resolve_data_root",
-           "resolve_store_dtype", "same_dataset", "source_dataset", "store_dtype_of",
-           "store_folder"]
+           "PLANETOID_DATASETS", "PLANETOID_NET_TIMEOUT_S", "PLANETOID_URL", "STORES_DIR",
+           "STORE_DTYPES", "STORE_DTYPE_CHOICES", "dataset_identity", "dataset_path",
+           "dataset_search_path", "download_planetoid", "float32_feature_bytes", "list_datasets",
+           "load_dataset", "load_papers", "load_planetoid", "load_preset", "load_synthetic",
+           "named_dataset", "ogb_session", "partition_dataset", "planetoid_raw_folder",
+           "preset_store", "resolve_data_root", "resolve_store_dtype", "same_dataset",
+           "source_dataset", "store_dtype_of", "store_folder"]

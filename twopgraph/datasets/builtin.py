@@ -1,5 +1,6 @@
 """The built-in datasets: the OGB names (:data:`OGB_DATASETS`, with a line about each;
-:data:`OGB_BINARY`: those downloaded in OGB's binary layout), the synthetic presets of
+:data:`OGB_BINARY`: those downloaded in OGB's binary layout), the Planetoid citation graphs
+(:data:`PLANETOID_DATASETS`: cora, citeseer, pubmed), the synthetic presets of
 :mod:`twopgraph.datasets.synthetic` and the ``synthetic-papers[:SCALE]`` presets of
 :mod:`twopgraph.datasets.papers` (both imported lazily: they pull in numba).
 """
@@ -12,6 +13,18 @@ OGB_DATASETS = {
                      "47 classes",
     "ogbn-papers100M": "OGB citation graph: 111M nodes, 1.6B edges, 128 features, 172 classes "
                        "(57 GB of features; ingested streaming from OGB's raw files)",
+}
+
+
+#: The Planetoid citation graphs (public split, as PyG's ``Planetoid``): name -> a line about
+#: it. Loaded after a user's own file or store of that name (:mod:`.planetoid`).
+PLANETOID_DATASETS = {
+    "cora": "Planetoid citation graph (PyG's Planetoid, public split): 2,708 nodes, 5,278 "
+            "undirected edges, 1,433 features, 7 classes",
+    "citeseer": "Planetoid citation graph (PyG's Planetoid, public split): 3,327 nodes, 4,552 "
+                "undirected edges, 3,703 features, 6 classes",
+    "pubmed": "Planetoid citation graph (PyG's Planetoid, public split): 19,717 nodes, 44,324 "
+              "undirected edges, 500 features, 3 classes",
 }
 
 

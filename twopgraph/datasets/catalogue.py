@@ -1,7 +1,8 @@
 """Every known dataset (:func:`list_datasets`, ``twopgraph datasets``): the presets, the OGB
 names, the ``.npz`` files and store folders of the data root and of
-``$TWOPGRAPH_DATASET_PATH``, the stores converted from ``.npz`` files; and the closest known
-names for an error message ("did you mean").
+``$TWOPGRAPH_DATASET_PATH``, the stores converted from ``.npz`` files, the Planetoid names no
+file or store of the user's takes; and the closest known names for an error message ("did
+you mean").
 """
 
 from __future__ import annotations
@@ -10,10 +11,16 @@ import contextlib
 import os
 from pathlib import Path
 
-from twopgraph.datasets.builtin import OGB_DATASETS, _describe_preset, _synthetic_presets
+from twopgraph.datasets.builtin import (
+    OGB_DATASETS,
+    PLANETOID_DATASETS,
+    _describe_preset,
+    _synthetic_presets,
+)
 from twopgraph.datasets.identity import dataset_identity, dataset_path
 from twopgraph.datasets.names import _converted_stores, _plain_name, dataset_search_path
 from twopgraph.datasets.paths import DATASET_PATH_ENV, _ogb_folder, _source_path, resolve_data_root
+from twopgraph.datasets.planetoid import PLANETOID_URL, planetoid_raw_folder
 from twopgraph.datasets.presets import _preset_meta, preset_store
 from twopgraph.errors import TwopgraphError
 from twopgraph.store.reader import is_store
@@ -22,12 +29,14 @@ from twopgraph.store.reader import is_store
 def list_datasets(data_root: str | os.PathLike | None = None) -> list[dict]:
     """Every known dataset: presets, OGB names, then each ``*.npz`` in the data root.
 
-    Each entry is ``{"name", "kind" ("synthetic"|"ogb"|"npz"|"store"), "cached" (bool),
-    "path" (str), "description"}``; ``cached`` says whether loading needs no
+    Each entry is ``{"name", "kind" ("synthetic"|"ogb"|"npz"|"store"|"planetoid"), "cached"
+    (bool), "path" (str), "description"}``; ``cached`` says whether loading needs no
     generation/download/conversion. Beyond the presets and OGB names: every name
     :func:`named_dataset` resolves, once (the ``.npz`` files and store folders of the data
     root, then those of each folder of ``$TWOPGRAPH_DATASET_PATH``, then the stores converted
-    from ``.npz`` files; a store is of kind ``store``).
+    from ``.npz`` files; a store is of kind ``store``), then the Planetoid names
+    (``cora``, ``citeseer``, ``pubmed``; ``path``: their raw files' folder) that none of those
+    took, as when loading.
     """
     root = resolve_data_root(data_root)
     out = []
@@ -82,13 +91,25 @@ def list_datasets(data_root: str | os.PathLike | None = None) -> list[dict]:
                     f"dataset now)")
         out.append(dict(name=stem, kind="store", cached=True, path=str(folders[0]),
                         description=desc))
+        listed.add(stem)
+    for name, desc in PLANETOID_DATASETS.items():
+        if name in listed:
+            continue  # the user's own file or store of that name is what loads
+        raw = planetoid_raw_folder(name, root)
+        cached = dataset_identity(name, root)["store"] is not None
+        if not cached:
+            desc += (f" (raw files in {raw}, not read yet)"
+                     if (raw / f"ind.{name}.graph").is_file()
+                     else f" (downloaded from {PLANETOID_URL} when first loaded)")
+        out.append({"name": name, "kind": "planetoid", "cached": cached, "path": str(raw),
+                    "description": desc})
     return out
 
 
 def _known_names(root: Path) -> list[str]:
-    """Names for error messages: presets, OGB names, and the names of files and stores
-    (:func:`list_datasets`)."""
-    names = list(_synthetic_presets()) + list(OGB_DATASETS)
+    """Names for error messages: presets, OGB and Planetoid names, and the names of files and
+    stores (:func:`list_datasets`)."""
+    names = list(_synthetic_presets()) + list(OGB_DATASETS) + list(PLANETOID_DATASETS)
     with contextlib.suppress(OSError):
         names += [d["name"] for d in list_datasets(root)
                   if d["kind"] in ("npz", "store") and d["name"] not in names]
@@ -101,7 +122,7 @@ def _did_you_mean(name: str, root: Path) -> str:
     case ignored), or ``""`` when none is close."""
     import difflib
     shown: dict[str, str] = {}  # name -> what to show
-    for n in list(_synthetic_presets()) + list(OGB_DATASETS):
+    for n in list(_synthetic_presets()) + list(OGB_DATASETS) + list(PLANETOID_DATASETS):
         shown.setdefault(n, n)
     with contextlib.suppress(OSError):  # an unreadable data root: no names from it
         for d in list_datasets(root):  # files and stores, each under the name it loads by

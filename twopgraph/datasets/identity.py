@@ -12,7 +12,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from twopgraph.datasets.builtin import OGB_DATASETS, _synthetic_presets
+from twopgraph.datasets.builtin import OGB_DATASETS, PLANETOID_DATASETS, _synthetic_presets
 from twopgraph.datasets.names import _npz_file, named_dataset
 from twopgraph.datasets.paths import (
     OGB_CACHE_FILE,
@@ -21,6 +21,7 @@ from twopgraph.datasets.paths import (
     _store_of_source,
     resolve_data_root,
 )
+from twopgraph.datasets.planetoid import planetoid_source
 from twopgraph.datasets.presets import _legacy_preset_cache, _preset_meta, preset_store
 from twopgraph.datasets.sourcestore import _fresh
 from twopgraph.errors import ConfigError, TwopgraphError
@@ -34,9 +35,10 @@ def dataset_path(name: str, data_root: str | os.PathLike | None = None,
     twopgraph's ``<root>/<name>.npz`` cache of the same spec where the store is not there but
     that file is); None if unknown.
 
-    For synthetic presets and OGB names the path need not exist yet (it is the cache path):
-    ``path.exists()`` tells whether loading needs no generation, download or conversion
-    (OGB: ingestion aside).
+    For synthetic presets, OGB and Planetoid names the path need not exist yet (it is the
+    cache path; Planetoid's: its raw ``ind.NAME.graph``, unless a file or store of the user's
+    has that name): ``path.exists()`` tells whether loading needs no generation, download or
+    conversion (OGB, Planetoid: ingestion aside).
     """
     root = resolve_data_root(data_root)
     presets = _synthetic_presets()
@@ -54,7 +56,9 @@ def dataset_path(name: str, data_root: str | os.PathLike | None = None,
         return cache if cache.is_file() else _ogb_source(name, root)
     with contextlib.suppress(ConfigError):  # an ambiguous name: none (loading says why)
         found = named_dataset(name, root, store_dtype)
-        return None if found is None else found[1]
+        if found is not None:
+            return found[1]
+        return planetoid_source(name, root) if name in PLANETOID_DATASETS else None
     return None
 
 
@@ -138,6 +142,8 @@ def source_dataset(source: dict) -> str:
     name = str(source.get("name") or "")
     if name in _synthetic_presets() or name in OGB_DATASETS:
         return name
+    if name in PLANETOID_DATASETS and Path(str(source.get("path") or "")).name.startswith("ind."):
+        return name  # its raw files: the name loads them (a user's own file of it wins)
     return str(source.get("path") or source.get("store") or name)
 
 

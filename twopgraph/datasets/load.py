@@ -10,12 +10,18 @@ from pathlib import Path
 
 import numpy as np
 
-from twopgraph.datasets.builtin import OGB_DATASETS, _papers_spec, _synthetic_presets
+from twopgraph.datasets.builtin import (
+    OGB_DATASETS,
+    PLANETOID_DATASETS,
+    _papers_spec,
+    _synthetic_presets,
+)
 from twopgraph.datasets.catalogue import _did_you_mean, _known_names
 from twopgraph.datasets.dtype import STORE_DTYPE_CHOICES, STORE_DTYPES, resolve_store_dtype
 from twopgraph.datasets.names import _npz_file, named_dataset
 from twopgraph.datasets.ogb import _load_ogb
 from twopgraph.datasets.paths import resolve_data_root
+from twopgraph.datasets.planetoid import load_planetoid
 from twopgraph.datasets.presets import load_papers, load_preset
 from twopgraph.datasets.sourcestore import _read_npz, _symmetrized
 from twopgraph.errors import ConfigError, TwopgraphError
@@ -92,6 +98,9 @@ def load_dataset(name: str, data_root: str | os.PathLike | None = None, progress
                 raise ConfigError(f"{name} is the store {found[1]} of {data.feat.dtype} "
                                   f"features: --store-dtype applies to datasets twopgraph "
                                   f"converts from a file")
+            return _symmetrized(data, name) if symmetrize else data
+        if name in PLANETOID_DATASETS:  # after the user's own data of that name
+            data = load_planetoid(name, root, progress, store_dtype)
             return _symmetrized(data, name) if symmetrize else data
         hint = _did_you_mean(name, root)
         raise ConfigError(f"unknown dataset {name!r}{hint}{' K' if hint else '; k'}nown: "

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from twopgraph.datasets.builtin import OGB_BINARY, OGB_DATASETS
+from twopgraph.datasets.builtin import OGB_BINARY, OGB_DATASETS, PLANETOID_DATASETS
 
 DATA_ROOT_ENV = "TWOPGRAPH_DATA"
 
@@ -53,11 +53,12 @@ def store_folder(npz: str | os.PathLike, data_root: str | os.PathLike | None = N
 
 
 def _store_of_source(name: str, path: Path, root: Path, dtype: str = "float32") -> Path:
-    """The store folder of the source file ``path`` of dataset ``name``: OGB raw files give
-    ``stores/<name>-<hash>``, every other file ``stores/<file stem>-<hash>`` (``-float16``
-    after either for ``dtype`` float16)."""
-    ogb = name in OGB_DATASETS and path.name != OGB_CACHE_FILE
-    return store_folder(path, root, stem=name if ogb else None, dtype=dtype)
+    """The store folder of the source file ``path`` of dataset ``name``: OGB and Planetoid
+    raw files give ``stores/<name>-<hash>``, every other file ``stores/<file stem>-<hash>``
+    (``-float16`` after either for ``dtype`` float16)."""
+    raw = (name in OGB_DATASETS and path.name != OGB_CACHE_FILE) or (
+        name in PLANETOID_DATASETS and path.name.startswith("ind."))
+    return store_folder(path, root, stem=name if raw else None, dtype=dtype)
 
 
 def _dtype_suffix(dtype: str) -> str:

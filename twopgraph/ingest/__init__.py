@@ -1,6 +1,6 @@
 """Streaming ingestion: raw graph files read chunk by chunk straight into a dataset store.
 
-Two kinds of input, one path into the store (:func:`ingest`):
+Three kinds of input; the first two take one path into the store (:func:`ingest`):
 
 * **OGB node-property datasets in OGB's own raw layout** (:func:`ogb_raw`), the files ogb
   downloads, never through ogb's in-memory processing (which needs ~224 GB for
@@ -20,6 +20,11 @@ Two kinds of input, one path into the store (:func:`ingest`):
   or NaN = unlabelled), ``train_idx``, ``val_idx``, ``test_idx`` and optionally
   ``num_nodes`` and ``num_classes`` (docs/formats.md).
 
+* **the Planetoid citation graphs' raw files** (:func:`read_planetoid`: Cora, CiteSeer,
+  PubMed; ``ind.NAME.{x,tx,allx,y,ty,ally,graph,test.index}``, read as PyG's ``Planetoid``
+  reads them, in memory: they are small) into a :class:`~twopgraph.graph.data.GraphData`, which
+  :func:`~twopgraph.store.writer.write_store` writes.
+
 Every array is read in chunks of about :data:`~twopgraph.store.reader.CHUNK_BYTES`: an uncompressed
 (stored) ``.npz`` member is memory-mapped in place; a compressed one is inflated chunk by
 chunk (the edge list into a scratch file inside the store being written, removed before it
@@ -34,7 +39,8 @@ whole (N and split-sized).
 
 The package: :mod:`.npz` (one array of an ``.npz`` read without loading it), :mod:`.raw`
 (:class:`RawDataset` and the checks of its arrays), :mod:`.ogb` (OGB's raw layouts),
-:mod:`.coo` (the COO exchange format), :mod:`.write` (:func:`ingest` into the store).
+:mod:`.coo` (the COO exchange format), :mod:`.planetoid` (the Planetoid files), :mod:`.write`
+(:func:`ingest` into the store).
 
 Example::
 
@@ -45,9 +51,11 @@ Example::
 from twopgraph.ingest.coo import coo_npz, is_coo_npz
 from twopgraph.ingest.npz import READ_ERRORS, NpzMember, members
 from twopgraph.ingest.ogb import OGB_SPLIT_FILES, ogb_raw, read_ogb_split
+from twopgraph.ingest.planetoid import PLANETOID_FILES, planetoid_files, read_planetoid
 from twopgraph.ingest.raw import RawDataset, labels_from
 from twopgraph.ingest.write import SCATTER_MIN_BYTES, SCATTER_SHARE, ingest, source_record
 
-__all__ = ["OGB_SPLIT_FILES", "READ_ERRORS", "SCATTER_MIN_BYTES", "SCATTER_SHARE", "NpzMember",
-           "RawDataset", "coo_npz", "ingest", "is_coo_npz", "labels_from", "members",
-           "ogb_raw", "read_ogb_split", "source_record"]
+__all__ = ["OGB_SPLIT_FILES", "PLANETOID_FILES", "READ_ERRORS", "SCATTER_MIN_BYTES",
+           "SCATTER_SHARE", "NpzMember", "RawDataset", "coo_npz", "ingest", "is_coo_npz",
+           "labels_from", "members", "ogb_raw", "planetoid_files", "read_ogb_split",
+           "read_planetoid", "source_record"]

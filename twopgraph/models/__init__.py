@@ -6,7 +6,9 @@
 - and every other module of this package that registers a conv (e.g. ``gat``).
 
 A new model is one new module here, found by the registry: nothing else changes
-(docs/architecture.md: the conv contract, and the diff that added GAT).
+(docs/architecture.md: the conv contract, and the diff that added GAT). A model of your own
+needs no module here: ``module.path:ClassName`` (``--model``, ``ModelConfig(model=...)``,
+``build_model``) imports it (:mod:`twopgraph.models.imported`).
 
 Example::
 
@@ -16,11 +18,14 @@ Example::
 """
 
 from twopgraph.core.protocols import MODELS
-from twopgraph.models.base import BlockGNN, Conv, build_model, model_from_config
+from twopgraph.models.base import BlockGNN, Conv, as_conv, build_model, model_from_config
+from twopgraph.models.imported import ModelImportError, import_conv
 
 # registration order = the order models are listed in: the default first
 from twopgraph.models.sage import SAGEConv  # isort: skip
 from twopgraph.models.gcn import GCNConv  # isort: skip
 
-__all__ = ["MODELS", "BlockGNN", "Conv", "GCNConv", "SAGEConv", "build_model",
-           "model_from_config"]
+MODELS.import_specs(import_conv)  # "module.path:Class": a user's model, imported
+
+__all__ = ["MODELS", "BlockGNN", "Conv", "GCNConv", "ModelImportError", "SAGEConv", "as_conv",
+           "build_model", "import_conv", "model_from_config"]

@@ -3,14 +3,18 @@ defaults of the conv contract) and :class:`BlockGNN` (a stack of convs over a mi
 blocks, ReLU and dropout between them).
 
 A model is one conv class registered in :data:`~twopgraph.core.protocols.MODELS` (a module of
-``twopgraph/models/``); :func:`build_model` and :func:`model_from_config` stack it. The conv
+``twopgraph/models/``) or a user's own (:mod:`twopgraph.models.imported`; :func:`as_conv`
+makes a plain ``nn.Module`` layer a :class:`Conv`); :func:`build_model` and
+:func:`model_from_config` stack it. The conv
 contract (what training, exact inference and the cache budget call) is written in
 :class:`~twopgraph.core.protocols.Conv` and docs/architecture.md.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 from torch import nn
@@ -119,14 +123,19 @@ class BlockGNN(nn.Module):
         return h
 
 
-def build_model(name: str, in_dim: int, hidden: int, num_classes: int, num_layers: int,
-                dropout: float = 0.5, **options: Any) -> BlockGNN:
+def build_model(name: str | type[nn.Module], in_dim: int, hidden: int, num_classes: int,
+                num_layers: int, dropout: float = 0.5, **options: Any) -> BlockGNN:
     """A GNN of the conv registered as ``name`` in :data:`~twopgraph.core.protocols.MODELS`
-    ("sage", "gcn", ...; an unknown name is a one-line :class:`ConfigError`); ``options``:
-    the conv's own options (:attr:`Conv.options`, e.g. ``heads=4`` for gat; defaults when
-    left out)."""
-    return BlockGNN(MODELS.get(name), in_dim, hidden, num_classes, num_layers, dropout,
-                    **options)
+    ("sage", "gcn", ...; an unknown name is a one-line :class:`ConfigError`), of the class a
+    ``module.path:ClassName`` spec imports, or of the class ``name`` itself (a user's
+    layer: :mod:`twopgraph.models.imported`); ``options``: the conv's own options
+    (:attr:`Conv.options`, e.g. ``heads=4`` for gat; defaults when left out). ``in_dim``,
+    ``hidden``, ``num_classes``: columns; ``num_layers``: convs."""
+    if isinstance(name, type):
+        conv = name if issubclass(name, Conv) else as_conv(name)
+    else:
+        conv = MODELS.get(name)
+    return BlockGNN(conv, in_dim, hidden, num_classes, num_layers, dropout, **options)
 
 
 def model_from_config(section: _ModelSection, num_features: int, num_classes: int,
@@ -135,3 +144,31 @@ def model_from_config(section: _ModelSection, num_features: int, num_classes: in
     ``dropout`` and the conv's :attr:`Conv.options` (``section.conv_options()``)."""
     return build_model(section.model, num_features, section.hidden, num_classes, num_layers,
                        section.dropout, **section.conv_options())
+
+
+_ADAPTED: dict[type, type] = {}  # a plain nn.Module class -> its Conv subclass
+_LOCK = threading.Lock()
+
+
+def as_conv(cls: type[nn.Module]) -> type[Conv]:
+    """``cls`` (an ``nn.Module`` subclass taking ``(in_dim, out_dim)``) as a :class:`Conv`
+    subclass: built as ``cls(in_dim, out_dim)``, ``in_dim``/``out_dim`` set on the layer when
+    it has none, the contract's defaults for the rest. Its weights' names are ``cls``'s.
+    The same class for the same ``cls``."""
+    with _LOCK:
+        have = _ADAPTED.get(cls)
+        if have is not None:
+            return have
+
+        def build(klass, in_dim: int, out_dim: int, *, last: bool, **options: Any) -> nn.Module:
+            layer = klass(in_dim, out_dim)
+            for key, value in (("in_dim", in_dim), ("out_dim", out_dim)):
+                if not hasattr(layer, key):
+                    setattr(layer, key, value)
+            return layer
+
+        adapted = type(cls.__name__, (cls, Conv), {
+            "__module__": cls.__module__, "__qualname__": cls.__qualname__,
+            "__doc__": cls.__doc__, "build": classmethod(build)})
+        _ADAPTED[cls] = adapted
+        return adapted

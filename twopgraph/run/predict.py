@@ -55,7 +55,7 @@ from twopgraph.errors import ConfigError
 from twopgraph.graph.data import GraphData
 from twopgraph.inference import accuracy, layerwise_inference
 from twopgraph.locality import to_original_order
-from twopgraph.models import BlockGNN
+from twopgraph.models import BlockGNN, ModelImportError
 from twopgraph.pipeline.assemble import locality_for, resolve_sampler_device
 from twopgraph.pipeline.loader import ThreadPlan
 from twopgraph.run.checkpoint import (
@@ -127,6 +127,8 @@ def read_model_checkpoint(checkpoint: str | os.PathLike) -> ModelCheckpoint:
         model.load_state_dict(ckpt["model"] if selected is None else selected["model"])
         selected_epoch = None if selected is None else int(selected["epoch"])
         cfg = TrainConfig.from_dict(dict(ckpt["config"]))
+    except ModelImportError as e:  # a user's model class (--model MODULE:CLASS) not found here
+        raise ConfigError(f"{path}: {e}") from None
     except (KeyError, TypeError, ValueError, RuntimeError) as e:  # ConfigError included
         raise ConfigError(f"{path}: the model cannot be rebuilt from it ({type(e).__name__}: "
                           f"{_first_line(e)}); retrain with this version") from None
