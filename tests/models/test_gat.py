@@ -24,7 +24,7 @@ from twopgraph.cache.feature_cache import (
 from twopgraph.config import TrainConfig
 from twopgraph.distributed.partition.selfdep import partition_selfdep
 from twopgraph.errors import ConfigError
-from twopgraph.graph.data import CSRGraph
+from twopgraph.graph.data import CSRGraph, GraphData
 from twopgraph.inference import layerwise_inference, scored_ids, scored_inference
 from twopgraph.models import SAGEConv, build_model
 from twopgraph.models.gat import GATConv, edge_softmax
@@ -43,7 +43,8 @@ def _graph_with_isolated(n=60, m=200, seed=1):
 
 def dense_gat(conv: GATConv, block, h_src, h_dst) -> torch.Tensor:
     """The GAT formula, one dst and one head at a time, float64: ``z = W h``;
-    ``e_uv = LeakyReLU(a_src . z_u + a_dst . z_v)``; ``alpha = softmax over v's edges``;
+    ``e_uv = LeakyReLU(a_src . z_u + a_dst . z_v)`` over v's edges and its self loop (u = v,
+    ``z_v`` from ``h_dst``: PyG's ``add_self_loops``); ``alpha = softmax over them``;
     ``sum alpha_uv z_u + b``, heads concatenated (hidden) or averaged (output)."""
     heads, f = conv.heads, conv.head_dim
     w = conv.fc.weight.double()
@@ -53,12 +54,11 @@ def dense_gat(conv: GATConv, block, h_src, h_dst) -> torch.Tensor:
     for v in range(block.num_dst):
         nbrs = block.indices[block.indptr[v]:block.indptr[v + 1]]
         for k in range(heads):
-            if nbrs.numel():
-                e = z_src[nbrs, k] @ conv.attn_src[0, k].double() \
-                    + z_dst[v, k] @ conv.attn_dst[0, k].double()
-                e = torch.where(e > 0, e, 0.2 * e)
-                alpha = torch.exp(e - e.max()) / torch.exp(e - e.max()).sum()
-                out[v, k] = alpha @ z_src[nbrs, k]
+            z = torch.cat([z_src[nbrs, k], z_dst[v, k].unsqueeze(0)])
+            e = z @ conv.attn_src[0, k].double() + z_dst[v, k] @ conv.attn_dst[0, k].double()
+            e = torch.where(e > 0, e, 0.2 * e)
+            alpha = torch.exp(e - e.max()) / torch.exp(e - e.max()).sum()
+            out[v, k] = alpha @ z
     out = out + conv.bias.double().view(1, heads, f)
     return out.reshape(block.num_dst, heads * f) if conv.concat else out.mean(1)
 
@@ -97,10 +97,10 @@ def test_gat_layer_equals_its_dense_formula(last, fanout):
     torch.testing.assert_close(led, want, rtol=1e-8, atol=1e-8)
     torch.testing.assert_close(apart, want, rtol=1e-8, atol=1e-8)
     isolated = (block.indptr.diff() == 0).nonzero().flatten()
-    assert isolated.numel() == 2  # n - 2 and n - 1: only their bias
-    bias = conv.bias.view(4, -1)
-    torch.testing.assert_close(led[isolated], (bias.reshape(1, -1) if not last else
-                                               bias.mean(0, keepdim=True)).expand(2, -1))
+    assert isolated.numel() == 2  # n - 2 and n - 1: their own row (self loop) + the bias
+    z = (h[isolated] @ conv.fc.weight.T).view(2, 4, -1) + conv.bias.view(1, 4, -1)
+    torch.testing.assert_close(led[isolated], z.reshape(2, -1) if not last else z.mean(1))
+    assert not torch.allclose(led[isolated[0]], led[isolated[1]])
 
 
 def test_edge_softmax_normalises_each_dst_and_has_the_right_gradient():
@@ -234,3 +234,60 @@ def test_cli_bad_heads_exits_2(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "hidden must be a multiple of heads" in proc.stderr
+
+
+def _with_isolated_labelled(n=600, isolated=200, k=4, seed=0):
+    """community_data plus ``isolated`` vertices without edges whose label only their own
+    features tell (a noisy one-hot of the class): half of them train, half test."""
+    d = community_data(n, k=k, seed=seed)
+    rng = np.random.default_rng(seed + 1)
+    lab = rng.integers(0, k, isolated)
+    feat = np.zeros((isolated, d.num_features), dtype=np.float32)
+    feat[np.arange(isolated), lab] = 3.0
+    feat += 0.3 * rng.normal(size=feat.shape).astype(np.float32)
+    src = np.repeat(np.arange(n), d.graph.degrees())
+    g = CSRGraph.from_edges(src, d.graph.indices.astype(np.int64), n + isolated)
+    iso = n + np.arange(isolated)
+    return GraphData(g, np.concatenate([d.feat, feat]), np.concatenate([d.label, lab]),
+                     np.sort(np.concatenate([d.train_idx, iso[::2]])), d.val_idx,
+                     np.sort(np.concatenate([d.test_idx, iso[1::2]])), name="isolated"), iso
+
+
+def test_gat_sees_each_vertex_own_features():
+    """Every dst attends over itself too (PyG's self loops): isolated vertices whose own
+    features give their class are predicted from them (not all one class, as with their bias
+    alone); and exact inference (whole graph and scored) = the full-neighbourhood sampled
+    forward pass over the same graph, in the training (gathered) and evaluation paths."""
+    data, iso = _with_isolated_labelled()
+    torch.manual_seed(0)
+    model = build_model("gat", data.num_features, 16, data.num_classes, 2, heads=2,
+                        dropout=0.0)
+    opt = torch.optim.Adam(model.parameters(), lr=0.02)
+    for _ in range(8):
+        for mb in NodeLoader(data, fanouts=[5, 5], batch_size=128, schedule="random",
+                             threads=1, seed=0):
+            loss = torch.nn.functional.cross_entropy(model(mb), mb.labels)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    model.eval()
+    sampler = NeighborSampler(data.graph, [-1, -1])
+    feat = torch.from_numpy(data.feat)
+    exact = layerwise_inference(model, sampler, feat, torch.device("cpu"), batch_edges=211)
+    test_iso = iso[1::2]
+    pred = exact[torch.from_numpy(test_iso)].argmax(1).numpy()
+    assert len(set(pred.tolist())) == data.num_classes
+    assert (pred == data.label[test_iso]).mean() > 0.9
+    seeds = np.concatenate([np.arange(0, 600, 7), iso[::9]])
+    mb = sampler.sample(seeds, key=1)
+    mb.features = feat[mb.input_nodes]
+    with torch.no_grad():
+        evaluated = model(mb)
+    gathered = model(mb).detach()  # with gradients: the gathered messages
+    want = exact[torch.from_numpy(seeds)]
+    torch.testing.assert_close(evaluated, want, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(gathered, want, rtol=1e-5, atol=1e-5)
+    ids = scored_ids(data.num_nodes, data.val_idx, data.test_idx)
+    part = scored_inference(model, sampler, feat, torch.device("cpu"), ids, batch_edges=211)
+    torch.testing.assert_close(part.take(ids), exact[torch.from_numpy(ids)], rtol=1e-5,
+                               atol=1e-5)

@@ -89,6 +89,8 @@ class DistBenchmark(Benchmark):
             raise ConfigError(f"--ranks must be comma-separated integers ({e})") from None
         if not a._ranks or min(a._ranks) < 1:
             raise ConfigError("--ranks: give counts >= 1")
+        from twopgraph.core.fanouts import parse_fanouts
+        parse_fanouts(a.fanouts)  # checked here, not in each run it starts
         if a.epochs < 1 or a.batch_size < 1 or (a.hops is not None and a.hops < 0):
             raise ConfigError("need --epochs >= 1, --batch-size >= 1, --hops >= 0")
         if a.out and Path(a.out).exists() and not Path(a.out).is_dir():

@@ -137,6 +137,8 @@ class MemoryBenchmark(Benchmark):
                 shlex.split(v)
         except ValueError as e:
             raise ConfigError(f"--variants/--train-args: {e}") from None
+        from twopgraph.core.fanouts import parse_fanouts
+        parse_fanouts(a.fanouts)  # checked here, not in each run it starts
         if not a._variants:
             raise ConfigError("--variants: give at least one")
         if a.cap_gib < 0 or a.wide_features < 0 or a.epochs < 1 or a.classes < 2:

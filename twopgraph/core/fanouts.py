@@ -13,9 +13,15 @@ from typing import Sequence
 
 from twopgraph.errors import ConfigError
 
+#: The largest fanout (the samplers' kernels count a dst's neighbours in int32); ``-1`` takes
+#: all of them whatever their number.
+MAX_FANOUT = 2 ** 31 - 1
+
 
 def parse_fanouts(text: str | Sequence[int]) -> list[int]:
-    """``"15,10,5"`` -> ``[15, 10, 5]``; each entry a positive int or ``-1`` (all neighbours).
+    """``"15,10,5"`` -> ``[15, 10, 5]``; each entry a positive int up to :data:`MAX_FANOUT`
+    (neighbours per dst) or ``-1`` (all neighbours); anything else is a one-line
+    :class:`ConfigError`.
 
     ``fanouts[i]`` is the fanout of GNN layer ``i`` (layer 0 reads the input features), as in
     DGL: the seeds' own neighbours are sampled with the *last* fanout.
@@ -35,4 +41,8 @@ def parse_fanouts(text: str | Sequence[int]) -> list[int]:
     bad = [v for v in values if v == 0 or v < -1]
     if bad:
         raise ConfigError(f"malformed fanouts {values}: each must be >= 1 or -1 (all neighbours)")
+    big = [v for v in values if v > MAX_FANOUT]
+    if big:
+        raise ConfigError(f"fanout {big[0]} is too large: at most {MAX_FANOUT} neighbours per "
+                          f"vertex, or -1 for all of them")
     return values

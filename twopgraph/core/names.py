@@ -1,4 +1,4 @@
-"""The closed sets of names that flags take, defined once.
+"""The closed sets of names that flags take, and the bounds of a few, defined once.
 
 Both sides read them from here: the configs (:mod:`twopgraph.config`, from which every parser
 and its ``--help`` is built, without importing torch or numba) and the implementations that
@@ -49,3 +49,8 @@ AMP_MODES = ("off", "bf16")
 SELECT_MODES = ("best-val", "last")
 #: ``--readahead``: read-ahead of a memory-mapped feature table.
 READAHEAD_MODES = ("auto", "on", "off")
+
+#: ``--labor-iterations``' largest value (fixed-point rounds of LABOR's importances per layer
+#: and batch: the estimate settles in a few; each round costs a pass over the layer's
+#: candidate edges, and a sampling thread stops only between batches).
+MAX_LABOR_ITERATIONS = 100

@@ -57,6 +57,13 @@ def _load_ogb(name: str, root: Path, progress: bool, store_dtype: str = "float32
             f"{name}: {folder} exists but has no {release.name}, so ogb would offer to delete "
             f"and re-download it; if it holds a complete {name} download, create the empty file "
             f"{release}, otherwise remove the folder to download afresh")
+    for f in ("data.npz", "edge.csv.gz"):  # what identifies the download, not a file:
+        odd = folder / "raw" / f  # a download would not replace it
+        if odd.exists() and not odd.is_file():
+            kind = "folder" if odd.is_dir() else "special file"
+            raise TwopgraphError(f"{name}: {odd} is a {kind}, not ogb's raw file; move it "
+                                 f"away (and the rest of {folder} with it to download "
+                                 f"afresh)")
     src = _ogb_source(name, root)
     if not src.is_file() and is_store(_store_of_source(name, src, root, store_dtype)):
         # ingested before, raw files deleted since (papers100M's take 57 GB): the store is

@@ -21,8 +21,8 @@ from typing import Iterator
 
 import numpy as np
 
-from twopgraph.core.files import map_new_npy
-from twopgraph.errors import GraphFormatError
+from twopgraph.core.files import output_error
+from twopgraph.errors import GraphFormatError, OutputError
 from twopgraph.ingest.npz import READ_ERRORS, NpzMember, members
 from twopgraph.ingest.raw import (
     RawDataset,
@@ -59,7 +59,11 @@ def read_ogb_split(folder: Path, n: int) -> dict:
         path = folder / f"{stem}.csv.gz"
         if not path.is_file():
             raise GraphFormatError(f"split file {path} is missing (incomplete download?)")
-        out[key] = _split_ids(_read_csv(path, np.int64, ncols=1).reshape(-1), n, str(path))
+        ids = _read_csv(path, np.int64, ncols=1).reshape(-1)
+        if ids.shape[0] == 0:  # OGB's splits are never empty: a failed or cut download
+            raise GraphFormatError(f"split file {path} holds no vertex ids "
+                                   f"({path.stat().st_size} bytes; incomplete download?)")
+        out[key] = _split_ids(ids, n, str(path))
     return out
 
 
@@ -69,11 +73,15 @@ def _read_csv(path: Path, dtype, ncols: int | None = None) -> np.ndarray:
                           [np.empty((0, ncols or 1), dtype=dtype)])
 
 
-def _csv_chunks(path: Path, dtype, rows: int, ncols: int | None = None) -> Iterator[np.ndarray]:
-    """A headerless CSV(.gz) file in chunks of ``rows`` rows (2-D arrays of ``dtype``)."""
+def _csv_chunks(path: Path, dtype, rows: int, ncols: int | None = None, *,
+                blank_rows: bool = False) -> Iterator[np.ndarray]:
+    """A headerless CSV(.gz) file in chunks of ``rows`` rows (2-D arrays of ``dtype``);
+    ``blank_rows``: a blank line is a row of NaN (what pandas writes for a missing value in
+    a one-column file), not skipped."""
     import pandas as pd
     try:
         reader = pd.read_csv(path, header=None, chunksize=rows, dtype=dtype,
+                             skip_blank_lines=not blank_rows,
                              compression="gzip" if path.suffix == ".gz" else None)
         with reader:
             for df in reader:
@@ -90,6 +98,22 @@ def _csv_chunks(path: Path, dtype, rows: int, ncols: int | None = None) -> Itera
         raise GraphFormatError(f"{path}: cannot read it ({type(e).__name__}"
                                f"{': ' + text[0] if text else ''}); damaged or truncated?") \
             from e
+
+
+def _count_lines(path: Path) -> int:
+    """Lines of a (gzipped) text file, the last one counted without its newline too: one
+    pass of decompression, nothing parsed or kept."""
+    import gzip
+    lines, last = 0, b"\n"
+    try:
+        with (gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")) as f:
+            while block := f.read(1 << 24):
+                lines += block.count(b"\n")
+                last = block[-1:]
+    except (*READ_ERRORS, EOFError) as e:
+        raise GraphFormatError(f"{path}: cannot read it ({type(e).__name__}: {e}); damaged "
+                               f"or truncated?") from e
+    return lines + (last != b"\n")
 
 
 def ogb_raw(name: str, folder: str | os.PathLike, *, split: str,
@@ -150,6 +174,12 @@ def _ogb_csv(name: str, folder: Path, split: str, num_classes: int, fix: str) ->
     if first is None:
         raise _fail(str(feat_path), "empty", fix)
     f = int(first.shape[1])
+    # the declared vertex count sizes the CSR and the feature table: checked against the
+    # feature file's rows before anything of that size is made
+    rows = _count_lines(feat_path)
+    if rows != n:
+        raise _fail(str(raw / "num-node-list.csv.gz"), f"says {n:,} vertices but "
+                    f"{feat_path.name} has {rows:,} rows", fix)
 
     def feat_chunks():
         got = 0
@@ -162,30 +192,42 @@ def _ogb_csv(name: str, folder: Path, split: str, num_classes: int, fix: str) ->
             raise _fail(str(feat_path), f"{got:,} feature rows for {n:,} vertices "
                         f"(num-node-list.csv.gz)", fix)
 
-    def labels():
-        y = _read_csv(raw / "node-label.csv.gz", np.float64)
+    def labels():  # a blank line is NaN: unlabelled (-1), as papers100M's NaN labels
+        path = raw / "node-label.csv.gz"
+        y = np.concatenate(list(_csv_chunks(path, np.float64, 1 << 20, blank_rows=True)) or
+                           [np.empty((0, 1))])
         if y.shape[0] != n:
             raise _fail(str(raw / "node-label.csv.gz"), f"{y.shape[0]:,} labels for {n:,} "
                         f"vertices", fix)
         return labels_from(y, str(raw / "node-label.csv.gz"))
 
     def edges(scratch):
-        path = raw / "edge.csv.gz"
-        out = map_new_npy(scratch("edge_index.npy"), np.int64, (2, e))
+        # appended as read (E x 2), never sized by num-edge-list.csv.gz ahead: a wrong count
+        # is found by reading, not by reserving its scratch
+        path, tmp = raw / "edge.csv.gz", scratch("edge_index.npy")
         a = 0
-        for c in _csv_chunks(path, np.int64, 1 << 22, ncols=2):
-            if a + c.shape[0] > e:
-                raise _fail(str(path), f"more than {e:,} edges (num-edge-list.csv.gz)", fix)
-            out[0, a:a + c.shape[0]] = c[:, 0]
-            out[1, a:a + c.shape[0]] = c[:, 1]
-            a += c.shape[0]
+        try:
+            with open(tmp, "wb") as out:
+                np.lib.format.write_array_header_1_0(out, {
+                    "descr": np.lib.format.dtype_to_descr(np.dtype(np.int64)),
+                    "fortran_order": False, "shape": (e, 2)})
+                for c in _csv_chunks(path, np.int64, 1 << 22, ncols=2):
+                    if a + c.shape[0] > e:
+                        raise _fail(str(path), f"more than {e:,} edges "
+                                    f"(num-edge-list.csv.gz)", fix)
+                    out.write(np.ascontiguousarray(c).tobytes())
+                    a += c.shape[0]
+        except OutputError:
+            raise
+        except OSError as err:  # the readers' errors are GraphFormatErrors: a write failed
+            raise output_error(tmp, err) from None
         if a != e:
             raise _fail(str(path), f"{a:,} edges, num-edge-list.csv.gz says {e:,} "
                         f"(truncated?)", fix)
-        out.flush()
-        del out
-        m = np.load(scratch("edge_index.npy"), mmap_mode="r")
-        return m[0], m[1]
+        if e == 0:
+            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+        m = np.load(tmp, mmap_mode="r")
+        return m[:, 0], m[:, 1]
 
     return RawDataset(
         name=name, where=str(raw), num_nodes=n, num_edges=e, feat_shape=(n, f),

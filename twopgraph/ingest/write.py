@@ -118,8 +118,12 @@ def ingest(raw: RawDataset, folder: str | os.PathLike, *, source: dict | None,
             with stages.stage("labels"):
                 label = raw.labels()
                 w.put_array("label", label)
-                num_classes = max(int(raw.num_classes),
-                                  int(label.max()) + 1 if label.shape[0] else 0)
+                top = int(label.max()) if label.shape[0] else -1
+                if 0 <= raw.num_classes <= top:  # declared (-1: not): never raised silently
+                    raise GraphFormatError(f"{raw.where}: label has class {top} but "
+                                           f"num_classes is {raw.num_classes} (class ids "
+                                           f"are 0..num_classes-1)")
+                num_classes = max(int(raw.num_classes), top + 1)
                 del label
             with stages.stage("splits"):
                 for key, ids in raw.splits().items():

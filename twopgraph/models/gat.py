@@ -3,11 +3,14 @@ edge softmax over each dst's sampled neighbours.
 
 Head ``k`` of a layer projects every row, ``z = W_k h``, scores each edge (u -> v) as
 ``e_uv = LeakyReLU_0.2(a_src,k . z_u + a_dst,k . z_v)``, normalises the scores of v's edges
-with a softmax, and sums ``alpha_uv z_u`` over them, plus a bias. Hidden layers concatenate
+and of its self loop (v -> v, ``e_vv``) with a softmax, and sums ``alpha_uv z_u`` over them
+(``alpha_vv z_v`` included), plus a bias: a vertex attends over its neighbours and itself,
+as PyG's ``GATConv`` with ``add_self_loops=True`` (the graphs have no self loops of their
+own; without it an isolated vertex would get only the bias). Hidden layers concatenate
 their ``--heads`` heads of ``hidden / heads`` columns each (``hidden`` must divide by
 ``heads``); the output layer averages ``heads`` heads of ``num_classes`` columns. This is
-DGL's ``GATConv`` (``feat_drop = attn_drop = 0``, no residual, a zero in-degree vertex gets
-its bias) with the same initialisation, and the ReLU + dropout of
+DGL's ``GATConv`` over the graph with self loops added (``feat_drop = attn_drop = 0``, no
+residual) with the same initialisation, and the ReLU + dropout of
 :class:`~twopgraph.models.base.BlockGNN` between layers.
 
 In training the attention-weighted messages are gathered per edge and summed per dst
@@ -131,19 +134,25 @@ class GATConv(Conv):
             z_dst = self.fc(h_dst).view(-1, heads, f)
         score_src = (z_src * self.attn_src).sum(-1)  # num_src x heads
         score_dst = (z_dst * self.attn_dst).sum(-1)  # num_dst x heads
+        n = block.num_dst
         dst = edge_dst(block)
-        scores = F.leaky_relu(score_src[block.indices] + score_dst[dst], self.negative_slope)
-        alpha = edge_softmax(scores, dst, block.num_dst)
+        # each dst's self loop (v -> v, message z_v): scored and normalised with its edges
+        scores = F.leaky_relu(torch.cat([score_src[block.indices] + score_dst[dst],
+                                         (z_dst * self.attn_src).sum(-1) + score_dst]),
+                              self.negative_slope)
+        alpha = edge_softmax(scores, torch.cat([dst, torch.arange(n, device=dst.device)]), n)
+        alpha, alpha_self = alpha[:block.num_edges], alpha[block.num_edges:]
         if torch.is_grad_enabled() and (alpha.requires_grad or z_src.requires_grad):
             # training: gather the messages and sum them per dst (E x heads x head_dim);
             # the sparse product's gradient in its values would build a dense num_dst x
             # num_src matrix in torch's CPU kernel
             msg = z_src[block.indices] * alpha.unsqueeze(-1).to(z_src.dtype)
-            out = torch.zeros((block.num_dst, heads, f), dtype=msg.dtype,
+            out = torch.zeros((n, heads, f), dtype=msg.dtype,
                               device=msg.device).index_add(0, dst, msg)
         else:  # evaluation: one sparse product per head, no message tensor
             out = torch.stack([spmm_block(block, alpha[:, k].contiguous(),
                                           z_src[:, k].contiguous()) for k in range(heads)],
                               dim=1)
+        out = out + alpha_self.unsqueeze(-1).to(z_dst.dtype) * z_dst
         out = out + self.bias.view(1, heads, f).to(out.dtype)
-        return out.reshape(block.num_dst, heads * f) if self.concat else out.mean(1)
+        return out.reshape(n, heads * f) if self.concat else out.mean(1)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Collection
+from dataclasses import fields
 from typing import TYPE_CHECKING
 
 import torch
@@ -35,6 +36,7 @@ from twopgraph.cache.feature_cache import (
 from twopgraph.cache.host import HostFeatures, host_tensor
 from twopgraph.cache.readahead import worth_reading_ahead
 from twopgraph.config import CacheConfig, ModelConfig, SamplingConfig, TrainConfig
+from twopgraph.config.checks import flag_name
 from twopgraph.core.files import human_bytes
 from twopgraph.core.protocols import (
     MODELS,
@@ -240,6 +242,39 @@ def model_reserve(m: ModelConfig, data: GraphData, fanouts: Sequence[int], batch
         conv_options=m.conv_options())
 
 
+def ignored_flags(cfg: TrainConfig, *, sampler_flags: bool = True) -> list[str]:
+    """One line per option set (to a value other than its default) that the chosen component
+    does not read, so it changes nothing: a sampler's own options (``labor_*``: fields named
+    ``<sampler>_<keyword>``) with another ``--sampler``, where ``sampler_flags``; a model's
+    own options (``--heads``: the model spec's fields beyond model, hidden and dropout) with a
+    model whose conv does not declare them (:attr:`~twopgraph.models.Conv.options`)."""
+    lines = []
+    s, m = cfg.sampling, cfg.model
+    if sampler_flags:
+        read = set(getattr(SAMPLERS.get(s.sampler), "options", ()))
+        prefixes = tuple(n.replace("-", "_") + "_" for n in SAMPLERS.declared())
+        for f in fields(s):
+            value = getattr(s, f.name)
+            if f.name.startswith(prefixes) and f.name not in read and value != f.default:
+                shown = "" if isinstance(value, bool) else f" {value}"
+                lines.append(f"--{flag_name(f.name)}{shown} does nothing with --sampler "
+                             f"{s.sampler} (an option of --sampler "
+                             f"{f.name.split('_', 1)[0]})")
+    own = set(getattr(MODELS.get(m.model), "options", ()))
+    defaults = {f.name: f.default for f in fields(m)}
+    for name in set(m.spec_fields()) - set(m.spec_fields(required=True)) - own:
+        if getattr(m, name) != defaults[name]:
+            lines.append(f"--{flag_name(name)} {getattr(m, name)} does nothing with --model "
+                         f"{m.model} (its layers do not read it)")
+    return sorted(lines)
+
+
+def warn_ignored_flags(cfg: TrainConfig, *, sampler_flags: bool = True) -> None:
+    """A warning line for each of :func:`ignored_flags`."""
+    for line in ignored_flags(cfg, sampler_flags=sampler_flags):
+        log.warning("%s", line)
+
+
 def make_loader(cfg: TrainConfig, data: GraphData, device: torch.device | str, *,
                 parts: np.ndarray | None = None, batch_size: int | None = None,
                 sampler: Sampler | None = None,
@@ -271,6 +306,7 @@ def make_loader(cfg: TrainConfig, data: GraphData, device: torch.device | str, *
     device = torch.device(device)
     batch_size = s.batch_size if batch_size is None else batch_size
     threads = cfg.run.threads if threads is None else threads
+    warn_ignored_flags(cfg, sampler_flags=sampler is None)
     if sampler is None:
         sampler = build_sampler(s, data.graph, device, seed)
     plan = ThreadPlan.for_threads(threads, cfg.run.prefetch)

@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from twopgraph.core.minibatch import MiniBatch
+from twopgraph.core.names import MAX_LABOR_ITERATIONS
 from twopgraph.core.protocols import SAMPLERS
 from twopgraph.core.rng import mix_key
 from twopgraph.errors import ConfigError
@@ -48,9 +49,9 @@ def _check_options(iterations, layer_dependency, batch_dependency) -> tuple[int,
     """The options as ``(int, bool, int)``; a one-line ConfigError for a bad one."""
     def is_int(v):
         return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
-    if not is_int(iterations) or iterations < 0:
-        raise ConfigError(f"--labor-iterations must be an integer >= 0 (0 = LABOR-0), "
-                          f"got {iterations!r}")
+    if not is_int(iterations) or not 0 <= iterations <= MAX_LABOR_ITERATIONS:
+        raise ConfigError(f"--labor-iterations must be an integer in [0, "
+                          f"{MAX_LABOR_ITERATIONS}] (0 = LABOR-0), got {iterations!r}")
     if not isinstance(layer_dependency, (bool, np.bool_)):
         raise ConfigError(f"--labor-layer-dependency must be true or false, "
                           f"got {layer_dependency!r}")
@@ -70,7 +71,8 @@ class LaborSampler(NeighborSampler):
     of degree ``d`` keeps ``min(fanout, d)`` neighbours *in expectation* (not exactly);
     ``fanout = -1`` keeps all. Options (``twopgraph train --labor-...``):
 
-    - ``iterations`` [0]: fixed-point rounds of ``pi`` (0 = LABOR-0, uniform ``pi``);
+    - ``iterations`` [0]: fixed-point rounds of ``pi`` (0 = LABOR-0, uniform ``pi``; at most
+      :data:`~twopgraph.core.names.MAX_LABOR_ITERATIONS`);
     - ``layer_dependency`` [False]: the same variates in every layer;
     - ``batch_dependency`` [1]: variates drift over this many consecutive batches (1 =
       independent batches).
