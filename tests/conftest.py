@@ -21,6 +21,12 @@ for _folder in sorted(p for p in Path(__file__).resolve().parent.iterdir()
         sys.path.append(str(_folder))
 
 
+# The default data root ($XDG_CACHE_HOME/twopgraph) of the tests that leave it to the default:
+# inside the clone (git-ignored), never the user's own cache; subprocesses inherit it.
+os.environ["XDG_CACHE_HOME"] = str(Path(__file__).resolve().parents[1] / ".pytest_cache"
+                                   / "xdg-cache")
+
+
 def random_graph(n: int = 200, m: int = 1000, seed: int = 0, hub: bool = True) -> CSRGraph:
     """Symmetric random graph; with ``hub`` vertex 0 is joined to half the vertices."""
     rng = np.random.default_rng(seed)

@@ -16,7 +16,7 @@ import pytest
 from conftest import community_data, run_cli
 
 from twopgraph.errors import ConfigError
-from twopgraph.run.outdir import LOCK_NAME, RUN_FILES
+from twopgraph.run.outdir import LOCK_NAME, RUN_FILES, RUN_LOGS
 
 REPO = Path(__file__).resolve().parents[1]
 FAST = ["--epochs", "1", "--hidden", "16", "--fanouts", "5,5", "--batch-size", "256",
@@ -53,7 +53,7 @@ def finished(root, tmp_path_factory) -> Path:
     from twopgraph.cli import main
     out = tmp_path_factory.mktemp("run") / "out"
     assert main(train_argv(root, out)) == 0
-    assert sorted(p.name for p in out.iterdir()) == sorted(RUN_FILES)
+    assert sorted(p.name for p in out.iterdir()) == sorted([*RUN_FILES, *RUN_LOGS])
     return out
 
 
@@ -81,7 +81,7 @@ def test_out_holding_a_run_is_refused_and_left_untouched(old_run, root, capsys):
 
 @pytest.mark.parametrize("keep", RUN_FILES)
 def test_one_run_file_is_enough_to_refuse(old_run, root, capsys, keep):
-    for name in RUN_FILES:
+    for name in (*RUN_FILES, *RUN_LOGS):
         if name != keep:
             (old_run / name).unlink()
     line = one_error_line(*run_cli(train_argv(root, old_run), capsys))
@@ -99,7 +99,8 @@ def test_empty_folder_or_other_files_are_fine(root, tmp_path, capsys):
     (other / "notes.txt").write_text("mine")
     rc, _, err = run_cli(train_argv(root, other), capsys)
     assert rc == 0, err
-    assert sorted(p.name for p in other.iterdir()) == sorted([*RUN_FILES, "notes.txt"])
+    assert sorted(p.name for p in other.iterdir()) == sorted([*RUN_FILES, *RUN_LOGS,
+                                                             "notes.txt"])
     assert (other / "notes.txt").read_text() == "mine"
 
 
@@ -111,7 +112,8 @@ def test_overwrite_replaces_the_old_run(old_run, root, capsys):
     m = json.loads((old_run / "metrics.json").read_text())
     assert m["status"] == "ok" and len(m["epochs"]) == 2  # the new run's, not the old one's
     assert (old_run / "checkpoint.pt").read_bytes() != before["checkpoint.pt"]
-    assert sorted(p.name for p in old_run.iterdir()) == sorted([*RUN_FILES, "notes.txt"])
+    assert sorted(p.name for p in old_run.iterdir()) == sorted([*RUN_FILES, *RUN_LOGS,
+                                                               "notes.txt"])
 
 
 def test_overwrite_removes_the_old_files_before_a_failing_run(old_run, root, capsys):
@@ -204,7 +206,7 @@ def test_partitions_rank_refuses_and_overwrites(part1, old_run, capsys):
     assert rc == 0, err
     m = json.loads((old_run / "metrics.json").read_text())
     assert m["distributed"]["world_size"] == 1
-    assert sorted(p.name for p in old_run.iterdir()) == sorted(RUN_FILES)
+    assert sorted(p.name for p in old_run.iterdir()) == sorted([*RUN_FILES, *RUN_LOGS])
 
 
 def test_partitions_records_the_partitions_dataset(part1, tmp_path, capsys):

@@ -53,17 +53,23 @@ def build_parser(unset: tuple[str, ...] = ()) -> argparse.ArgumentParser:
     """The parser of every verb; ``unset``: ``train`` options whose default becomes
     :data:`_UNSET` (see :func:`given`)."""
     from twopgraph import __version__
-    p = _Parser(prog="twopgraph", description="Locality-aware mini-batch GNN training (2PGraph).")
+    p = _Parser(prog="twopgraph", description="Locality-aware mini-batch GNN training (2PGraph): "
+                                              "GraphSAGE/GCN/GAT, or a model of your own.")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     p.add_argument("--version", action="version", version=f"twopgraph {__version__}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    t = sub.add_parser("train", help="train GraphSAGE/GCN with sampled mini-batches")
+    t = sub.add_parser("train", help="train GraphSAGE/GCN/GAT (or --model MODULE:CLASS) with "
+                                     "sampled mini-batches",
+                       description="Train GraphSAGE/GCN/GAT (or --model MODULE:CLASS) with "
+                                   "sampled mini-batches; writes OUT/metrics.json, "
+                                   "OUT/checkpoint.pt and OUT/epochs.csv (one row per epoch).")
     TrainConfig.add_arguments(t)
     t.set_defaults(**{dest: _UNSET for dest in unset})
     PredictConfig.add_arguments(sub.add_parser(
         "predict", help="predictions of a trained model (checkpoint.pt) for every vertex, "
-                        "by exact inference"))
+                        "by exact inference (default --out: predictions.npy beside the "
+                        "checkpoint)"))
     PartitionConfig.add_arguments(sub.add_parser(
         "partition", help="write self-dependence partitions for data-parallel training "
                           "(`train --partitions`)"))

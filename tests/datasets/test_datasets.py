@@ -386,7 +386,8 @@ def test_unknown_name_lists_known_names(tmp_path):
 # -- data root ----------------------------------------------------------------------------------
 def test_data_root_resolution(tmp_path, monkeypatch):
     monkeypatch.delenv("TWOPGRAPH_DATA", raising=False)
-    assert resolve_data_root() == Path("datasets")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # the default: the user's cache
+    assert resolve_data_root() == tmp_path / "cache" / "twopgraph"
     monkeypatch.setenv("TWOPGRAPH_DATA", str(tmp_path))
     assert resolve_data_root() == tmp_path
     assert resolve_data_root(tmp_path / "x") == tmp_path / "x"

@@ -125,7 +125,7 @@ def test_two_ranks_identical_parameters_and_no_remote_traffic(parts2, parts2_loc
     assert r0["test"] > 0.5  # 4 well-separated communities
     # only rank 0 writes; the resumed run read its checkpoint on both ranks; the evaluation
     # scratch is gone
-    assert sorted(p.name for p in out.iterdir()) == ["checkpoint.pt", "metrics.json"]
+    assert sorted(p.name for p in out.iterdir()) == ["checkpoint.pt", "epochs.csv", "metrics.json"]
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["partition"]["representation"] == [rep] * 2
     # memory of each rank, and the ranks' summed PSS (shared maps counted once)
@@ -209,7 +209,7 @@ def test_rank_reads_the_one_shared_store(parts2, tmp_path, monkeypatch, rep):
     indptr = seen["data"].graph.indptr
     assert (_mapped_file(indptr.ctypes.data) == str(store / "indptr.npy")) == (rep == "global")
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["checkpoint.pt",
-                                                                  "metrics.json"]
+                                                                  "epochs.csv", "metrics.json"]
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert len(metrics["peak_pss_mib"]) == 1 and metrics["peak_pss_mib_total"] > 0
 

@@ -117,7 +117,7 @@ def test_lock_released_and_removed_at_the_end(root, tmp_path, capsys):
     (out / LOCK_NAME).write_text('{"pid": 999999999, "host": "elsewhere"}\n')
     rc, o, err = run_cli(train_args(root, out), capsys)
     assert rc == 0, err
-    assert sorted(p.name for p in out.iterdir()) == ["checkpoint.pt", "metrics.json"]
+    assert sorted(p.name for p in out.iterdir()) == ["checkpoint.pt", "epochs.csv", "metrics.json"]
     assert strict_json(out / "metrics.json")["status"] == "ok"
     with RunDir(out, resume=True):  # free again (resume: the folder holds a run)
         pass
@@ -165,7 +165,7 @@ def test_two_concurrent_runs_same_out_one_wins(root, tmp_path):
     assert json.loads(res[win][1])["test_acc"] == m["test_acc"]
     ckpt = torch.load(out / "checkpoint.pt", weights_only=False)
     assert ckpt["epochs_done"] == 1 + win
-    assert sorted(p.name for p in out.iterdir()) == ["checkpoint.pt", "metrics.json"]
+    assert sorted(p.name for p in out.iterdir()) == ["checkpoint.pt", "epochs.csv", "metrics.json"]
 
 
 @pytest.mark.slow
@@ -409,7 +409,8 @@ def test_full_tmpfs_during_run(root, tmp_path, capsys):
         line = one_error_line(err)
         assert str(out / "checkpoint.pt") in line and "No space left on device" in line, line
         assert "free" in line
-        assert sorted(p.name for p in out.iterdir()) == ["checkpoint.pt", "metrics.json"]
+        assert sorted(p.name for p in out.iterdir()) == ["checkpoint.pt", "epochs.csv",
+                                                         "metrics.json"]
         assert (out / "checkpoint.pt").read_bytes() == ckpt
         assert (out / "metrics.json").read_bytes() == metrics
 

@@ -273,6 +273,7 @@ def test_a_run_with_scratch_tables_reports_pss_and_leaves_no_files(cdata, tmp_pa
     res = tr.train(cfg(tmp_path / "o", epochs=1, schedule="random"), data=cdata)
     assert places and set(places) == {"disk"}
     assert sorted(p.name for p in (tmp_path / "o").iterdir()) == ["checkpoint.pt",
+                                                                   "epochs.csv",
                                                                    "metrics.json"]
     m = json.loads((tmp_path / "o" / "metrics.json").read_text())
     assert m["peak_pss_mib"] > 0 and m["peak_rss_mib"] > 0

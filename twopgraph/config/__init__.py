@@ -32,7 +32,7 @@ Example::
 
 from twopgraph.config.arguments import add_section_arguments, registry_help
 from twopgraph.config.base import Config
-from twopgraph.config.checks import csv_list, resolve_device
+from twopgraph.config.checks import csv_list, resolve_device, tensorboard_ok
 from twopgraph.config.defaults import (
                                   SIZE_DEFAULTS,
                                   SMALL_GRAPH_NODES,
@@ -70,4 +70,4 @@ __all__ = ["AMP_MODES", "CLUSTER_METHODS", "EVAL_SCOPES", "FEAT_DTYPE_NAMES", "M
            "TRAIN_ONLY_SAMPLING", "CacheConfig", "Config", "DataConfig", "DistConfig",
            "ModelConfig", "RunConfig", "SamplingConfig", "Section", "TrainConfig",
            "add_section_arguments", "csv_list", "describe_defaults", "option", "registry_help",
-           "resolve_device", "size_profile"]
+           "resolve_device", "size_profile", "tensorboard_ok"]

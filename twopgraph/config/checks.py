@@ -34,6 +34,16 @@ def resolve_device(name: str) -> "torch.device":
     return torch.device(name)
 
 
+def tensorboard_ok(flag: str = "--tensorboard") -> None:
+    """``torch.utils.tensorboard`` imports (the optional ``tensorboard`` package is
+    installed); else one line naming the package to install."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter  # noqa: F401
+    except ImportError:
+        raise ConfigError(f"{flag} needs the tensorboard package, which is not installed: "
+                          f"pip install tensorboard") from None
+
+
 def csv_list(value: object, what: str, conv: Callable[[Any], Any] = str) -> list:
     """``"a,b"`` (or a list) -> ``[conv("a"), conv("b")]``; at least one entry."""
     items = value if isinstance(value, (list, tuple)) else \

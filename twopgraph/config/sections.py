@@ -29,6 +29,7 @@ from twopgraph.config.checks import (
     positive_int,
     resolve_device,
     seed_ok,
+    tensorboard_ok,
 )
 from twopgraph.config.defaults import auto_shown
 from twopgraph.config.options import (
@@ -45,6 +46,7 @@ from twopgraph.core.names import (
     CLUSTER_METHODS,
     EVAL_SCOPES,
     FEAT_DTYPE_NAMES,
+    MAX_LABOR_ITERATIONS,
     METRICS,
     READAHEAD_MODES,
     SAMPLER_DEVICES,
@@ -73,7 +75,8 @@ class DataConfig(Section):
                           "missing (`twopgraph datasets` lists them)",
                           result=True)
     data_root: str | None = option(None, "where datasets are generated, cached and looked up; "
-                                   "ogb's root", show_default="$TWOPGRAPH_DATA, else ./datasets")
+                                   "ogb's root", show_default="$TWOPGRAPH_DATA, else "
+                                   "$XDG_CACHE_HOME/twopgraph, i.e. ~/.cache/twopgraph")
     symmetrize: bool = option(False, "make a directed graph undirected while loading (every "
                               "edge u->v also as v->u; self loops and duplicate edges dropped; "
                               "one log line says what changed; the file is not rewritten); "
@@ -150,7 +153,8 @@ class SamplingConfig(Section):
     # --sampler labor's options (twopgraph/sampler/labor.py reads them as its keywords).
     labor_iterations: int = option(
         0, "--sampler labor: fixed-point rounds of the vertex importances pi (LABOR-*: shared "
-           "neighbours get kept more, fewer vertices per batch); 0 = LABOR-0 (uniform pi)",
+           "neighbours get kept more, fewer vertices per batch); 0 = LABOR-0 (uniform pi); at "
+           f"most {MAX_LABOR_ITERATIONS}",
         result=True, fingerprint_default=False)
     labor_layer_dependency: bool = option(
         False, "--sampler labor: the same random variates in every layer (a vertex kept in "
@@ -180,6 +184,10 @@ class SamplingConfig(Section):
             raise ConfigError(f"sampler-memory-share must be in (0, 1], "
                               f"got {self.sampler_memory_share!r}")
         int_at_least(self, "labor_iterations", 0, "(0 = LABOR-0)")
+        if self.labor_iterations > MAX_LABOR_ITERATIONS:
+            raise ConfigError(f"--labor-iterations must be at most {MAX_LABOR_ITERATIONS} "
+                              f"(the importances settle in a few rounds), "
+                              f"got {self.labor_iterations}")
         if not isinstance(self.labor_layer_dependency, bool):
             raise ConfigError(f"labor-layer-dependency must be true or false, "
                               f"got {self.labor_layer_dependency!r}")
@@ -340,8 +348,9 @@ class RunConfig(Section):
     epochs: int | None = option(None, "training epochs", show_default=auto_shown("epochs"))
     seed: int = seed_option()
     device: str = option("auto", "cpu | cuda | cuda:N | auto (= cuda if available)")
-    out: str = option("runs/train", "output folder: metrics.json, checkpoint.pt; one run at a "
-                      "time (a second run into a folder in use is refused)")
+    out: str = option("runs/train", "output folder: metrics.json, checkpoint.pt, epochs.csv "
+                      "(the per-epoch records of metrics.json, one CSV row per epoch); one run "
+                      "at a time (a second run into a folder in use is refused)")
     resume: bool = option(False, "continue from OUT/checkpoint.pt (the same configuration; "
                           "--epochs may grow)")
     overwrite: bool = option(False, "write into an --out that already holds a run (its "
@@ -372,6 +381,11 @@ class RunConfig(Section):
                            "thread; 0 = none")
     threads: int = threads_option()
     progress: bool = option(True, "no progress bars", flag="--no-progress")
+    tensorboard: str | None = option(None, "also log each epoch to TensorBoard event files in "
+                                     "DIR: loss, accuracy (train; val/test when evaluated), "
+                                     "epoch time, sampled vertices, cache hit rate (needs the "
+                                     "tensorboard package: pip install tensorboard)",
+                                     metavar="DIR")
 
     def validate(self):
         if self.epochs is not None:  # None: by graph size (TrainConfig.resolved)
@@ -387,6 +401,10 @@ class RunConfig(Section):
         for name in ("resume", "overwrite"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        if self.tensorboard is not None:
+            if not isinstance(self.tensorboard, str) or not self.tensorboard.strip():
+                raise ConfigError("--tensorboard must name a folder")
+            tensorboard_ok()
         if not isinstance(self.out, str) or not self.out.strip():
             raise ConfigError("--out must name a folder")
         out = Path(self.out)

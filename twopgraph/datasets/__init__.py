@@ -29,7 +29,7 @@ Names resolve in this order (:func:`load_dataset`):
 
 :func:`list_datasets` (``twopgraph datasets``) lists all of them.
 
-The data root is ``--data-root``, else ``$TWOPGRAPH_DATA``, else ``./datasets``
+The data root is ``--data-root``, else ``$TWOPGRAPH_DATA``, else ``~/.cache/twopgraph``
 (:func:`resolve_data_root`). Every failure a user can fix raises a one-line
 :class:`~twopgraph.errors.TwopgraphError` (an unknown name, or a ``.npz`` not found, names the
 closest known datasets: "did you mean"); malformed files raise

@@ -1,5 +1,6 @@
 """Where datasets and their stores lie: the data root (``--data-root``, else
-``$TWOPGRAPH_DATA``, else ``./datasets``), the folder of its stores (``<root>/stores``) and a
+``$TWOPGRAPH_DATA``, else ``$XDG_CACHE_HOME/twopgraph``, ``~/.cache/twopgraph`` without it:
+:func:`resolve_data_root`), the folder of its stores (``<root>/stores``) and a
 store's folder name for its source file (``<stem>-<8 hex digits of the file's path>``,
 ``-float16`` appended for float16 features), the source key (a file's path relative to the
 data root), and OGB's own folder of a dataset with the raw file that identifies its download.
@@ -7,6 +8,7 @@ data root), and OGB's own folder of a dataset with the raw file that identifies 
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -19,7 +21,15 @@ DATA_ROOT_ENV = "TWOPGRAPH_DATA"
 DATASET_PATH_ENV = "TWOPGRAPH_DATASET_PATH"
 
 
-DEFAULT_DATA_ROOT = "datasets"
+#: The data root without ``--data-root`` and ``$TWOPGRAPH_DATA`` (``$XDG_CACHE_HOME`` replaces
+#: ``~/.cache``): outside the working directory, so no run leaves data in a clone.
+DEFAULT_DATA_ROOT = "~/.cache/twopgraph"
+
+
+#: The default data root of twopgraph before 0.2.0, relative to the working directory.
+LEGACY_DATA_ROOT = "datasets"
+
+_said: list[Path] = []  # the default data root was logged (once per process)
 
 
 OGB_CACHE_FILE = "twopgraph.npz"
@@ -30,12 +40,30 @@ STORES_DIR = "stores"
 
 
 def resolve_data_root(arg: str | os.PathLike | None = None) -> Path:
-    """The data root: ``arg`` if given, else ``$TWOPGRAPH_DATA``, else ``datasets``
-    (cwd-relative)."""
+    """The data root: ``arg`` if given, else ``$TWOPGRAPH_DATA``, else
+    :func:`default_data_root`."""
     if arg is not None and str(arg) != "":
         return Path(arg).expanduser()
     env = os.environ.get(DATA_ROOT_ENV, "")
-    return Path(env).expanduser() if env else Path(DEFAULT_DATA_ROOT)
+    return Path(env).expanduser() if env else default_data_root()
+
+
+def default_data_root() -> Path:
+    """``$XDG_CACHE_HOME/twopgraph``, else ``~/.cache/twopgraph`` (:data:`DEFAULT_DATA_ROOT`).
+    The first time in a process that a ``./datasets`` holding twopgraph data (the former
+    default root: a ``stores`` or ``clusters`` folder in it) is passed over for it, one log
+    line says so and how to keep using it."""
+    cache = os.environ.get("XDG_CACHE_HOME", "")
+    root = (Path(cache).expanduser() / "twopgraph" if cache and Path(cache).is_absolute()
+            else Path(DEFAULT_DATA_ROOT).expanduser())
+    legacy = Path(LEGACY_DATA_ROOT)
+    if not _said and any((legacy / d).is_dir() for d in (STORES_DIR, "clusters")):
+        _said.append(root)
+        logging.getLogger("twopgraph").info(
+            "data root %s (the default; ./%s holds data of the earlier default: give "
+            "--data-root %s or set %s=%s to use it)", root, LEGACY_DATA_ROOT, LEGACY_DATA_ROOT,
+            DATA_ROOT_ENV, LEGACY_DATA_ROOT)
+    return root
 
 
 def store_folder(npz: str | os.PathLike, data_root: str | os.PathLike | None = None,

@@ -86,6 +86,7 @@ from twopgraph.run.checkpoint import (
 )
 from twopgraph.run.loop import Rank, Training, train_epochs
 from twopgraph.run.outdir import RunDir
+from twopgraph.run.records import log_epoch
 from twopgraph.run.selection import (
     Selection,
     early_stop_record,
@@ -486,9 +487,10 @@ class DistributedRank(Rank):
         rec["ranks"] = self._ranks
 
     def log_epoch(self, t: Training, rec: dict) -> None:
-        super().log_epoch(t, rec)
-        log.info("epoch %d  remote_graph_requests %d  halo_input_rows %d", rec["epoch"],
-                 rec["remote_graph_requests"], rec["halo_input_rows"])
+        """One line per epoch: the single process's, the job's remote counters appended."""
+        log_epoch(rec, t.metric, tail=f"  remote_graph_requests "
+                                      f"{rec['remote_graph_requests']}  halo_input_rows "
+                                      f"{rec['halo_input_rows']}")
 
     def checkpoint_options(self) -> dict:
         return {"kind": "distributed"}

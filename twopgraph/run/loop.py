@@ -3,7 +3,8 @@ and each rank of a distributed one (:func:`twopgraph.distributed.train_distribut
 
 :func:`train_epochs` runs the epochs of a :class:`Training` (model, optimizer, loader, model
 selection, the epochs done so far) and writes what a run writes after each epoch: the
-checkpoint and ``metrics.json`` (docs/formats.md). What differs between a process that trains
+checkpoint, ``metrics.json`` (docs/formats.md) and ``epochs.csv`` (with ``--tensorboard``
+also TensorBoard scalars: :mod:`twopgraph.run.logs`). What differs between a process that trains
 alone and a rank of a data-parallel job is a :class:`Rank` object: this class is the single
 process; :class:`twopgraph.distributed.trainer.DistributedRank` overrides its hooks (the DDP
 wrapper the steps go through, the epoch record summed over the ranks, the divergence decided
@@ -34,6 +35,7 @@ from twopgraph.inference import ScoredLogits
 from twopgraph.pipeline.epoch import check_finite_weights, train_epoch
 from twopgraph.pipeline.loader import Loader
 from twopgraph.run.checkpoint import save_checkpoint
+from twopgraph.run.logs import EpochLogs, write_epochs_csv
 from twopgraph.run.records import (
     METRICS,
     final_line,
@@ -147,9 +149,20 @@ def _write(t: Training, rank: Rank, **kw) -> None:
 
 def train_epochs(t: Training, rank: Rank) -> None:
     """Train ``t`` from ``t.start_epoch`` to ``--epochs`` (see the module doc); every file a
-    run writes is written by ``rank.is_main`` only."""
-    cfg, run = t.cfg, t.cfg.run
+    run writes is written by ``rank.is_main`` only: after each epoch also ``epochs.csv`` and,
+    with ``--tensorboard``, the epoch's TensorBoard scalars (:mod:`twopgraph.run.logs`)."""
+    run = t.cfg.run
     progress = run.progress and rank.is_main
+    logs = EpochLogs(t.out, run.tensorboard, t.start_epoch) if rank.is_main else None
+    try:
+        _train_epochs(t, rank, progress, logs)
+    finally:
+        if logs is not None:
+            logs.close()
+
+
+def _train_epochs(t: Training, rank: Rank, progress: bool, logs: EpochLogs | None) -> None:
+    cfg, run = t.cfg, t.cfg.run
     try:
         with t.loader.plan.applied():
             for epoch in range(t.start_epoch, run.epochs):
@@ -181,6 +194,7 @@ def train_epochs(t: Training, rank: Rank) -> None:
                                     config=cfg.flat(), selected=t.sel.record(),
                                     **rank.checkpoint_options(), **t.rebuild)
                     _write(t, rank)
+                    logs.epoch(t.epochs_log)
 
             if t.sel.epoch is None:  # resumed a finished run of a checkpoint without one
                 rec = {"epoch": run.epochs - 1}
@@ -204,6 +218,7 @@ def train_epochs(t: Training, rank: Rank) -> None:
     extras = rank.final_extras(t)
     if rank.is_main:
         _write(t, rank, final=True, **extras)
+        write_epochs_csv(t.out, t.epochs_log)  # a resumed run that had no epoch left
         log_early_stop(cfg, t.epochs_log)
         if (warning := t.sel.warning()) is not None:
             log.warning("%s", warning)

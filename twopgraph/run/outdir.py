@@ -56,6 +56,8 @@ LOCK_NAME = ".twopgraph.lock"
 #: The files that mark a folder as holding a run (``metrics.json``, ``checkpoint.pt``: what
 #: :mod:`twopgraph.run.train` writes); a second run into it needs ``--resume`` or ``--overwrite``.
 RUN_FILES = ("metrics.json", "checkpoint.pt")
+#: The logs of a run beside them (``epochs.csv``), removed with its files by ``--overwrite``.
+RUN_LOGS = ("epochs.csv",)
 
 
 def run_files(path: str | os.PathLike) -> list[str]:
@@ -120,7 +122,7 @@ class RunDir:
             # under the lock (a run still writing the folder is refused as in use above)
             held = check_out(self.path, self.resume, self.overwrite, self.flag)
             if held and self.overwrite:
-                self._remove_run(held)
+                self._remove_run(held + [n for n in RUN_LOGS if (self.path / n).exists()])
         except BaseException:
             self.release(failed=True)
             raise

@@ -375,12 +375,15 @@ def predict(checkpoint: str | os.PathLike, data: GraphData | None = None,
 
 def run_predict(cfg: PredictConfig) -> dict:
     """``twopgraph predict``: predict per ``cfg`` and write ``--out`` (a ``.npy`` file,
-    atomically: no file when anything fails); returns the record the CLI prints (``out``,
+    atomically: no file when anything fails; default ``predictions.npy`` or ``logits.npy`` in
+    the checkpoint's folder: :meth:`~twopgraph.run.predictconfig.PredictOptions.output`); returns the record the CLI prints (``out``,
     ``rows``, ``columns`` (logits only), ``kind``, ``dataset``, ``same_data``, ``val_acc``,
     ``test_acc``, ``selected_epoch``: the epoch whose model predicted)."""
     cfg.validate()
     p, d = cfg.predict, cfg.data
-    out = Path(p.out)
+    out = p.output()
+    if p.out is None:
+        log.info("predict: writing %s (beside the checkpoint; --out FILE to choose)", out)
     res = _infer(p.checkpoint, None, d.dataset, d.data_root, p.device,
                  d.symmetrize or None,
                  out.absolute().parent if out.absolute().parent.is_dir() else None)

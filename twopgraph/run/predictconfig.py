@@ -25,7 +25,9 @@ class PredictOptions(Section):
     checkpoint: str | None = option(None, "checkpoint.pt of a `twopgraph train` run (single "
                                     "process or --partitions)", required=True, metavar="FILE")
     out: str | None = option(None, "the .npy file to write (atomically): one row per vertex "
-                             "in the dataset's original order", required=True, metavar="FILE")
+                             "in the dataset's original order", metavar="FILE",
+                             show_default="predictions.npy (logits.npy with --logits) in the "
+                                          "checkpoint's run folder")
     logits: bool = option(False, "write the N x C float32 logits instead of the class ids "
                           "(int64, N)")
     device: str = option("cpu", "where inference runs: cpu | cuda | cuda:N | auto")
@@ -33,14 +35,23 @@ class PredictOptions(Section):
     def validate(self) -> Self:
         for name in ("checkpoint", "out"):
             v = getattr(self, name)
-            if not isinstance(v, str) or not v.strip():
+            if (v is not None or name == "checkpoint") and (not isinstance(v, str)
+                                                              or not v.strip()):
                 raise ConfigError(f"--{name} must name a file")
-        if Path(self.out).is_dir():
+        if Path(self.output()).is_dir():
             raise ConfigError(f"--out {self.out} is a folder; give the .npy file to write")
         if not isinstance(self.logits, bool):
             raise ConfigError(f"logits must be true or false, got {self.logits!r}")
         resolve_device(self.device)
         return self
+
+    def output(self) -> Path:
+        """The file to write: ``--out``, else ``predictions.npy`` (``logits.npy`` with
+        ``--logits``) in the checkpoint's folder (the run's ``--out``)."""
+        if self.out is not None:
+            return Path(self.out)
+        return Path(self.checkpoint).parent / ("logits.npy" if self.logits else
+                                               "predictions.npy")
 
 
 @dataclass

@@ -134,12 +134,13 @@ def _fmt(v) -> str:
     return "-" if v is None else f"{v:.4f}"
 
 
-def log_epoch(rec: dict, metric: str = "acc") -> None:
+def log_epoch(rec: dict, metric: str = "acc", tail: str = "") -> None:
     """The log line of an epoch (its validation ``metric`` besides the accuracy when that is
-    not ``acc``)."""
+    not ``acc``); ``tail`` is appended to it (a distributed run's counters: one line per
+    epoch)."""
     extra = "" if metric == "acc" or "val_score" not in rec else \
         f"  val_{metric} {_fmt(rec['val_score'])}"
     log.info("epoch %d  loss %.4f  val_acc %s%s  epoch_s %.2f  sample_s %.2f  load_s %.2f  "
-             "compute_s %.2f  inputs/batch %.0f", rec["epoch"], rec["loss"],
+             "compute_s %.2f  inputs/batch %.0f%s", rec["epoch"], rec["loss"],
              _fmt(rec.get("val_acc")), extra, rec["epoch_s"], rec["sample_s"], rec["load_s"],
-             rec["compute_s"], rec["input_nodes_per_batch"])
+             rec["compute_s"], rec["input_nodes_per_batch"], tail)

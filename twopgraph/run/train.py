@@ -20,7 +20,10 @@ Outputs in ``out`` (written by :func:`train`):
   ``val_acc``, ``test_acc``, ``val_score``, ``test_score``), the config, the dataset summary, the
   seed ``schedule`` used and ``schedule_choice`` (the figures of ``--schedule auto``'s decision,
   null for a schedule given explicitly), and the process's ``peak_rss_mib`` / ``peak_pss_mib``;
-  strict JSON (a NaN or infinity is written as null).
+  strict JSON (a NaN or infinity is written as null);
+- ``epochs.csv`` -- the records of ``metrics.json``'s ``epochs``, one row per epoch, rewritten
+  after every epoch (:mod:`twopgraph.run.logs`); with ``--tensorboard DIR`` TensorBoard
+  scalars in ``DIR`` as well.
 
 Exact evaluation (:class:`RunEvaluator`, ``--eval-scope``: whole-graph
 :func:`layerwise_inference` or :func:`~twopgraph.inference.scored_inference` of the val and

@@ -10,7 +10,10 @@ On-disk layout (``OUT/``), every array a plain ``.npy`` file that can be memory-
     meta.json            format (FORMAT_VERSION), partition_id (= partition_fingerprint),
                          cluster_key (the fine clustering's cache key), source {name,
                          fingerprint (GraphData.fingerprint of the source: CSR, features,
-                         labels, splits), store (absolute path of the store folder),
+                         labels, splits), store (the store folder: relative to OUT when
+                         the two share a parent folder other than /, else absolute; older
+                         partitions: absolute), store_absolute (its absolute path when
+                         written; the fallback where the relative one finds nothing),
                          store_embedded (true: OUT/store), num_nodes, num_edges, num_features,
                          num_classes, path, size, mtime_ns}, num_parts, hops, seed,
                          num_clusters (the resolved count), replication_factor (= sum of the
@@ -43,6 +46,8 @@ On-disk layout (``OUT/``), every array a plain ``.npy`` file that can be memory-
 from __future__ import annotations
 
 import math
+import os
+from pathlib import Path
 
 import numpy as np
 
@@ -68,6 +73,37 @@ _ARRAYS = {"local": _LOCAL_ARRAYS, "global": _GLOBAL_ARRAYS}
 
 class PartitionError(TwopgraphError):
     """A partition folder is missing, stale, damaged or does not fit the run."""
+
+
+def store_paths(store: str | os.PathLike, folder: str | os.PathLike) -> dict:
+    """``meta.json``'s record of the ``store`` folder a partition in ``folder`` reads:
+    ``store`` relative to ``folder`` when both lie under one parent folder other than the
+    file system's root (a partition moved together with its store, to another folder or
+    machine, still finds it), else absolute; ``store_absolute``: the absolute path."""
+    store_abs = Path(store).resolve()
+    folder_abs = Path(folder).resolve()
+    common = Path(os.path.commonpath([store_abs, folder_abs]))
+    rel = common != Path(common.anchor)
+    return {"store": os.path.relpath(store_abs, folder_abs) if rel else str(store_abs),
+            "store_absolute": str(store_abs)}
+
+
+def source_store(folder: str | os.PathLike, meta: dict) -> Path:
+    """The store folder the partition in ``folder`` reads (its ``meta.json`` is ``meta``), an
+    absolute path: its own ``store/`` when it was written there; else ``source.store``, a relative one taken from
+    ``folder`` (:func:`store_paths`), falling back to ``source.store_absolute`` when that
+    finds no folder and the absolute one does."""
+    src = meta["source"]
+    if src.get("store_embedded"):
+        return (Path(folder) / STORE_DIR).resolve()
+    path = Path(src["store"])
+    if path.is_absolute():
+        return path
+    here = (Path(folder) / path).resolve()
+    alt = src.get("store_absolute")
+    if not here.is_dir() and isinstance(alt, str) and Path(alt).is_dir():
+        return Path(alt)
+    return here
 
 
 def _value_range(arr: np.ndarray) -> tuple:

@@ -42,9 +42,9 @@ from twopgraph.distributed.partition.format import (
     META,
     PART_JSON,
     ROOT_CLUSTER,
-    STORE_DIR,
     PartitionError,
     _value_range,
+    source_store,
 )
 from twopgraph.errors import TwopgraphError
 from twopgraph.graph.data import CSRGraph, GraphData
@@ -110,7 +110,9 @@ class Part:
 
 def read_meta(folder: str | os.PathLike, check_source: bool = True) -> dict:
     """``meta.json`` of a partition folder, checked (format, part folders and, with
-    ``check_source``, that the source file is unchanged since it was partitioned)."""
+    ``check_source``, that the source file is unchanged since it was partitioned), with
+    ``source.store`` made the absolute path of the store it reads (recorded relative to the
+    folder: :func:`~twopgraph.distributed.partition.format.source_store`)."""
     folder = Path(folder)
     path = folder / META
     if not path.is_file():
@@ -155,16 +157,18 @@ def read_meta(folder: str | os.PathLike, check_source: bool = True) -> dict:
         if st.st_size != src["size"] or st.st_mtime_ns != src["mtime_ns"]:
             raise PartitionError(f"{folder} is stale: its source {src['path']} changed since it "
                                  "was partitioned; re-run `twopgraph partition`")
+    src["store"] = str(source_store(folder, meta))  # as found from here: an absolute path
     return meta
 
 
 def open_source_store(folder: str | os.PathLike, meta: dict) -> GraphData:
-    """The store the partition in ``folder`` was made from (``meta["source"]["store"]``; the
-    partition's own ``store/`` when it was written there), memory-mapped read-only, after
-    checking that its fingerprint is the one partitioned (a store rebuilt from a changed
-    source is refused). Raises :class:`PartitionError` (one line)."""
+    """The store the partition in ``folder`` was made from (:func:`~twopgraph.distributed.
+    partition.format.source_store`: ``meta["source"]["store"]``, relative to ``folder`` or
+    absolute; the partition's own ``store/`` when it was written there), memory-mapped
+    read-only, after checking that its fingerprint is the one partitioned (a store rebuilt
+    from a changed source is refused). Raises :class:`PartitionError` (one line)."""
     src = meta["source"]
-    path = Path(folder) / STORE_DIR if src.get("store_embedded") else Path(src["store"])
+    path = source_store(folder, meta)
     try:
         store = open_store(path, check_symmetric=False)
     except TwopgraphError as e:

@@ -94,6 +94,8 @@ from twopgraph.distributed.partition.format import (
     STORE_DIR,
     PartitionError,
     _record,
+    source_store,
+    store_paths,
 )
 from twopgraph.distributed.partition.load import read_meta, verify_partition
 from twopgraph.distributed.partition.orphans import clean_orphans
@@ -134,7 +136,8 @@ def partition_selfdep(data: GraphData, num_parts: int, hops: int, out, *, seed: 
                       num_clusters: int = 0, cache_dir=None, source_path=None,
                       reuse: bool = False, representation: str = "auto") -> dict:
     """Write the ``num_parts``-way self-dependence partition of ``data`` with ``hops``-hop halos
-    to ``out`` (layout in the module docstring); returns the ``meta.json`` contents.
+    to ``out`` (layout in the module docstring); returns the ``meta.json`` contents
+    (``source.store`` as an absolute path, as :func:`read_meta` gives it).
 
     ``seed`` is METIS' seed for the part split; ``num_clusters`` the number of fine clusters
     for the locality scheduler (0 = ``default_num_clusters`` for batch size 1024); ``cache_dir``
@@ -248,6 +251,7 @@ def _partition_locked(data: GraphData, num_parts: int, hops: int, out: Path, *, 
              ", ".join(m["representation"] for m in part_meta), hops,
              meta["replication_factor"], cut, 100 * meta["edge_cut_fraction"], meta["seconds"],
              out)
+    meta["source"]["store"] = str(source_store(out, meta))  # absolute, as read_meta gives it
     return meta
 
 
@@ -359,8 +363,8 @@ def _refresh_source(folder: Path, data: GraphData, source_path) -> dict:
     meta = read_meta(folder, check_source=False)
     src = _source_info(data, source_path, folder)
     if meta["source"].get("store_embedded"):  # the store written inside the partition
-        src.update(store=str((folder / STORE_DIR).resolve()), store_embedded=True)
-    if src != meta["source"]:
+        src.update(store_paths(folder / STORE_DIR, folder), store_embedded=True)
+    if src != json.loads((folder / META).read_text())["source"]:  # as recorded
         meta["source"] = src
         try:
             atomic_write_bytes(folder / META,
@@ -368,6 +372,7 @@ def _refresh_source(folder: Path, data: GraphData, source_path) -> dict:
         except OSError as e:  # read-only folder: the parts are right, the record stays old
             log.warning("could not record the source's new mtime in %s (%s); loading it will "
                         "call it stale", folder / META, e.strerror or e)
+    meta["source"]["store"] = str(source_store(folder, meta))  # absolute, as read_meta's
     return meta
 
 
@@ -505,13 +510,14 @@ def _write_part(folder: Path, p: int, pid: str, data: GraphData, owned: np.ndarr
 
 def _source_info(data: GraphData, source_path, out: Path) -> dict:
     """``meta.json``'s ``source``: the content's fingerprint and counts, the store the ranks
-    read (``data.store``, or ``out/store`` written for data without one) and the source
-    file's size and mtime (staleness check)."""
+    read (``data.store``, or ``out/store`` written for data without one; relative to ``out``
+    where they share a parent folder: :func:`store_paths`) and the source file's size and
+    mtime (staleness check)."""
     embedded = data.store is None
     store = (Path(out) / STORE_DIR) if embedded else Path(data.store)
     info = {"name": data.name, "fingerprint": data.fingerprint(), "num_nodes": data.num_nodes,
             "num_edges": data.graph.num_edges, "num_features": data.num_features,
-            "num_classes": int(data.num_classes), "store": str(store.resolve()),
+            "num_classes": int(data.num_classes), **store_paths(store, out),
             "store_embedded": embedded, "path": None, "size": None, "mtime_ns": None}
     if source_path is not None and Path(source_path).is_file():
         st = Path(source_path).stat()
