@@ -6,6 +6,8 @@ of this package per benchmark, run by one harness.
   (repeats, records, table);
 - :mod:`.record`: the JSON record of a result (benchmark, params, figures with their spread,
   machine, versions, commit);
+- :mod:`.report`: ``twopgraph bench report``, docs/benchmarks.md and the README's headline
+  table generated from the result files (:func:`write_report`);
 - :mod:`.peers`: the peer baselines (DGL), run in their own venvs;
 - :mod:`.families`: generated graph families for ``--graph`` (``rmat:``, ``rgg:``, ``ba:``,
   ``scaled:``);
@@ -21,6 +23,7 @@ from twopgraph.imports import lazy_exports
 
 _EXPORTS = {"BenchSamplerConfig": "config", "BenchCacheConfig": "config",
             "BENCHMARKS": "harness", "Benchmark": "harness", "Row": "harness",
-            "run": "harness", "main": "harness", "make_record": "record"}
+            "run": "harness", "main": "harness", "make_record": "record",
+            "write_report": "report"}
 __all__ = list(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

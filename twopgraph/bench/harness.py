@@ -82,7 +82,9 @@ class Benchmark:
     ``own_data_flags``: the benchmark's parser has ``--dataset``/``--data-root`` of its own
     (``--graph`` is then another name of ``--dataset``); ``peers``: the peers it can run
     (:mod:`twopgraph.bench.peers`, ``--peers``); ``columns``: the figures its table shows
-    (every number when empty)."""
+    (every number when empty); ``standalone``: a verb beside the benchmarks that measures
+    nothing (``bench report``): its parser has its own flags only, and :meth:`main` runs it
+    instead of the repeats and records."""
 
     name: str = ""
     help: str = ""
@@ -90,6 +92,7 @@ class Benchmark:
     own_data_flags: bool = False
     peers: tuple[str, ...] = ()
     columns: tuple[str, ...] = ()
+    standalone: bool = False
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         """Add the benchmark's own flags (import-light: no torch, no numba)."""
@@ -97,6 +100,10 @@ class Benchmark:
     def check(self, a: argparse.Namespace) -> None:
         """Validate the own flags; a :class:`~twopgraph.errors.ConfigError` (one line) for a
         bad one. Runs before anything is loaded or measured."""
+
+    def main(self, a: argparse.Namespace) -> int:
+        """A :attr:`standalone` verb: run it; the exit code."""
+        raise NotImplementedError(f"bench {self.name} is not a standalone verb")
 
     def measure(self, a: argparse.Namespace, ctx: Context) -> list[Row]:
         """Measure once (one repeat); the rows."""
@@ -153,7 +160,7 @@ class Context:
 
     @property
     def data_root(self) -> str | None:
-        """The ``--data-root`` (None: ``$TWOPGRAPH_DATA``, else ``./datasets``)."""
+        """The ``--data-root`` (None: ``$TWOPGRAPH_DATA``, else ``~/.cache/twopgraph``)."""
         return getattr(self.args, "data_root", None)
 
     def dataset(self) -> str:
@@ -177,10 +184,16 @@ class Context:
 
 
 def benchmark_names() -> list[str]:
-    """Every registered benchmark, the two historical verbs first."""
-    names = BENCHMARKS.names()
+    """Every registered benchmark, the two historical verbs first (standalone verbs such as
+    ``report`` are not benchmarks: :func:`verb_names`)."""
+    names = [n for n in BENCHMARKS.names() if not BENCHMARKS.get(n).standalone]
     first = [n for n in ("sampler", "cache") if n in names]
     return first + sorted(n for n in names if n not in first)
+
+
+def verb_names() -> list[str]:
+    """The registered :attr:`Benchmark.standalone` verbs (``report``), by name."""
+    return sorted(n for n in BENCHMARKS.names() if BENCHMARKS.get(n).standalone)
 
 
 def make(name: str) -> Benchmark:
@@ -192,15 +205,17 @@ def make(name: str) -> Benchmark:
 
 def add_parsers(bench_parser: argparse.ArgumentParser, parser_class: type) -> None:
     """One sub-parser per benchmark under ``bench_parser`` (``twopgraph bench``): its own
-    flags, then the shared ones (:func:`add_shared_arguments`)."""
+    flags, then the shared ones (:func:`add_shared_arguments`); then the standalone verbs
+    (:func:`verb_names`: ``report``), their own flags only."""
     sub = bench_parser.add_subparsers(dest="bench", required=True, parser_class=parser_class)
-    for name in benchmark_names():
+    for name in benchmark_names() + verb_names():
         bench = make(name)
         doc = inspect.cleandoc(type(bench).__doc__ or "")
         p = sub.add_parser(name, help=bench.help or doc.split("\n")[0], description=doc,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
         bench.add_arguments(p)
-        add_shared_arguments(p, bench)
+        if not bench.standalone:
+            add_shared_arguments(p, bench)
 
 
 def add_shared_arguments(p: argparse.ArgumentParser, bench: Benchmark) -> None:
@@ -219,7 +234,7 @@ def add_shared_arguments(p: argparse.ArgumentParser, bench: Benchmark) -> None:
                             f"to N vertices) (default: {shown})")
         g.add_argument("--data-root", default=None,
                        help="where datasets (and generated families) are made and looked up "
-                            "(default: $TWOPGRAPH_DATA, else ./datasets)")
+                            "(default: $TWOPGRAPH_DATA, else ~/.cache/twopgraph)")
     g.add_argument("--repeat", type=int, default=1, metavar="N",
                    help="measure N times; figures are the median, with the spread min/max "
                         "(default: 1)")
@@ -253,8 +268,11 @@ def check_shared(a: argparse.Namespace, bench: Benchmark) -> None:
 
 def run(a: argparse.Namespace) -> int:
     """Run the benchmark of the parsed ``twopgraph bench NAME ...`` options: every repeat,
-    then its files, its output and the ``--json`` records. The exit code (0)."""
+    then its files, its output and the ``--json`` records. The exit code (0; a
+    :attr:`Benchmark.standalone` verb's own, from :meth:`Benchmark.main`)."""
     bench = make(a.bench)
+    if bench.standalone:
+        return bench.main(a)
     check_shared(a, bench)
     bench.check(a)
     ctx = Context(a, bench)
