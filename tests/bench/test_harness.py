@@ -266,3 +266,22 @@ def test_residency_runs_without_a_graph(tmp_path):
     assert all("graph" not in r["params"] for r in recs)
     found = {r["figures"]["missing_ranges"] for r in recs}
     assert len(found) == 1  # both settings find the same ranges missing
+
+
+def test_rewritten_result_files_do_not_make_the_tree_dirty(tmp_path):
+    from twopgraph.bench.record import RESULTS_DIR, tree_dirty
+
+    def git(*args):
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+    git("init", "-q")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    results = tmp_path / RESULTS_DIR
+    results.mkdir(parents=True)
+    (results / "train.jsonl").write_text("{}\n")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "c")
+    assert tree_dirty(tmp_path) is False
+    (results / "train.jsonl").unlink()  # a benchmark about to rewrite its file
+    assert tree_dirty(tmp_path) is False
+    (tmp_path / "code.py").write_text("x = 2\n")
+    assert tree_dirty(tmp_path) is True

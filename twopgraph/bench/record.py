@@ -136,10 +136,25 @@ def versions(peers: dict | None = None) -> dict:
     return out
 
 
-def _git(*args: str) -> subprocess.CompletedProcess:
-    src = Path(__file__).resolve().parents[2]
+#: where the committed result files live: rewriting them does not make the code "dirty"
+RESULTS_DIR = "benchmarks/results"
+
+
+def _git(*args: str, src: Path | None = None) -> subprocess.CompletedProcess:
+    src = src or Path(__file__).resolve().parents[2]
     return subprocess.run(["git", "-C", str(src), *args], capture_output=True, text=True,
                           timeout=20, check=False)
+
+
+def tree_dirty(src: Path | None = None) -> bool | None:
+    """Whether tracked files of the git tree at ``src`` (default: twopgraph's source tree)
+    differ from its HEAD, the result files under :data:`RESULTS_DIR` excepted (a benchmark
+    rewriting them is not a change of the code measured); None when git cannot tell."""
+    try:
+        r = _git("diff", "--quiet", "HEAD", "--", ".", f":(exclude){RESULTS_DIR}", src=src)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return {0: False, 1: True}.get(r.returncode)
 
 
 @functools.lru_cache(maxsize=1)
@@ -156,13 +171,11 @@ def commit() -> str | None:
 @functools.lru_cache(maxsize=1)
 def dirty() -> bool | None:
     """Whether tracked files of the source tree differ from :func:`commit` (the figures may
-    come from uncommitted code); None without a commit."""
+    come from uncommitted code; the result files excepted: :func:`tree_dirty`); None without
+    a commit."""
     if commit() is None:
         return None
-    try:
-        return _git("diff", "--quiet", "HEAD", "--").returncode == 1
-    except (OSError, subprocess.SubprocessError):
-        return None
+    return tree_dirty()
 
 
 def make_record(benchmark: str, params: dict, repeats: list[dict],
