@@ -12,7 +12,6 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
 import ast
 import importlib
 import inspect
@@ -170,21 +169,10 @@ def render() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="Write docs/api.md from twopgraph's packages.")
-    ap.add_argument("--check", action="store_true",
-                    help="write nothing; exit 1 when the file differs from what would be written")
-    ap.add_argument("--out", type=Path, default=API_MD, help=f"the file (default: {API_MD})")
-    a = ap.parse_args(argv)
-    text = render()
-    if a.check:
-        if not a.out.exists() or a.out.read_text() != text:
-            print(f"{a.out} is stale: run `python scripts/make_api_docs.py`", file=sys.stderr)
-            return 1
-        print(f"{a.out} is up to date")
-        return 0
-    a.out.write_text(text)
-    print(f"wrote {a.out} ({len(text.splitlines())} lines)")
-    return 0
+    sys.path.insert(0, str(Path(__file__).resolve().parent))  # its sibling, run or imported
+    from make_cli_docs import generated_page_main
+    return generated_page_main(argv, render, API_MD, "twopgraph's packages",
+                               "make_api_docs.py")
 
 
 if __name__ == "__main__":

@@ -289,23 +289,32 @@ def render(parser: argparse.ArgumentParser | None = None) -> str:
     return "\n".join(p.rstrip() + "\n" for p in parts).rstrip() + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="Write docs/cli.md from twopgraph's parser.")
+def generated_page_main(argv: list[str] | None, render_page, default_out: Path,
+                        what: str, script: str) -> int:
+    """The command line of a docs generator (this script, ``make_api_docs.py``): write
+    ``render_page()`` to ``--out`` (default ``default_out``), or with ``--check`` write nothing
+    and exit 1 when the file differs from it."""
+    ap = argparse.ArgumentParser(description=f"Write {default_out.name} from {what}.")
     ap.add_argument("--check", action="store_true",
                     help="write nothing; exit 1 when the file differs from what would be written")
-    ap.add_argument("--out", type=Path, default=CLI_MD, help=f"the file (default: {CLI_MD})")
+    ap.add_argument("--out", type=Path, default=default_out,
+                    help=f"the file (default: {default_out})")
     a = ap.parse_args(argv)
-    text = render()
+    text = render_page()
     if a.check:
-        current = a.out.read_text() if a.out.exists() else ""
+        current = a.out.read_text() if a.out.exists() else None
         if current != text:
-            print(f"{a.out} is stale: run `python scripts/make_cli_docs.py`", file=sys.stderr)
+            print(f"{a.out} is stale: run `python scripts/{script}`", file=sys.stderr)
             return 1
         print(f"{a.out} is up to date")
         return 0
     a.out.write_text(text)
     print(f"wrote {a.out} ({len(text.splitlines())} lines)")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return generated_page_main(argv, render, CLI_MD, "twopgraph's parser", "make_cli_docs.py")
 
 
 if __name__ == "__main__":

@@ -86,3 +86,14 @@ def test_feature_cache_options_are_checked():
     assert plain.features.budget == 0
     b = plain([0, 1, 1])
     assert torch.equal(b.x, data.x[b.n_id])
+
+
+def test_feature_cache_over_a_bfloat16_table():
+    """The budget counts a row's bytes of any torch dtype (bfloat16 has no NumPy twin)."""
+    data = to_pyg_data(community_data(n=100))
+    data.x = data.x.to(torch.bfloat16)
+    loader = NeighborLoader(data, [3], batch_size=8, device="cpu", cache_policy="degree",
+                            cache_ratio=0.2)
+    assert loader.features.budget == 20
+    b = loader([0, 1])
+    assert torch.equal(b.x, data.x[b.n_id].float())

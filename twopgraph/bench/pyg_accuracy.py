@@ -84,18 +84,10 @@ class PygAccuracyBenchmark(Benchmark):
                             "schedule=locality,sampler=labor) (default: none)")
 
     def check(self, a: argparse.Namespace) -> None:
-        try:
-            a._seeds = [int(s) for s in a.seeds.split(",") if s.strip()]
-            a._fanouts = [int(f) for f in a.fanouts.split(",") if f.strip()]
-        except ValueError:
-            raise ConfigError("--seeds and --fanouts take comma-separated integers") from None
-        if not a._seeds or not a._fanouts:
-            raise ConfigError("--seeds and --fanouts: give at least one")
-        for flag in ("epochs", "batch_size", "hidden"):
-            if getattr(a, flag) < 1:
-                raise ConfigError(f"--{flag.replace('_', '-')} must be >= 1")
-        if a.threads < 0:
-            raise ConfigError("--threads must be >= 0")
+        from twopgraph.bench.train import check_training_flags
+        from twopgraph.core.fanouts import parse_fanouts
+        check_training_flags(a)
+        a._fanouts = parse_fanouts(a.fanouts)
         a._loader = _loader_kwargs(a.loader_args)
 
     def measure(self, a: argparse.Namespace, ctx: Context) -> list[Row]:

@@ -121,17 +121,7 @@ class TrainBenchmark(Benchmark):
 
     def check(self, a: argparse.Namespace) -> None:
         a._variants = parse_variants(a.variants)
-        try:
-            a._seeds = [int(s) for s in a.seeds.split(",") if s.strip()]
-        except ValueError:
-            raise ConfigError(f"--seeds: expected integers, got {a.seeds!r}") from None
-        if not a._seeds:
-            raise ConfigError("--seeds: give at least one")
-        for flag in ("epochs", "batch_size", "hidden"):
-            if getattr(a, flag) < 1:
-                raise ConfigError(f"--{flag.replace('_', '-')} must be >= 1")
-        if a.threads < 0:
-            raise ConfigError("--threads must be >= 0")
+        check_training_flags(a)
         try:
             shlex.split(a.train_args)
         except ValueError as e:
@@ -159,6 +149,23 @@ class TrainBenchmark(Benchmark):
                                         for seed in a._seeds])))
         add_ratios(rows)
         return rows
+
+
+def check_training_flags(a: argparse.Namespace) -> None:
+    """The flags a training benchmark shares (``train``, ``pyg-accuracy``): ``--seeds`` as
+    ``a._seeds`` (at least one integer), ``--epochs``/``--batch-size``/``--hidden`` >= 1,
+    ``--threads`` >= 0; a one-line ConfigError otherwise."""
+    try:
+        a._seeds = [int(s) for s in a.seeds.split(",") if s.strip()]
+    except ValueError:
+        raise ConfigError(f"--seeds: expected integers, got {a.seeds!r}") from None
+    if not a._seeds:
+        raise ConfigError("--seeds: give at least one")
+    for flag in ("epochs", "batch_size", "hidden"):
+        if getattr(a, flag) < 1:
+            raise ConfigError(f"--{flag.replace('_', '-')} must be >= 1")
+    if a.threads < 0:
+        raise ConfigError("--threads must be >= 0")
 
 
 def _median_after_first(xs: list) -> float | None:

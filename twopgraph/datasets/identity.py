@@ -166,10 +166,10 @@ def partition_dataset(name: str, data_root: str | os.PathLike | None,
 
 def check_data_root(data_root: str | os.PathLike | None = None, dataset: str | None = None) -> None:
     """Refuse, before anything is loaded, a data root (``data_root``, else
-    ``$TWOPGRAPH_DATA``, else ``~/.cache/twopgraph``) that is not a folder, or that cannot be written
-    when ``dataset`` must be generated or converted there (it is not cached yet). A read-only
-    data root holding what the run needs is fine (a shared cache): a cluster cache it cannot
-    write costs a METIS rerun and a warning. Creates nothing."""
+    ``$TWOPGRAPH_DATA``, else ``~/.cache/twopgraph``) that is not a folder, or that cannot be
+    written when ``dataset`` must be generated or converted there (it is not cached yet). A
+    read-only data root holding what the run needs is fine (a shared cache): a cluster cache
+    it cannot write costs a METIS rerun and a warning. Creates nothing."""
     root = resolve_data_root(data_root)
     flag = "--data-root" if data_root else "the data root"
     existing = root

@@ -59,8 +59,8 @@ class LoaderFeatures:
             else:
                 raise ConfigError(f"cache_policy {cache_policy!r}: give one of "
                                   f"{', '.join(NAMED_POLICIES)} or a CachePolicy object")
-            row_bytes = int(feat.shape[1]) * np.dtype(
-                str(feat.dtype).removeprefix("torch.")).itemsize
+            row_bytes = int(feat.shape[1]) * (feat.element_size() if isinstance(
+                feat, torch.Tensor) else np.dtype(feat.dtype).itemsize)
             budget = resolve_budget(n, row_bytes, self.device, cache_ratio, cache_gb)
             self.source = (FeatureCache(feat, policy, budget, self.device)
                            if budget > 0 else HostFeatures(feat, self.device))

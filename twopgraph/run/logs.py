@@ -52,6 +52,7 @@ TENSORBOARD_SCALARS = (("loss/train", "loss"), ("accuracy/train", "train_acc"),
                        ("sampling/sampled_edges", "sampled_edges"),
                        ("cache/hit_rate", "hit_rate"))
 
+
 def epoch_columns(epochs: list[dict]) -> list[str]:
     """The header of ``epochs.csv`` for the records ``epochs``: :data:`LEADING_COLUMNS`, then
     every other key (but :data:`SKIPPED_KEYS`) in first-seen order."""

@@ -218,7 +218,8 @@ def _train_epochs(t: Training, rank: Rank, progress: bool, logs: EpochLogs | Non
     extras = rank.final_extras(t)
     if rank.is_main:
         _write(t, rank, final=True, **extras)
-        write_epochs_csv(t.out, t.epochs_log)  # a resumed run that had no epoch left
+        if t.start_epoch >= t.cfg.run.epochs:  # a resumed run that had no epoch left
+            write_epochs_csv(t.out, t.epochs_log)
         log_early_stop(cfg, t.epochs_log)
         if (warning := t.sel.warning()) is not None:
             log.warning("%s", warning)

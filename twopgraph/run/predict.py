@@ -376,9 +376,10 @@ def predict(checkpoint: str | os.PathLike, data: GraphData | None = None,
 def run_predict(cfg: PredictConfig) -> dict:
     """``twopgraph predict``: predict per ``cfg`` and write ``--out`` (a ``.npy`` file,
     atomically: no file when anything fails; default ``predictions.npy`` or ``logits.npy`` in
-    the checkpoint's folder: :meth:`~twopgraph.run.predictconfig.PredictOptions.output`); returns the record the CLI prints (``out``,
-    ``rows``, ``columns`` (logits only), ``kind``, ``dataset``, ``same_data``, ``val_acc``,
-    ``test_acc``, ``selected_epoch``: the epoch whose model predicted)."""
+    the checkpoint's folder: :meth:`~twopgraph.run.predictconfig.PredictOptions.output`);
+    returns the record the CLI prints (``out``, ``rows``, ``columns`` (logits only),
+    ``kind``, ``dataset``, ``same_data``, ``val_acc``, ``test_acc``, ``selected_epoch``: the
+    epoch whose model predicted)."""
     cfg.validate()
     p, d = cfg.predict, cfg.data
     out = p.output()

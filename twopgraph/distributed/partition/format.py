@@ -90,9 +90,9 @@ def store_paths(store: str | os.PathLike, folder: str | os.PathLike) -> dict:
 
 def source_store(folder: str | os.PathLike, meta: dict) -> Path:
     """The store folder the partition in ``folder`` reads (its ``meta.json`` is ``meta``), an
-    absolute path: its own ``store/`` when it was written there; else ``source.store``, a relative one taken from
-    ``folder`` (:func:`store_paths`), falling back to ``source.store_absolute`` when that
-    finds no folder and the absolute one does."""
+    absolute path: its own ``store/`` when it was written there; else ``source.store``, a
+    relative one taken from ``folder`` (:func:`store_paths`), falling back to
+    ``source.store_absolute`` when that finds no folder and the absolute one does."""
     src = meta["source"]
     if src.get("store_embedded"):
         return (Path(folder) / STORE_DIR).resolve()
