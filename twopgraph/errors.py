@@ -47,6 +47,12 @@ class TrainingDiverged(TwopgraphError):
         self.epoch, self.step, self.loss = epoch, step, loss
 
 
+class MemoryBudgetError(ConfigError):
+    """The smallest configuration of a run does not fit under the process's memory limit
+    (:class:`~twopgraph.runtime.governor.MemoryGovernor`): one line with the estimate, the
+    limit and the flags that would make it fit, before the first batch (CLI exit 2)."""
+
+
 class Stopped(BaseException):
     """A stop signal (SIGTERM, SIGHUP) arrived: raised in the main thread at the next safe
     point (between Python bytecodes) by the CLI's handler, unwinding like ``KeyboardInterrupt``

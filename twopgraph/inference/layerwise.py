@@ -15,6 +15,7 @@ Example::
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 
 import numpy as np
@@ -25,6 +26,36 @@ from twopgraph.inference.relabel import Relabel, _local_block
 from twopgraph.inference.rows import edge_balanced_ranges
 from twopgraph.inference.tables import EVAL_CHUNK_BYTES, EvalTable, _row_source, table_place
 from twopgraph.models import BlockGNN
+from twopgraph.runtime.memory import fillable_host_bytes
+
+log = logging.getLogger("twopgraph")
+
+
+#: Host bytes a chunk of exact inference takes per edge of its range: the full block's
+#: int64 indptr/indices, the relabelled local block and the temporaries of building them.
+HOST_BYTES_PER_EDGE = 64
+#: The chunks of :func:`layerwise_inference` take at most this share of the memory the
+#: process can still fill (:func:`~twopgraph.runtime.memory.fillable_host_bytes`).
+LAYERWISE_CHUNK_SHARE = 0.125
+
+
+def fit_chunks(batch_edges: int, chunk_bytes: int, host_bytes: int | None = None,
+               ) -> tuple[int, int]:
+    """``(batch_edges, chunk_bytes)`` made smaller where memory is short: a chunk's edges
+    (:data:`HOST_BYTES_PER_EDGE` each) and its gathered rows each take at most
+    :data:`LAYERWISE_CHUNK_SHARE` of ``host_bytes`` (default: the fillable memory now, which
+    a run's memory governor reads net of its reserve); at least 65,536 edges and 1 MiB."""
+    if host_bytes is None:
+        host_bytes = fillable_host_bytes()
+    if host_bytes is None:
+        return batch_edges, chunk_bytes
+    cap = int(LAYERWISE_CHUNK_SHARE * host_bytes)
+    fitted = (min(batch_edges, max(1 << 16, cap // HOST_BYTES_PER_EDGE)),
+              min(chunk_bytes, max(1 << 20, cap)))
+    if fitted != (batch_edges, chunk_bytes):
+        log.debug("exact evaluation: chunks of %d edges, %d bytes of rows (memory short)",
+                  *fitted)
+    return fitted
 
 
 @torch.no_grad()
@@ -59,6 +90,7 @@ def layerwise_inference(model: BlockGNN, sampler: Sampler,
     was_training = model.training
     model.eval()
     device = torch.device(device)
+    batch_edges, chunk_bytes = fit_chunks(batch_edges, chunk_bytes)
     n = sampler.graph.num_nodes
     indptr = sampler.graph.indptr
     starts = edge_balanced_ranges(indptr, batch_edges)

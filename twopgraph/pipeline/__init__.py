@@ -8,7 +8,7 @@ from twopgraph.imports import lazy_exports
 
 _EXPORTS = {
     "Loader": "loader", "ThreadPlan": "loader", "EpochStats": "loader",
-    "make_loader": "assemble",
+    "make_loader": "assemble", "govern_memory": "assemble",
     "train_epoch": "epoch",
     "NodeLoader": "nodeloader",
 }

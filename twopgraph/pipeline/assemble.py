@@ -23,6 +23,7 @@ from collections.abc import Callable, Collection
 from dataclasses import fields
 from typing import TYPE_CHECKING
 
+import numpy as np
 import torch
 
 from twopgraph.cache import PolicyContext, attach_host_cache, build_feature_source
@@ -51,6 +52,8 @@ from twopgraph.graph.data import CSRGraph, GraphData
 from twopgraph.locality import make_scheduler, prepare_locality
 from twopgraph.locality.auto import choose_schedule
 from twopgraph.pipeline.loader import HostIdSampler, Loader, ThreadPlan
+from twopgraph.runtime.governor import MemoryGovernor, measure_step
+from twopgraph.runtime.heap import default_keep
 from twopgraph.runtime.jit import thread_count
 from twopgraph.runtime.memory import available_host_bytes
 from twopgraph.sampler import make_sampler, sampler_options
@@ -339,6 +342,39 @@ def make_loader(cfg: TrainConfig, data: GraphData, device: torch.device | str, *
     loader.schedule = schedule
     loader.schedule_choice = choice
     return loader
+
+
+def govern_memory(cfg: TrainConfig, data: GraphData, loader: Loader,
+                  governor: MemoryGovernor | None = None) -> MemoryGovernor:
+    """Budget the run's host memory (:mod:`twopgraph.runtime.governor`) for ``loader``'s
+    batches: two batches sampled now give the step's size; the plan sets the loader's
+    prefetch depth and its epochs' heap, and the governor watches them (``loader.governor``).
+    Raises :class:`~twopgraph.errors.MemoryBudgetError` when a step cannot fit."""
+    gov = MemoryGovernor() if governor is None else governor
+    m, s = cfg.model, cfg.sampling
+    conv = MODELS.get(m.model) if isinstance(m.model, str) else None
+    dims = [m.hidden] * (len(s.fanouts) - 1) + [data.num_classes]
+    mean_degree = data.graph.num_edges / max(1, data.num_nodes)
+    if conv is not None and hasattr(conv, "activation_width"):
+        opts = m.conv_options()
+        widths = [conv.activation_width(d, max(1, int(mean_degree if f < 0 else
+                                                      min(f, mean_degree))),
+                                        last=i == len(dims) - 1, **opts)
+                  for i, (d, f) in enumerate(zip(dims, s.fanouts))]
+    else:
+        widths = dims
+    est = measure_step(loader.sampler, data.train_idx, s.batch_size, data.num_features,
+                       widths, seed=cfg.run.seed)
+    mapped = sum(int(a.nbytes) for a in (data.feat, data.graph.indices, data.graph.indptr)
+                 if isinstance(a, np.memmap))
+    plan = gov.plan(est, prefetch=loader.prefetch, heap_keep=default_keep(),
+                    mapped_bytes=mapped,
+                    fix="use a smaller --batch-size or --fanouts (the step shrinks with the "
+                        "input vertices of a batch), --store-dtype float16, or raise the "
+                        "memory limit")
+    loader.prefetch = plan.prefetch
+    loader.governor = gov
+    return gov
 
 
 def _available_per_rank() -> int | None:

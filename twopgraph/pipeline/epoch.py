@@ -140,7 +140,20 @@ def train_epoch(model: torch.nn.Module, opt: torch.optim.Optimizer, loader: Load
 
     batches = loader.epoch(epoch)
     last_read = t0
-    heap = BatchHeap().__enter__()  # batches reuse the pages the last one freed
+    gov = getattr(loader, "governor", None)
+    plan = None if gov is None else gov.memory_plan
+    keep = None if plan is None else plan.heap_keep_bytes
+    # batches reuse the pages the last one freed; with no room to keep any (the memory
+    # governor's plan), blocks are mapped and unmapped as glibc does by default
+    heap = BatchHeap(keep=keep) if keep != 0 else None
+    if heap is not None:
+        heap.__enter__()
+    if gov is not None:  # memory short during the epoch: heap first, then the queue
+        gov.clear_steps()
+        if heap is not None:
+            gov.on_short("epoch heap returned to the system (blocks no longer kept)",
+                         lambda: _heap_off(heap))
+        gov.on_short("one batch fewer gathered ahead", loader.shrink_prefetch)
     try:
         for mb in batches:
             tc = time.perf_counter()
@@ -156,14 +169,20 @@ def train_epoch(model: torch.nn.Module, opt: torch.optim.Optimizer, loader: Load
             if tally.full or (bar is not None and now - last_read >= READ_SECONDS):
                 read()
                 last_read = now = time.perf_counter()
-            heap.step()
+            if heap is not None:
+                heap.step()
+            if gov is not None:
+                gov.watch()
             compute_s += time.perf_counter() - tc
         tc = time.perf_counter()
         read()  # the epoch's last steps
         compute_s += time.perf_counter() - tc
     finally:
         batches.close()
-        heap.__exit__(None, None, None)  # after the loader's threads stopped
+        if heap is not None:
+            heap.__exit__(None, None, None)  # after the loader's threads stopped
+        if gov is not None:
+            gov.clear_steps()
         if bar is not None:
             bar.close()
     epoch_s = time.perf_counter() - t0
@@ -173,8 +192,18 @@ def train_epoch(model: torch.nn.Module, opt: torch.optim.Optimizer, loader: Load
            "train_acc": tally.correct / max(seen, 1), "epoch_s": epoch_s,
            "compute_s": compute_s, "seeds_per_s": seen / epoch_s, "cpu_s": cpu_s,
            "cpu_per_wall": cpu_s / epoch_s, "sampler_device": loader.sampler_device.type,
-           "amp": amp, "heap_trims": heap.trims}
+           "amp": amp, "heap_trims": 0 if heap is None else heap.trims,
+           "prefetch": loader.prefetch}
     rec.update(loader.stats.as_dict())
     if tally.nonfinite is not None:
         rec["nonfinite"] = tally.nonfinite
     return rec
+
+
+def _heap_off(heap: BatchHeap) -> bool:
+    """Return the heap's kept blocks and glibc's mapping of large blocks (for the rest of
+    the epoch); False when it was off already."""
+    if not heap.active:
+        return False
+    heap.__exit__(None, None, None)
+    return True

@@ -197,6 +197,10 @@ class Loader:
             plan = replace(plan, workers=1)
         self.plan = plan
         self.prefetch = int(prefetch) if self.plan.background else 0
+        #: Set by whoever budgets the run's memory (twopgraph.run.train): it watches the
+        #: headroom once per batch and may shorten the queue (:meth:`shrink_prefetch`).
+        self.governor = None
+        self._queue: queue.Queue | None = None
         self.stats = EpochStats()
         # Set by whoever sized the feature source (pipeline.make_loader): reported per epoch.
         self.activation_reserve_bytes = 0
@@ -223,9 +227,25 @@ class Loader:
             it = ((mb, None) for mb in batches)
         if self.cuda:
             it = self._copied(it)
-        for mb, ready in _prefetch(it, self.prefetch):
+        for mb, ready in _prefetch(it, self.prefetch, self._live_queue):
             livemap.check()  # a store file truncated or rewritten under the run: one line
             yield self._consumed(mb, ready)
+
+    def _live_queue(self, q: queue.Queue | None) -> None:
+        self._queue = q
+
+    def shrink_prefetch(self) -> bool:
+        """One batch fewer gathered ahead (memory is short): from the next batch on in the
+        running epoch (at least one while it runs), and in the epochs after (down to 0:
+        sampling inline). False when there is nothing left to shorten."""
+        if self.prefetch <= 0:
+            return False
+        self.prefetch -= 1
+        q = self._queue
+        if q is not None:
+            with q.mutex:  # Queue.put re-reads maxsize while it waits
+                q.maxsize = max(1, self.prefetch)
+        return True
 
     def sample_epoch(self, epoch: int = 0) -> EpochStats:
         """Sampling only (no features, no prefetch thread: every thread samples); the figures
@@ -410,14 +430,18 @@ def _count_sampled(stats: EpochStats, mb: MiniBatch, secs: float) -> None:
 _DONE = object()
 
 
-def _prefetch(it: Iterator, depth: int) -> Iterator:
+def _prefetch(it: Iterator, depth: int,
+              live: Callable[[queue.Queue | None], None] | None = None) -> Iterator:
     """Run ``it`` in a background thread (numba: one thread there), ``depth`` items ahead;
     ``depth`` 0 runs it inline. Exceptions are re-raised in the consumer; closing the consumer
-    stops the producer."""
+    stops the producer. ``live`` is handed the queue while it runs (its ``maxsize`` may be
+    lowered then) and None after."""
     if depth <= 0:
         yield from it
         return
     q: queue.Queue = queue.Queue(maxsize=depth)
+    if live is not None:
+        live(q)
     stop = threading.Event()
 
     def produce():
@@ -448,6 +472,8 @@ def _prefetch(it: Iterator, depth: int) -> Iterator:
             yield item
     finally:
         stop.set()
+        if live is not None:
+            live(None)
         while th.is_alive():
             try:
                 q.get_nowait()

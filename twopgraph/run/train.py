@@ -79,7 +79,13 @@ from twopgraph.inference import (
 )
 from twopgraph.locality import to_original_order
 from twopgraph.models import BlockGNN, build_model
-from twopgraph.pipeline.assemble import eval_features, host_cache_record, locality_for, make_loader
+from twopgraph.pipeline.assemble import (
+    eval_features,
+    govern_memory,
+    host_cache_record,
+    locality_for,
+    make_loader,
+)
 from twopgraph.pipeline.loader import ThreadPlan
 from twopgraph.run.checkpoint import (
     CHECKPOINT,
@@ -96,8 +102,9 @@ from twopgraph.run.selection import (
     early_stop_record,
     score_epoch,
 )
+from twopgraph.runtime.governor import MemoryGovernor
 from twopgraph.runtime.jit import configure_threading
-from twopgraph.runtime.memory import process_pss_monitor
+from twopgraph.runtime.memory import process_pss_monitor, reserve_host_bytes
 from twopgraph.sampler import make_sampler
 
 log = logging.getLogger("twopgraph")
@@ -234,11 +241,16 @@ def train(cfg: TrainConfig, data: GraphData | None = None) -> TrainResult:
         check_data_root(cfg.data.data_root, cfg.data.dataset)
     # held until the run ends: a second run into it is refused, and so is a folder holding
     # a run unless --resume or --overwrite (which removes the old files here)
-    with RunDir(cfg.run.out, resume=cfg.run.resume, overwrite=cfg.run.overwrite):
-        return _train(cfg, data, device)
+    governor = MemoryGovernor.for_run()  # before the data: the library pages now are kept
+    try:
+        with RunDir(cfg.run.out, resume=cfg.run.resume, overwrite=cfg.run.overwrite):
+            return _train(cfg, data, device, governor)
+    finally:
+        reserve_host_bytes(0)
 
 
-def _train(cfg: TrainConfig, data: GraphData | None, device) -> TrainResult:
+def _train(cfg: TrainConfig, data: GraphData | None, device,
+           governor: MemoryGovernor | None = None) -> TrainResult:
     run = cfg.run
     named = data is None  # the dataset of cfg, which `twopgraph predict` can load again
     if data is None:
@@ -276,6 +288,8 @@ def _train(cfg: TrainConfig, data: GraphData | None, device) -> TrainResult:
     loader = make_loader(cfg, data, device,
                          parts=None if prep.clustering is None else prep.clustering.parts,
                          schedule_choice=prep.schedule_choice)
+    # one budget; a step that cannot fit: exit 2
+    governor = govern_memory(cfg, data, loader, governor)
     feat = eval_features(data, loader)
     labels = loader.labels
     summary = data.summary()
@@ -283,7 +297,7 @@ def _train(cfg: TrainConfig, data: GraphData | None, device) -> TrainResult:
               "schedule_choice": loader.schedule_choice, "defaults": defaults}
 
     def info() -> dict:  # the top-level extras of metrics.json, as they are now
-        return {**static, "host_cache": host_cache_record(loader),
+        return {**static, "host_cache": host_cache_record(loader), "memory": governor.record(),
                 "early_stop": early_stop_record(cfg, epochs_log)}
 
     warned: set = set()  # the one-class ROC-AUC warning is logged once

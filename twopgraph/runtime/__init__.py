@@ -1,6 +1,7 @@
 """The process's machinery, below everything else: numba's threading layer and kernel registry
 (:mod:`.jit`), the glibc heap policy (:mod:`.heap`), memory probes of the process and its cgroup
-(:mod:`.memory`) and the software prefetch hint for kernels (:mod:`.prefetch`).
+(:mod:`.memory`), the run's memory budget under its cgroup limit (:mod:`.governor`) and the
+software prefetch hint for kernels (:mod:`.prefetch`).
 """
 
 from twopgraph.imports import lazy_exports
@@ -11,6 +12,8 @@ _EXPORTS = {
     "PssMonitor": "memory", "available_host_bytes": "memory", "current_pss_mib": "memory",
     "fillable_host_bytes": "memory", "peak_rss_mib": "memory", "process_pss_monitor": "memory",
     "PREFETCH_DIST": "prefetch",
+    "MemoryGovernor": "governor", "MemoryLimit": "governor", "MemoryPlan": "governor",
+    "StepEstimate": "governor", "read_memory_limit": "governor",
 }
 __all__ = list(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

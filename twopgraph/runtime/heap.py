@@ -97,6 +97,13 @@ class _Mallinfo2(ctypes.Structure):
         "fordblks", "keepcost")]
 
 
+def default_keep() -> int:
+    """:class:`BatchHeap`'s default ``keep``, bytes: :data:`KEEP_SHARE` of the memory
+    available now, at least :data:`KEEP_MIN`."""
+    avail = available_host_bytes()
+    return max(KEEP_MIN, int(KEEP_SHARE * avail) if avail else KEEP_MIN)
+
+
 class BatchHeap:
     """glibc's arenas keep the blocks a batch frees for the next batch, up to ``keep`` free
     bytes (default: :data:`KEEP_SHARE` of :func:`~twopgraph.runtime.memory.available_host_bytes`, at
@@ -119,8 +126,7 @@ class BatchHeap:
         if libc is None:
             return self
         if self.keep is None:
-            avail = available_host_bytes()
-            self.keep = max(KEEP_MIN, int(KEEP_SHARE * avail) if avail else KEEP_MIN)
+            self.keep = default_keep()
         if libc.mallopt(M_MMAP_MAX, 0) != 1:
             return self
         libc.mallopt(M_TRIM_THRESHOLD, 2**31 - 1)  # mallopt takes a C int

@@ -133,6 +133,41 @@ def process_pss_monitor() -> PssMonitor:
         return _PROCESS_MONITOR
 
 
+#: Bytes every reading of :func:`available_host_bytes` / :func:`fillable_host_bytes` leaves
+#: out: memory the run must keep free (set by the memory governor,
+#: :mod:`twopgraph.runtime.governor`, through :func:`reserve_host_bytes`; 0 otherwise).
+_RESERVED = 0
+
+
+def reserve_host_bytes(n: int) -> int:
+    """Keep ``n`` bytes out of every later reading of the memory this process can fill (its
+    safety margin and the library pages it needs resident), so that each memory decision
+    sized from those readings (evaluation passes, read-ahead, caches) leaves them free.
+    Returns the reserve it replaces."""
+    global _RESERVED
+    old, _RESERVED = _RESERVED, max(0, int(n))
+    return old
+
+
+def reserved_host_bytes() -> int:
+    """The reserve set by :func:`reserve_host_bytes` (0 if none)."""
+    return _RESERVED
+
+
+def file_resident_bytes(path: str = "/proc/self/status") -> int | None:
+    """This process's resident file-backed pages now (``RssFile``, bytes): at start, the
+    shared libraries' pages it uses (torch, numba) -- page cache a memory cgroup charges and
+    that must stay resident for the process to make progress."""
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.startswith("RssFile:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
 def fillable_host_bytes(proc: str = "/proc", cgroup: str = "/sys/fs/cgroup") -> int | None:
     """Bytes this process's anonymous memory could grow to if the page cache gave way:
     :func:`available_host_bytes` with the *active* file pages counted as reclaimable too
@@ -149,8 +184,8 @@ def available_host_bytes(proc: str = "/proc", cgroup: str = "/sys/fs/cgroup", *,
     limit of this process's memory cgroup when it has one -- v1 (``memory:`` line of
     ``/proc/self/cgroup``): ``memory.limit_in_bytes - memory.usage_in_bytes +
     total_inactive_file`` (usage counts the page cache, whose inactive file pages are
-    reclaimed first); v2: ``memory.max - memory.current + inactive_file``. ``None`` when none
-    of them can be read (not Linux)."""
+    reclaimed first); v2: ``memory.max - memory.current + inactive_file``; less the reserve
+    of :func:`reserve_host_bytes`. ``None`` when none of them can be read (not Linux)."""
     found: list[int] = []
     try:
         with open(f"{proc}/meminfo") as f:
@@ -189,4 +224,4 @@ def available_host_bytes(proc: str = "/proc", cgroup: str = "/sys/fs/cgroup", *,
             continue
         if limit < 1 << 60:  # v1 writes "no limit" as ~2**63
             found.append(max(0, limit - usage + inactive))
-    return min(found) if found else None
+    return max(0, min(found) - _RESERVED) if found else None
