@@ -47,6 +47,18 @@ class TrainingDiverged(TwopgraphError):
         self.epoch, self.step, self.loss = epoch, step, loss
 
 
+class PeerLost(TwopgraphError):
+    """A rank of a distributed run lost its peers: a collective failed because another rank
+    died (its connection was lost) or did not answer within ``--dist-timeout`` seconds
+    (``timed_out``; ``timeout_s`` the timeout). The launcher of ``--nproc`` reads both to
+    name the rank that stopped answering."""
+
+    def __init__(self, message: str, *, timed_out: bool = False,
+                 timeout_s: float | None = None) -> None:
+        super().__init__(message)
+        self.timed_out, self.timeout_s = bool(timed_out), timeout_s
+
+
 class MemoryBudgetError(ConfigError):
     """The smallest configuration of a run does not fit under the process's memory limit
     (:class:`~twopgraph.runtime.governor.MemoryGovernor`): one line with the estimate, the

@@ -27,12 +27,17 @@ from twopgraph.distributed import (
     train_distributed,
 )
 from twopgraph.distributed.env import process_group
-from twopgraph.distributed.evaluate import evaluate_distributed
+from twopgraph.distributed.evaluate import (
+    SEPARATE_HOSTS_ENV,
+    _projection_widths,
+    evaluate_scores,
+)
 from twopgraph.distributed.launch import strip_nproc
+from twopgraph.distributed.partition import halo as halo_mod
 from twopgraph.distributed.partition.load import load_part
 from twopgraph.distributed.partition.selfdep import partition_selfdep
 from twopgraph.errors import ConfigError, TwopgraphError
-from twopgraph.inference import accuracy, layerwise_inference
+from twopgraph.inference import accuracy, layerwise_inference, plan_scope, scored_ids
 from twopgraph.locality import RandomScheduler
 from twopgraph.models import build_model
 from twopgraph.sampler import NeighborSampler
@@ -215,25 +220,44 @@ def test_rank_reads_the_one_shared_store(parts2, tmp_path, monkeypatch, rep):
 
 
 # -- distributed exact evaluation = single-process whole-graph inference --------------------------
-# part: which partition (representation-hops); shared: the hidden tables in a scratch file on
-# this machine (True) or all-reduced (False, what ranks on several machines do)
-EVAL_JOBS = [dict(model=m, layers=layers, hidden=hidden, seed=seed, part=part, shared=True)
+# part: which partition (representation-hops); hosts: "one" = the hidden tables in a scratch
+# file of this machine, "separate" = as ranks on several machines (TWOPGRAPH_SEPARATE_HOSTS=1
+# makes same_host() answer false): halo rows exchanged (layer 0's computed by each rank, the
+# default; layer0="exchange": received too); scope: --eval-scope
+EVAL_JOBS = [dict(model=m, layers=layers, hidden=hidden, seed=seed, part=part, hosts=hosts,
+                  scope="all")
              for m in MODELS.names()  # every registered model (a new one is covered)
-             for layers, hidden, seed, part in ((2, 16, 0, "global-2"), (3, 8, 1, "local-1"))]
-EVAL_JOBS += [dict(model="sage", layers=3, hidden=8, seed=2, part="local-2", shared=True),
-              dict(model="gcn", layers=3, hidden=8, seed=3, part="global-2", shared=False)]
+             for layers, hidden, seed, part in ((2, 16, 0, "global-2"), (3, 8, 1, "local-1"))
+             for hosts in ("one", "separate")]
+# chunk: bytes one exchange round sends at most (small: many rounds)
+EVAL_JOBS += [dict(model="sage", layers=3, hidden=8, seed=2, part="local-2", hosts=hosts,
+                   scope=scope, chunk=96) for hosts in ("one", "separate")
+              for scope in ("all", "scored")]
+EVAL_JOBS += [dict(model=m, layers=3, hidden=8, seed=3, part="global-2", hosts="separate",
+                   scope="scored") for m in ("gcn", "gat")]
+# layer 0's halo rows received from their owners, as selected (SAGE at L2: the projections
+# of the last layer; chunked: many rounds)
+EVAL_JOBS += [dict(model=m, layers=layers, hidden=8, seed=4, part="global-2", hosts="separate",
+                   scope=scope, layer0="exchange", chunk=chunk)
+              for m, layers, scope, chunk in (("sage", 2, "all", 64 << 20),
+                                              ("gcn", 3, "all", 96), ("sage", 3, "scored", 96))]
 
 
 def _eval_worker(rank, world, port, parts, jobs, result_dir):
-    """Rank ``rank``: ``evaluate_distributed`` of every job's weights; the logits of the last
-    layer for the owned vertices are recorded by a forward hook on the last conv, with the
-    scratch folder's content at that time."""
+    """Rank ``rank``: ``evaluate_scores`` of every job's weights; the logits of the last
+    layer for the vertices it computes are recorded by a forward hook on the last conv, with
+    the scratch folder's content at that time."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
     cpu = torch.device("cpu")
     scratch = Path(result_dir) / "scratch"
     with process_group(DistEnv(rank, world, rank, world), cpu, 60):
         for i, job in enumerate(jobs):
+            halo_mod.EXCHANGE_CHUNK_BYTES = job.get("chunk", 64 << 20)
+            if job["hosts"] == "separate":
+                os.environ[SEPARATE_HOSTS_ENV] = "1"
+            else:
+                os.environ.pop(SEPARATE_HOSTS_ENV, None)
             part = load_part(parts[job["part"]], rank)
             d = part.data
             model = build_model(job["model"], d.num_features, job["hidden"], d.num_classes,
@@ -247,29 +271,42 @@ def _eval_worker(rank, world, port, parts, jobs, result_dir):
             model.convs[-1].register_forward_hook(hook)
             # a last layer that shrinks the width is computed from projections, not forward
             orig = getattr(model.convs[-1], "from_projection", None)
-            if orig is None:  # a conv without projections: forward only
-                val, test = evaluate_distributed(model, part, cpu, batch_edges=300,
-                                                 scratch_dir=scratch, shared=job["shared"])
-                _save_eval(result_dir, i, rank, part, scratch, val, test, seen, during)
-                continue
-
-            def recorded(*a, orig=orig, hook=hook, **k):
-                out = orig(*a, **k)
-                hook(None, None, out)
-                return out
-            model.convs[-1].from_projection = recorded
+            if orig is not None:
+                def recorded(*a, orig=orig, hook=hook, **k):
+                    out = orig(*a, **k)
+                    hook(None, None, out)
+                    return out
+                model.convs[-1].from_projection = recorded
             # small edge ranges: several blocks per layer
-            val, test = evaluate_distributed(model, part, cpu, batch_edges=300,
-                                             scratch_dir=scratch, shared=job["shared"])
-            _save_eval(result_dir, i, rank, part, scratch, val, test, seen, during)
+            res = evaluate_scores(model, part, cpu, batch_edges=300, scratch_dir=scratch,
+                                  scope=job["scope"], layer0_halo=job.get("layer0"))
+            ids = np.asarray(part.owned).copy()
+            if job["scope"] == "scored":  # the owned val/test vertices, sorted
+                store = part.store
+                ids = np.sort(ids[np.isin(ids, np.concatenate([store.val_idx,
+                                                               store.test_idx]))])
+            _save_eval(result_dir, i, rank, part, scratch, res, seen, during, ids)
+        # ranks that disagree on layer 0's halo are refused before any row moves
+        os.environ[SEPARATE_HOSTS_ENV] = "1"
+        try:
+            evaluate_scores(model, part, cpu, batch_edges=300, scratch_dir=scratch,
+                            layer0_halo=("compute", "exchange")[rank])
+            told = "no error"
+        except ConfigError as e:
+            told = str(e)
+        (Path(result_dir) / f"disagree-rank{rank}.txt").write_text(told)
 
 
-def _save_eval(result_dir, i, rank, part, scratch, val, test, seen, during) -> None:
+def _save_eval(result_dir, i, rank, part, scratch, res, seen, during, ids) -> None:
     # between two barriers: no rank has started the next job's scratch folder yet
     dist.barrier()
     after = sorted(p.name for p in scratch.iterdir())
     dist.barrier()
-    torch.save({"val": val, "test": test, "logits": torch.cat(seen) if seen else None,
+    torch.save({"val": res["val_acc"], "test": res["test_acc"],
+                "exchanged": res["eval_exchanged_bytes"],
+                "received": res["eval_halo_rows_received"],
+                "computed": res["eval_halo_rows_computed"],
+                "logits": torch.cat(seen) if seen else None, "ids": ids,
                 "owned": np.asarray(part.owned).copy(), "during": during, "after": after},
                Path(result_dir) / f"eval{i}-rank{rank}.pt")
 
@@ -300,40 +337,113 @@ def dist_eval(parts2, parts2_local, tmp_path_factory):
     assert [p.exitcode for p in ctx.processes] == [0, 0]
     ranks = [[torch.load(root / f"eval{i}-rank{r}.pt", weights_only=False) for r in (0, 1)]
              for i in range(len(EVAL_JOBS))]
-    return data, full, ranks
+    disagree = [(root / f"disagree-rank{r}.txt").read_text() for r in (0, 1)]
+    return data, full, ranks, disagree
+
+
+def _hidden_widths(model) -> list[int]:
+    """Widths of the hidden tables exact evaluation writes (the last one: the last layer's
+    projections where it shrinks the width)."""
+    convs = model.convs
+    widths = [c.in_dim for c in convs][1:]
+    if convs[-1].in_dim > convs[-1].out_dim and hasattr(convs[-1], "project"):
+        widths[-1] = sum(_projection_widths(convs[-1]))
+    return widths
+
+
+def _halo_rows(data, owned: np.ndarray, readers: np.ndarray | None = None) -> int:
+    """Vertices that ``readers`` (default ``owned``) or their neighbours are, and ``owned``
+    does not hold."""
+    g, readers = data.graph, owned if readers is None else readers
+    nbr = np.concatenate([g.indices[g.indptr[v]:g.indptr[v + 1]] for v in readers] +
+                         [np.zeros(0, dtype=g.indices.dtype)])
+    return int(np.setdiff1d(np.union1d(nbr, readers), owned).shape[0])
+
+
+def _halos(data, spec, model, ranks) -> list[int]:
+    """Halo rows of each hidden table, summed over the ranks: table ``i`` is read by layer
+    ``i + 1`` for each rank's owned vertices (scored scope: of level ``i + 2``)."""
+    tables = spec["layers"] - 1
+    if spec["scope"] == "all":
+        return [sum(_halo_rows(data, r["owned"]) for r in ranks)] * tables
+    levels = plan_scope(model, data.graph, scored_ids(data.num_nodes, data.val_idx,
+                                                      data.test_idx), "scored",
+                        input_level=False).levels
+    return [sum(_halo_rows(data, r["owned"], np.intersect1d(levels[i + 2], r["owned"]))
+                for r in ranks) for i in range(tables)]
 
 
 @pytest.mark.parametrize("job", range(len(EVAL_JOBS)),
-                         ids=[f"{j['model']}-L{j['layers']}-{j['part']}"
-                              f"{'' if j['shared'] else '-allreduce'}" for j in EVAL_JOBS])
+                         ids=[f"{j['model']}-L{j['layers']}-{j['part']}-{j['scope']}-"
+                              f"{j['hosts']}-host" for j in EVAL_JOBS])
 def test_distributed_evaluation_equals_whole_graph_inference(dist_eval, job):
-    """Each rank's last-layer logits of its owned vertices are the whole-graph ones; the val
-    and test accuracies are the whole graph's, exactly (correct counts over split sizes).
-    The hidden layers went through one scratch file of this machine (shared), removed when
-    the evaluation ended."""
-    data, full, ranks = dist_eval
+    """Each rank's last-layer logits of the vertices it computes (owned; with the scored
+    scope the owned val/test ones) are the whole-graph ones; the val and test accuracies are
+    the whole graph's, exactly (correct counts over split sizes). On one machine the hidden
+    layers went through one scratch file (removed when the evaluation ended) and nothing was
+    exchanged; as on several machines, no scratch file and exactly the halo rows of the hidden
+    tables travelled (a table's halo: the vertices layer ``i + 1`` reads for a rank -- its
+    owned ones or, scored, those of level ``i + 2`` -- that it does not own) -- except layer
+    0's, which each rank computed itself (unless ``layer0_halo="exchange"``):
+    ``eval_exchanged_bytes`` counts the rows sent only."""
+    data, full, ranks, _ = dist_eval
+    spec = EVAL_JOBS[job]
     logits, labels = full[job], torch.from_numpy(data.label)
     owned = np.concatenate([r["owned"] for r in ranks[job]])
     np.testing.assert_array_equal(np.sort(owned), np.arange(data.num_nodes))  # a partition
     for r in ranks[job]:
-        assert r["logits"] is not None and r["logits"].shape[0] == r["owned"].shape[0]
-        want = logits[torch.from_numpy(r["owned"])]
+        assert r["logits"] is not None and r["logits"].shape[0] == r["ids"].shape[0]
+        want = logits[torch.from_numpy(r["ids"])]
         torch.testing.assert_close(r["logits"], want, rtol=1e-5, atol=1e-5)
         assert torch.equal(r["logits"].argmax(1), want.argmax(1))
         assert r["after"] == []  # the scratch is removed
-        layers = EVAL_JOBS[job]["layers"]
-        if EVAL_JOBS[job]["shared"]:  # during the last layer: the previous layer's table
+        layers = spec["layers"]
+        if spec["hosts"] == "one":  # during the last layer: the previous layer's table
             assert {len(x) for x in r["during"]} == {2}, r["during"]
             assert all(x[0].startswith(".twopgraph-eval-") and
                        x[1].endswith(f"/layer{layers - 2}.f32") for x in r["during"])
+            assert r["exchanged"] == 0
+            assert r["received"] == r["computed"] == 0
         else:
             assert all(x == [] for x in r["during"])
+    for key in ("exchanged", "received", "computed"):  # summed over ranks
+        assert ranks[job][0][key] == ranks[job][1][key], key
+    if spec["hosts"] == "separate":
+        model = build_model(spec["model"], data.num_features, spec["hidden"], data.num_classes,
+                            spec["layers"])
+        widths, halos = _hidden_widths(model), _halos(data, spec, model, ranks[job])
+        got = ranks[job][0]
+        if spec.get("layer0", "compute") == "compute":  # the default; table 0: no bytes
+            assert got["computed"] == halos[0] > 0
+            widths, halos = widths[1:], halos[1:]
+        else:
+            assert got["computed"] == 0
+        assert got["received"] == sum(halos)
+        assert got["exchanged"] == sum(h * w * 4 for h, w in zip(halos, widths))
+        assert (got["exchanged"] > 0) == bool(widths)  # nothing at L2 unless exchanged
+        if spec["scope"] == "scored":  # fewer: only what the val/test vertices' need
+            full_halo = sum(_halo_rows(data, r["owned"]) for r in ranks[job])
+            assert all(h < full_halo for h in halos)
     pred = logits.argmax(1)
     for key, idx in (("val", data.val_idx), ("test", data.test_idx)):
         correct = int((pred[idx] == labels[idx]).sum())
         assert 0 < correct < idx.shape[0]  # not a degenerate model
         for r in ranks[job]:
             assert r[key] == correct / idx.shape[0], (key, r[key], correct)
+
+
+def test_ranks_must_agree_on_layer0_halo(dist_eval):
+    """One rank computing layer 0's halo rows while the other expects to receive them would
+    pair unrelated collectives: every rank is refused, naming the setting."""
+    for told in dist_eval[3]:
+        assert "ranks disagree on the hidden layers whose halo rows they compute" in told and \
+            "[[True, False], [False, False]]" in told, told
+
+
+def test_layer0_halo_is_checked_at_the_door():
+    model = build_model("sage", 4, 8, 3, 2)
+    with pytest.raises(ValueError, match="layer0_halo='send'; allowed: compute, exchange"):
+        evaluate_scores(model, None, "cpu", layer0_halo="send")
 
 
 @pytest.mark.parametrize("rep", ["global", "local"])

@@ -417,10 +417,14 @@ class RunConfig(Section):
         return self
 
 
+#: Largest ``--max-restarts`` accepted (each restart repeats the job's start-up).
+MAX_RESTARTS = 100
+
+
 @dataclass
 class DistConfig(Section):
     """Partitioned data-parallel training: the partition folder, processes to start, the
-    collective timeout (seconds)."""
+    collective timeout (seconds), restarts of a failed job (torchrun's elastic restarts)."""
 
     partitions: str | None = option(None, "train data-parallel on the parts of DIR (written by "
                                     "`twopgraph partition`; one process per part; --dataset is "
@@ -430,12 +434,25 @@ class DistConfig(Section):
                                "processes on this machine (= the number of parts)")
     dist_timeout: float = option(600.0, "seconds a rank waits for the others in a collective "
                                  "before it stops with an error")
+    max_restarts: int = option(0, "with --nproc: restart every rank up to N times when one "
+                               "fails (torchrun --max-restarts); a restarted job resumes from "
+                               "the last checkpoint in --out (from the start when there is none "
+                               "yet) and ends as an uninterrupted run; 0 = a failure ends the "
+                               "run. Under torchrun of your own, give torchrun --max-restarts",
+                               metavar="N")
 
     def validate(self):
         if self.nproc is not None:
             positive_int(self, "nproc")
             if self.partitions is None:
                 raise ConfigError("--nproc needs --partitions DIR (see `twopgraph partition`)")
+        int_at_least(self, "max_restarts", 0)
+        if self.max_restarts > MAX_RESTARTS:
+            raise ConfigError(f"max-restarts must be at most {MAX_RESTARTS}, got "
+                              f"{self.max_restarts}")
+        if self.max_restarts and self.partitions is None:
+            raise ConfigError("--max-restarts needs --partitions DIR and --nproc (restarts are "
+                              "those of torchrun's ranks)")
         if not (is_number(self.dist_timeout) and math.isfinite(self.dist_timeout)
                 and 0 < self.dist_timeout <= 7 * 24 * 3600):
             raise ConfigError(f"dist-timeout must be a positive number of seconds (at most a "

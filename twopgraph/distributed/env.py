@@ -1,8 +1,12 @@
 """torchrun environment detection and an explicitly managed process group (nanoGPT style).
 
 torchrun sets ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``
-and ``MASTER_PORT`` for each worker; :func:`detect` reads them (no variables = one process,
-rank 0 of 1). :func:`process_group` initialises the default group (NCCL for CUDA devices, gloo
+and ``MASTER_PORT`` for each worker, and ``TORCHELASTIC_RESTART_COUNT`` (how many times it
+restarted the group, ``--max-restarts``); :func:`detect` reads them (no variables = one process,
+rank 0 of 1). :func:`job_started` says when the torchrun job began (its agent, this worker's
+parent, started), so a restarted rank knows which files of ``--out`` its job wrote
+(:func:`written_in_job`). :func:`lost_peer` words the failure of a collective.
+:func:`process_group` initialises the default group (NCCL for CUDA devices, gloo
 for CPU) with a bounded ``timeout`` and always destroys it on exit: a collective that waits
 longer than ``timeout`` for a rank that died or hung raises instead of blocking forever.
 
@@ -19,6 +23,7 @@ import contextlib
 import datetime
 import logging
 import os
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
@@ -26,22 +31,35 @@ import torch
 import torch.distributed as dist
 
 from twopgraph.config import resolve_device
-from twopgraph.errors import ConfigError
+from twopgraph.errors import ConfigError, PeerLost
 
 log = logging.getLogger("twopgraph")
 # Longest collective timeout accepted (a week; ``timedelta`` overflows on huge values).
 MAX_TIMEOUT_S = 7 * 24 * 3600
+#: Set by torchrun in each worker: how many times it restarted the group (``--max-restarts``).
+RESTART_COUNT_ENV = "TORCHELASTIC_RESTART_COUNT"
+# "[.../third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error ...": raised by gloo itself
+_GLOO_ERROR = re.compile(r"\[[^\]]*gloo/[^\]]*:\d+\]")
+# How a failed collective says why: the peer's connection went away (it died) ...
+_CONNECTION_LOST = re.compile(r"connection (reset|closed|refused|aborted|lost)|closed by "
+                              r"(remote )?peer|broken pipe|remote process exited|socket "
+                              r"closed|end of file|\bEOF\b", re.IGNORECASE)
+# ... or it did not answer in time (alive but hung, or still working)
+_TIMED_OUT = re.compile(r"timed? ?out|timeout", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
 class DistEnv:
     """This process' place in the job: ``rank`` of ``world_size``, ``local_rank`` of
-    ``local_world_size`` on its machine."""
+    ``local_world_size`` on its machine, and the attempt: ``restart_count`` restarts of the
+    group by torchrun (``--max-restarts``) came before it."""
 
     rank: int = 0
     world_size: int = 1
     local_rank: int = 0
     local_world_size: int = 1
+    #: how many times torchrun restarted the group so far (0: the first attempt)
+    restart_count: int = 0
 
     @property
     def is_main(self) -> bool:
@@ -57,13 +75,43 @@ def detect(environ: Mapping[str, str] | None = None) -> DistEnv:
         rank, world = int(env["RANK"]), int(env["WORLD_SIZE"])
         local_rank = int(env.get("LOCAL_RANK", rank))
         local_world = int(env.get("LOCAL_WORLD_SIZE", world))
+        restarts = int(env.get(RESTART_COUNT_ENV, 0))
     except (KeyError, ValueError):
-        raise ConfigError("RANK and WORLD_SIZE must both be set to integers (as torchrun "
-                          "does)") from None
-    if not (world >= 1 and 0 <= rank < world and 0 <= local_rank < local_world):
+        raise ConfigError(f"RANK and WORLD_SIZE must both be set to integers (as torchrun "
+                          f"does), and {RESTART_COUNT_ENV} too if set") from None
+    if not (world >= 1 and 0 <= rank < world and 0 <= local_rank < local_world
+            and restarts >= 0):
         raise ConfigError(f"inconsistent torchrun environment: RANK={rank} WORLD_SIZE={world} "
-                          f"LOCAL_RANK={local_rank} LOCAL_WORLD_SIZE={local_world}")
-    return DistEnv(rank, world, local_rank, local_world)
+                          f"LOCAL_RANK={local_rank} LOCAL_WORLD_SIZE={local_world} "
+                          f"{RESTART_COUNT_ENV}={restarts}")
+    return DistEnv(rank, world, local_rank, local_world, restarts)
+
+
+def job_started(pid: int | None = None) -> float | None:
+    """When the torchrun job of this worker began, in seconds since the epoch: the start of
+    its agent, the worker's parent (``pid``, default ``os.getppid()``), which lives through
+    every restart of the group. From Linux ``/proc`` (to about a second: the boot time is
+    whole seconds); None elsewhere or when it cannot be read."""
+    pid = os.getppid() if pid is None else pid
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read().decode(errors="replace")
+        ticks = int(stat[stat.rindex(")") + 2:].split()[19])  # field 22: starttime
+        with open("/proc/stat", "rb") as f:
+            boot = next(int(line.split()[1]) for line in f if line.startswith(b"btime "))
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+
+
+def written_in_job(path: str | os.PathLike) -> bool:
+    """Whether the file ``path`` was last written since this worker's torchrun job started
+    (:func:`job_started`); False if it is missing or the job's start cannot be read."""
+    job = job_started()
+    try:
+        return job is not None and os.stat(path).st_mtime >= job
+    except OSError:
+        return False
 
 
 def rank_device(name: str, env: DistEnv) -> torch.device:
@@ -82,7 +130,9 @@ def rank_device(name: str, env: DistEnv) -> torch.device:
 @contextlib.contextmanager
 def process_group(env: DistEnv, device: torch.device, timeout_s: float) -> Iterator[str]:
     """Initialise the default process group for ``env`` (``nccl`` on CUDA, ``gloo`` on CPU)
-    and destroy it on exit, whatever happens. Yields the backend name."""
+    and destroy it on exit, whatever happens. Yields the backend name. A group that torchrun
+    restarted (``env.restart_count`` > 0) keeps its keys apart from the attempts before it
+    in torchrun's store."""
     if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) \
             or not (0 < timeout_s <= MAX_TIMEOUT_S):  # NaN and inf fail too
         raise ConfigError(f"dist-timeout must be a positive number of seconds (at most a week), "
@@ -93,6 +143,14 @@ def process_group(env: DistEnv, device: torch.device, timeout_s: float) -> Itera
     kwargs = {}
     if "MASTER_ADDR" not in os.environ:  # one process outside torchrun: a private store
         kwargs["store"] = dist.HashStore()
+    elif env.restart_count and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+        # torchrun's agent keeps one store through its restarts, and the process group's
+        # keys of the attempt before (each rank's address) are still in it: a rank that read
+        # those would connect to a dead peer. Each attempt gets keys of its own.
+        store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+                              env.world_size, is_master=False,
+                              timeout=datetime.timedelta(seconds=timeout_s))
+        kwargs["store"] = dist.PrefixStore(f"twopgraph/attempt_{env.restart_count}", store)
     dist.init_process_group(backend, rank=env.rank, world_size=env.world_size,
                             timeout=datetime.timedelta(seconds=timeout_s),
                             **({"device_id": device} if backend == "nccl" else {}), **kwargs)
@@ -101,3 +159,32 @@ def process_group(env: DistEnv, device: torch.device, timeout_s: float) -> Itera
         dist.barrier()  # leave together: no rank tears down while a peer still talks to it
     finally:
         dist.destroy_process_group()
+
+
+def peer_error(env: DistEnv, timeout_s: float, e: RuntimeError) -> PeerLost | None:
+    """:func:`lost_peer` of a failed collective ``e``, or None if ``e`` is not one (a bug:
+    it keeps its traceback). A ``DistError`` is one; so is a plain ``RuntimeError`` from gloo:
+    DDP hands gloo's transport errors (a killed peer: "Connection reset by peer") through
+    autograd as plain RuntimeErrors, recognised by gloo's own source location, which no
+    error of twopgraph carries."""
+    if isinstance(e, dist.DistError) or _GLOO_ERROR.match(str(e)):
+        return lost_peer(env, timeout_s, e)
+    return None
+
+
+def lost_peer(env: DistEnv, timeout_s: float, e: BaseException) -> PeerLost:
+    """The one line of a failed collective ``e`` on rank ``env.rank`` (``timeout_s``: the
+    group's timeout, seconds): a peer that died (its connection was lost) is not reported as
+    a peer that did not answer in time, nor the other way round; ``timed_out`` says which."""
+    text = str(e).strip()
+    first = (text.splitlines() or [""])[0][:200]
+    timed_out = False
+    if _CONNECTION_LOST.search(text):
+        what = "another rank failed (connection lost)"
+    elif isinstance(e, TimeoutError) or _TIMED_OUT.search(text):
+        what = f"another rank did not answer within {timeout_s:g} s (--dist-timeout)"
+        timed_out = True
+    else:
+        what = f"another rank failed or did not answer within {timeout_s:g} s"
+    return PeerLost(f"rank {env.rank}/{env.world_size}: {what}; stopping "
+                    f"({type(e).__name__}: {first})", timed_out=timed_out, timeout_s=timeout_s)

@@ -8,13 +8,24 @@ rows name. Where the rows come from:
 - layer 0's input is the store's feature table, read by row through its read-only memory map
   (rounded to the stored training dtype, ``feat_dtype``: the model is evaluated on the features
   it was trained on);
-- the output of a hidden layer goes to a table every rank can read. When all ranks run on one
-  machine (their host names agree) it is a float32 ``N x width`` file in a scratch folder
-  (``.twopgraph-eval-*`` under ``scratch_dir``, e.g. the run's ``--out``), memory-mapped by
-  every rank: each rank writes the rows it owns, a barrier, and the next layer reads the rows
-  it needs -- the machine's page cache holds one copy, no collective moves the table, and the
-  folder is removed when evaluation ends (also when it fails). Across machines the hidden
-  table is all-reduced (``N x width`` per rank and layer; logged once);
+- the output of a hidden layer goes to a table the next layer reads. When all ranks run on
+  one machine (:func:`same_host`: their host names agree) it is a float32 ``N x width`` file
+  in a scratch folder (``.twopgraph-eval-*`` under ``scratch_dir``, e.g. the run's
+  ``--out``), memory-mapped by every rank: each rank writes the rows it owns, a barrier, and
+  the next layer reads the rows it needs -- the machine's page cache holds one copy, no
+  collective moves the table, and the folder is removed when evaluation ends (also when it
+  fails). Across machines (or with :data:`SEPARATE_HOSTS_ENV` set) each rank keeps a table of
+  its own rows and its *halo* -- the rows its next layer reads and does not own. Layer 0's
+  halo rows it computes itself by default, as it computes its own (their features and
+  neighbours are in every machine's store: no bytes travel for that table;
+  :data:`LAYER0_HALO`); the halo rows of the later hidden layers, whose inputs only their
+  owner has, it receives from the ranks that own them (:class:`HaloTables`, a
+  :class:`~twopgraph.distributed.partition.halo.HaloPlan` made at the first evaluation:
+  counts, then ids, then at each evaluation the rows, with ``all_to_all_single`` in rounds
+  of at most ``EXCHANGE_CHUNK_BYTES``); rank 0 logs once how many halo rows an evaluation
+  receives (and their bytes) and how many it computes locally, and :func:`evaluate_scores`
+  returns them as ``eval_exchanged_bytes`` (bytes of the rows sent, summed over ranks; 0 on
+  one machine), ``eval_halo_rows_received`` and ``eval_halo_rows_computed``;
 - the last layer is not exchanged: each rank counts the correct val/test predictions of its
   own vertices and the counts are summed; for ROC-AUC (:func:`evaluate_scores` with
   ``metric="rocauc"``) each rank's class-1 scores and labels of its val/test vertices are
@@ -24,16 +35,18 @@ With ``scope="scored"`` (``--eval-scope``; ``auto`` decides as
 :func:`~twopgraph.inference.plan_scope` does) only what the val/test predictions need is
 computed: every rank derives the same levels from the store's CSR and splits (``V_{L-1}`` =
 the val and test vertices, ``V_i`` = ``V_{i+1}`` and its in-neighbours), computes layer ``i``
-for its owned vertices of ``V_i``, and the shared file or all-reduced table of layer ``i`` has
-``|V_i|`` rows (indexed by position in the sorted level) instead of N.
+for its owned vertices of ``V_i``, and the shared file of layer ``i`` has ``|V_i|`` rows
+(indexed by position in the sorted level) instead of N; across machines only the halo of
+``V_{i+1}``'s owned vertices is exchanged.
 
 The result equals single-process :func:`~twopgraph.inference.layerwise_inference` on the whole
 graph (up to float rounding). Like it, a last layer that shrinks the width (hidden -> classes)
 is computed from per-vertex projections that the layer before writes (an N x 2C table for
 SAGE instead of N x hidden). Working memory of a rank: one range of rows and the rows of
 their neighbours (at most ``batch_edges`` edges and about ``EVAL_CHUNK_BYTES`` of rows), ids
-and degrees of the owned vertices; nothing of size N besides the shared maps. Training never
-uses it.
+and degrees of the owned vertices; nothing of size N besides the shared maps (across
+machines: its own rows and halo rows of one hidden table and the next, float32, and the
+halo plan's ids). Training never uses it.
 """
 
 from __future__ import annotations
@@ -44,6 +57,7 @@ import os
 import shutil
 import socket
 import tempfile
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
@@ -51,6 +65,7 @@ import torch
 import torch.distributed as dist
 
 from twopgraph.core.minibatch import Block
+from twopgraph.distributed.partition.halo import ROW_VALUE_BYTES, HaloPlan, halo_plan
 from twopgraph.distributed.partition.load import Part
 from twopgraph.distributed.partition.selfdep import _gather_rows
 from twopgraph.errors import ConfigError
@@ -66,11 +81,40 @@ log = logging.getLogger("twopgraph")
 SCRATCH_PREFIX = ".twopgraph-eval-"
 
 
+#: Environment variable: set to ``1`` on every rank, the ranks evaluate as if each ran on a
+#: machine of its own (:func:`same_host` answers False, the hidden rows go through the halo
+#: exchange): how the cross-machine path is tried on one machine (tests, ``--nproc``).
+SEPARATE_HOSTS_ENV = "TWOPGRAPH_SEPARATE_HOSTS"
+
+
+#: How ranks on several machines get the halo rows of layer 0's output (the table layer 1
+#: reads), when :func:`evaluate_scores` is not told (``layer0_halo``): one of
+#: :data:`LAYER0_HALO_CHOICES`.
+#:
+#: - ``"compute"`` (default): each rank computes layer 0 for its halo vertices as well, from
+#:   its machine's store -- zero bytes on the network for that table, at the cost of reading
+#:   the halo vertices' neighbours' feature rows (about ``halo x (degree + 1) x features``
+#:   values, from the page cache or the disk) and running layer 0 for ``halo`` more rows. It
+#:   is better when the network is the slower part: Ethernet between machines, a hidden
+#:   width comparable to the feature width, the store in memory.
+#: - ``"exchange"``: each rank computes only its own rows and receives the halo rows from
+#:   their owners (``halo x hidden x 4`` bytes each evaluation) -- better on a fast
+#:   interconnect (InfiniBand, NVLink) when the feature table is much wider than the hidden
+#:   layer, the degrees high or the store on a slow disk, or when the ranks' compute is the
+#:   bottleneck.
+LAYER0_HALO = "compute"
+#: The values :data:`LAYER0_HALO` and ``layer0_halo`` take.
+LAYER0_HALO_CHOICES = ("compute", "exchange")
+
+
 def same_host() -> bool:
-    """Whether every rank of the process group runs on this machine (collective)."""
+    """Whether every rank of the process group runs on this machine: their host names
+    (``socket.gethostname()``) agree and no rank has :data:`SEPARATE_HOSTS_ENV` set to ``1``
+    (collective)."""
     names = [None] * dist.get_world_size()
-    dist.all_gather_object(names, socket.gethostname())
-    return len(set(names)) == 1
+    dist.all_gather_object(names, (socket.gethostname(),
+                                   os.environ.get(SEPARATE_HOSTS_ENV, "") == "1"))
+    return len({host for host, _ in names}) == 1 and not any(sep for _, sep in names)
 
 
 class SharedTables:
@@ -123,26 +167,42 @@ class SharedTables:
             shutil.rmtree(self.folder, ignore_errors=True)
 
 
-class ReducedTables:
-    """The hidden layers' output tables all-reduced into a private ``n x width`` array on
-    every rank (ranks on several machines, which share no file)."""
+class HaloTables:
+    """The hidden layers' output tables of ranks on several machines, which share no file:
+    each rank's table ``i`` holds only ``plan.ids[i]`` rows (the ones it computes and its
+    halo, sorted by global id; :class:`~twopgraph.distributed.partition.halo.HaloPlan`), and
+    :meth:`publish` fills the halo rows from the ranks that own them. ``n``: the vertices of
+    the graph; ``exchanged_bytes``: the hidden-row bytes every rank sent so far (the same on
+    every rank). Collective: every rank makes the same calls in the same order."""
 
-    def __init__(self, n: int, device: torch.device | str) -> None:
-        self.n, self.device = int(n), device
+    def __init__(self, n: int, plan: HaloPlan, device: torch.device | str) -> None:
+        self.n, self.plan, self.device = int(n), plan, device
+        self.exchanged_bytes = 0
+        self.received_rows = self.computed_rows = 0
 
     def new(self, layer: int, width: int, rows: int | None = None) -> np.ndarray:
-        return np.zeros((self.n if rows is None else int(rows), width), dtype=np.float32)
+        """An empty (zero) table of layer ``layer``: ``plan.ids[layer]`` rows (``rows``, the
+        level's size, is not needed: the plan knows them)."""
+        return np.zeros((self.plan.ids[layer].shape[0], width), dtype=np.float32)
 
     def publish(self, table: np.ndarray, layer: int) -> np.ndarray:
-        t = torch.from_numpy(table).to(self.device)
-        dist.all_reduce(t)  # ownership is disjoint: the sum is a concatenation
-        return t.cpu().numpy()
+        """Receive ``table``'s halo rows (this rank's own rows are written). Returns it."""
+        self.plan.exchange(layer, table, self.device)
+        self.exchanged_bytes += self.plan.rows(layer) * table.shape[1] * ROW_VALUE_BYTES
+        self.received_rows += self.plan.rows(layer)
+        self.computed_rows += self.plan.local_rows(layer)
+        return table
 
     def finish(self) -> None:
         pass
 
     def close(self) -> None:
         pass
+
+
+#: The former name of :class:`HaloTables` (which all-reduced N-row tables), kept for callers
+#: that refer to it.
+ReducedTables = HaloTables
 
 
 def _degrees(indptr: np.ndarray, ids: np.ndarray) -> torch.Tensor:
@@ -180,17 +240,18 @@ def _from_projection(conv, block: Block, table: np.ndarray, src: np.ndarray, row
 def evaluate_distributed(model: BlockGNN, part: Part, device: torch.device | str,
                          batch_edges: int = 4_000_000, feat_dtype: torch.dtype | None = None,
                          scratch_dir: str | os.PathLike | None = None,
-                         shared: bool | None = None,
-                         scope: str = "all") -> tuple[float | None, float | None]:
+                         shared: bool | None = None, scope: str = "all",
+                         layer0_halo: str | None = None) -> tuple[float | None, float | None]:
     """``(val_acc, test_acc)`` of ``model`` over all ranks' owned val/test vertices (the same
     on every rank). Features, rows and labels are read from ``part.store``; ``feat_dtype``
     is the dtype the features were trained in (None: the store's); ``scratch_dir`` holds the
     scratch folder of the hidden layers (default: the system's temporary folder); ``shared``
-    forces (True) or refuses (False) the shared scratch, None = shared when every rank runs
-    on this machine; ``scope``: ``--eval-scope`` (see :func:`evaluate_scores`). Every rank must
-    call it (collective)."""
+    forces the shared scratch (True) or the halo exchange of ranks on several machines
+    (False), None = shared when every rank runs on this machine (:func:`same_host`);
+    ``scope``: ``--eval-scope``, ``layer0_halo``: how ranks on several machines get layer
+    0's halo rows (see :func:`evaluate_scores`). Every rank must call it (collective)."""
     res = evaluate_scores(model, part, device, batch_edges, feat_dtype, scratch_dir, shared,
-                          scope=scope)
+                          scope=scope, layer0_halo=layer0_halo)
     return res["val_acc"], res["test_acc"]
 
 
@@ -199,18 +260,31 @@ def evaluate_scores(model: BlockGNN, part: Part, device: torch.device | str,
                     scratch_dir: str | os.PathLike | None = None,
                     shared: bool | None = None, metric: str = "acc",
                     warned: set | None = None, scope: str = "all",
-                    plans: dict | None = None) -> dict:
+                    plans: dict | None = None, layer0_halo: str | None = None) -> dict:
     """:func:`evaluate_distributed` with the run's ``metric`` (``acc`` | ``rocauc``): the
-    same on every rank, ``{"val_acc", "test_acc", "val_score", "test_score"}`` and the
+    same on every rank, ``{"val_acc", "test_acc", "val_score", "test_score"}``, the
     scope's record (``eval_scope``, ``eval_rows``, ``eval_edges``, ``eval_choice``; see
-    :func:`~twopgraph.inference.plan_scope`). A split with one class only has no ROC-AUC
-    (None; rank 0 logs a warning, once per ``warned`` set). ``scope``: ``--eval-scope``
+    :func:`~twopgraph.inference.plan_scope`), ``eval_exchanged_bytes`` (the hidden-row
+    bytes the ranks sent each other, summed over ranks: 0 with the shared scratch) and
+    ``eval_halo_rows_received`` / ``eval_halo_rows_computed`` (halo rows of the hidden
+    layers the ranks received from their owners / computed themselves, summed over ranks:
+    0 with the shared scratch). A split
+    with one class only has no ROC-AUC (None; rank 0 logs a warning, once per ``warned``
+    set). ``scope``: ``--eval-scope``
     (``auto`` | ``all`` | ``scored``: each layer only for the vertices the val/test
     predictions need, tables sized by them); ``plans`` (a dict the caller keeps) holds the
-    plan between calls. Collective."""
+    plan (and across machines the halo plan) between calls; ``layer0_halo`` (None:
+    :data:`LAYER0_HALO`): ranks on several machines compute layer 0's halo rows themselves
+    (``"compute"``) or receive them (``"exchange"``), see :data:`LAYER0_HALO` for which is
+    better when; the same on every rank. Collective."""
+    layer0_halo = LAYER0_HALO if layer0_halo is None else layer0_halo
+    if layer0_halo not in LAYER0_HALO_CHOICES:
+        raise ValueError(f"layer0_halo={layer0_halo!r}; allowed: "
+                         f"{', '.join(LAYER0_HALO_CHOICES)}")
     plan = _plan(model, part, scope, batch_edges, plans)
-    pred, pos, ids = _last_layer(model, part, device, batch_edges, feat_dtype, scratch_dir,
-                                 shared, keep_scores=metric == "rocauc", plan=plan)
+    pred, pos, ids, traffic = _last_layer(model, part, device, batch_edges, feat_dtype,
+                                          scratch_dir, shared, keep_scores=metric == "rocauc",
+                                          plan=plan, plans=plans, layer0_halo=layer0_halo)
     store, owned = part.store, np.asarray(part.owned, dtype=np.int64)
     order = np.argsort(ids, kind="stable")  # the rows of pred by global id
     sorted_ids = ids[order]
@@ -231,7 +305,7 @@ def evaluate_scores(model: BlockGNN, part: Part, device: torch.device | str,
     dist.all_reduce(tot)
     c = tot.cpu().tolist()
     res = {"val_acc": c[0] / c[1] if c[1] else None, "test_acc": c[2] / c[3] if c[3] else None,
-           **plan.record()}
+           **plan.record(), **traffic}
     if metric == "acc":
         res.update(val_score=res["val_acc"], test_score=res["test_acc"])
         return res
@@ -277,18 +351,50 @@ def _owned_of(level: np.ndarray, owned_sorted: np.ndarray) -> np.ndarray:
     return np.flatnonzero(hit)
 
 
+def _halo_plan(model: BlockGNN, part: Part, dsts: list[np.ndarray], batch_edges: int,
+               device, levels: list | None, widths: list[int],
+               plans: dict | None, layer0_halo: str) -> HaloPlan:
+    """The :class:`~twopgraph.distributed.partition.halo.HaloPlan` of the hidden tables
+    (table ``i`` written with ``dsts[i]``, read for ``dsts[i + 1]``; ``widths[i + 1]``
+    wide; table 0's halo computed locally with ``layer0_halo="compute"``), kept in ``plans``
+    when given; rank 0 logs what one evaluation will exchange and compute when it is made.
+    Collective."""
+    key = ("halo", "all" if levels is None else "scored", model.num_layers, layer0_halo)
+    if plans is not None and key in plans:
+        return plans[key]
+    local = (0,) if layer0_halo == "compute" else ()
+    halo = halo_plan(part.store.graph, part.owned, dsts[1:], dsts[:-1], batch_edges, device,
+                     local=local)
+    sent = halo.bytes(widths[1:])
+    full = part.num_global_nodes * ROW_VALUE_BYTES * sum(widths[1:])
+    log.info("exact evaluation: the ranks run on several machines; each evaluation exchanges "
+             "%d halo rows of the hidden layers (%.1f MiB, %.1f%% of replicating N x width "
+             "tables) and computes %d halo rows of layer 0 locally from the store "
+             "(layer0_halo=%s)", halo.rows(), sent / 2**20, 100 * sent / full if full else 0.0,
+             halo.local_rows(), layer0_halo)
+    if plans is not None:
+        plans[key] = halo
+    return halo
+
+
 @torch.no_grad()
 def _last_layer(model: BlockGNN, part: Part, device, batch_edges: int,
                 feat_dtype: torch.dtype | None, scratch_dir, shared: bool | None,
-                keep_scores: bool = False, plan: ScopePlan | None = None
-                ) -> tuple[torch.Tensor, np.ndarray | None, np.ndarray]:
+                keep_scores: bool = False, plan: ScopePlan | None = None,
+                plans: dict | None = None, layer0_halo: str = LAYER0_HALO
+                ) -> tuple[torch.Tensor, np.ndarray | None, np.ndarray, dict]:
     """The predicted class (int64) of the owned vertices the last layer computes -- every
     owned vertex (in ``part.owned`` order) for a whole-graph ``plan`` (None: whole graph),
     the owned scored ones (sorted) for a ``scored`` one -- and, with ``keep_scores``, their
     class-1 scores (:func:`~twopgraph.inference.positive_scores`, float64), and their global
     ids (int64); see :func:`evaluate_distributed`. With a ``scored`` plan layer ``i`` runs
     for the owned vertices of ``plan.levels[i + 1]`` only and its table has that level's
-    rows (``|V_i| x width``, indexed by position in the level), not N. Collective."""
+    rows (``|V_i| x width``, indexed by position in the level), not N. Also returns what
+    travelled: ``{"eval_exchanged_bytes", "eval_halo_rows_received",
+    "eval_halo_rows_computed"}`` (summed over ranks; 0 with the shared scratch); ``plans``
+    keeps the halo plan of ranks on several machines between calls; with ``layer0_halo=
+    "compute"`` ranks on several machines run layer 0 for their own rows and then for their
+    halo rows of table 0, which are then not exchanged. Collective."""
     was_training = model.training
     model.eval()
     store = part.store
@@ -319,10 +425,20 @@ def _last_layer(model: BlockGNN, part: Part, device, batch_edges: int,
         shared = same_host()
     if shared:
         tables = SharedTables(n, scratch_dir)
-    else:
-        log.info("exact evaluation: the ranks run on several machines; each hidden layer's "
-                 "N x width table is all-reduced")
-        tables = ReducedTables(n, device)
+        # the rows of table i: global ids (whole graph) or positions in levels[i + 1]
+        keys = [None if levels is None else levels[i + 1] for i in range(model.num_layers - 1)]
+    else:  # several machines: each rank holds its rows and its halo (sorted global ids)
+        halo = _halo_plan(model, part, dsts, edges, device, levels, widths, plans,
+                          layer0_halo)
+        tables = HaloTables(n, halo, device)
+        keys, at = halo.ids, [*halo.own_at, None]
+    # the vertices layer i runs for: its own, and for a table computed locally (layer 0 from
+    # the store) its halo too, after them
+    runs = list(dsts)
+    if not shared and model.num_layers > 1 and halo.local[0]:
+        extra = halo.halo_at(0)
+        runs[0] = np.concatenate([dsts[0], halo.ids[0][extra]])
+        at[0] = np.concatenate([at[0], extra])
     table, dtype = store.feat, feat_dtype
     below = None  # the ids of the table's rows (None: row = global id)
     preds, scores = [], []
@@ -330,13 +446,13 @@ def _last_layer(model: BlockGNN, part: Part, device, batch_edges: int,
         for i in range(model.num_layers):
             last = i == model.num_layers - 1
             project = fuse_last and i == model.num_layers - 2
-            mine = dsts[i]
+            mine = runs[i]
             out = None if last else tables.new(
                 i, widths[i + 1], None if levels is None else levels[i + 1].shape[0])
             cum = np.zeros(mine.shape[0] + 1, dtype=np.int64)
             np.cumsum(indptr[mine + 1] - indptr[mine], out=cum[1:])
             bounds = edge_balanced_ranges(cum, edges) if mine.shape[0] else [0]
-            for a, b in zip(bounds[:-1], bounds[1:]):
+            for a, b in pairwise(bounds):
                 rows = mine[a:b]
                 ptr, ind = _gather_rows(indptr, indices, rows)
                 src, inv = np.unique(ind, return_inverse=True)
@@ -363,14 +479,17 @@ def _last_layer(model: BlockGNN, part: Part, device, batch_edges: int,
                     out[where] = y.cpu().numpy()
             if not last:
                 table, dtype = tables.publish(out, i), None
-                below = None if levels is None else levels[i + 1]
+                below = keys[i]
         tables.finish()
     finally:
         del table
         tables.close()
     model.train(was_training)
     pred = torch.cat(preds) if preds else torch.zeros(0, dtype=torch.int64)
+    traffic = {"eval_exchanged_bytes": 0 if shared else tables.exchanged_bytes,
+               "eval_halo_rows_received": 0 if shared else tables.received_rows,
+               "eval_halo_rows_computed": 0 if shared else tables.computed_rows}
     if not keep_scores:
-        return pred, None, dsts[-1]
+        return pred, None, dsts[-1], traffic
     return pred, (np.concatenate(scores) if scores else np.zeros(0, dtype=np.float64)), \
-        dsts[-1]
+        dsts[-1], traffic

@@ -27,16 +27,26 @@ metrics), with:
   (sum over them of ``min(fanout, d) (d - d_local) / d`` rows), both 0 when hops >= layers, and
   ``halo_input_rows`` = input rows of replicated (not owned) vertices, which a partition without
   replication would have to fetch remotely. Totals sum counts over ranks and take the slowest
-  rank's times; ``input_nodes_per_batch`` is per rank and step.
+  rank's times; ``input_nodes_per_batch`` is per rank and step. ``eval_exchanged_bytes`` (in
+  each evaluated epoch, and at the top level for the last evaluation): the hidden-row bytes
+  the ranks sent each other in exact evaluation, summed over ranks (0 on one machine;
+  :mod:`twopgraph.distributed.evaluate`).
 - **memory**: the part is memory-mapped and features are read from the dataset's store
   (read-only maps, one copy per machine in the page cache; a ``global`` part also samples on
   the store's CSR); ``metrics.json`` reports each rank's ``peak_rss_mib`` and ``peak_pss_mib``
   and their sum ``peak_pss_mib_total`` (:class:`~twopgraph.runtime.memory.PssMonitor`).
 - **robustness**: collectives time out after ``--dist-timeout`` seconds; a rank that loses its
-  peers raises :class:`~twopgraph.errors.TwopgraphError` (one line: "connection lost" when a
-  peer died, "did not answer within S s" when it timed out) instead of hanging. A non-finite
-  loss on any rank stops every rank at the end of that epoch (ranks must stop together) with
+  peers raises :class:`~twopgraph.errors.PeerLost` (one line: "connection lost" when a
+  peer died, "did not answer within S s" when it timed out) instead of hanging; rank 0 then
+  writes ``"status": "failed"`` with that line. A non-finite loss on any rank stops every rank
+  at the end of that epoch (ranks must stop together) with
   :class:`~twopgraph.errors.TrainingDiverged`; rank 0 writes ``"status": "diverged"``.
+- **restarts**: under torchrun's ``--max-restarts`` (``train --nproc P --max-restarts N``) a
+  failed rank makes torchrun start every rank again; a restarted rank
+  (``TORCHELASTIC_RESTART_COUNT`` > 0) resumes from ``OUT/checkpoint.pt`` when this job wrote
+  it (written since the job's torchrun agent started), as ``--resume`` would, else starts as
+  the first attempt did (:func:`_own_out`). With a worker started by ``--nproc``, the death
+  of torchrun's agent stops it (:func:`~twopgraph.distributed.launch.watch_agent`).
 
 Example (inside ``torchrun --nproc-per-node 4``)::
 
@@ -49,7 +59,6 @@ import contextlib
 import copy
 import logging
 import os
-import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -68,12 +77,21 @@ from twopgraph.core.minibatch import Block, MiniBatch
 from twopgraph.core.protocols import Scheduler
 from twopgraph.core.rng import mix_key
 from twopgraph.datasets import partition_dataset
-from twopgraph.distributed.env import DistEnv, detect, process_group, rank_device
+from twopgraph.distributed.env import (
+    DistEnv,
+    detect,
+    peer_error,
+    process_group,
+    rank_device,
+    written_in_job,
+)
+from twopgraph.distributed.env import lost_peer as _lost_peer  # noqa: F401  (imported from here)
 from twopgraph.distributed.evaluate import evaluate_scores
+from twopgraph.distributed.launch import watch_agent
 from twopgraph.distributed.partition.load import Part, load_part, read_meta
-from twopgraph.errors import ConfigError, TrainingDiverged, TwopgraphError
+from twopgraph.errors import ConfigError, TrainingDiverged
 from twopgraph.inference.scores import resolve_metric
-from twopgraph.pipeline.assemble import make_loader
+from twopgraph.pipeline.assemble import govern_memory, make_loader
 from twopgraph.pipeline.epoch import diverged
 from twopgraph.pipeline.loader import available_cores
 from twopgraph.run.checkpoint import (
@@ -86,12 +104,13 @@ from twopgraph.run.checkpoint import (
 )
 from twopgraph.run.loop import Rank, Training, train_epochs
 from twopgraph.run.outdir import RunDir
-from twopgraph.run.records import log_epoch
+from twopgraph.run.records import log_epoch, write_failed
 from twopgraph.run.selection import (
     Selection,
     early_stop_record,
 )
-from twopgraph.runtime.memory import PssMonitor, peak_rss_mib
+from twopgraph.runtime.governor import MemoryGovernor
+from twopgraph.runtime.memory import PssMonitor, peak_rss_mib, reserve_host_bytes
 from twopgraph.sampler import make_sampler, sampler_options
 
 log = logging.getLogger("twopgraph")
@@ -104,16 +123,6 @@ SUM_KEYS = ("num_batches", "num_seeds", "feature_rows", "cache_hits", "h2d_bytes
             "remote_graph_requests", "remote_feature_bytes", "halo_input_rows",
             "readahead_ranges", "readahead_bytes", "host_cache_hits", "host_cache_lookups")
 MAX_KEYS = ("epoch_s", "sample_s", "load_s", "compute_s")
-# "[.../third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error ...": raised by gloo itself
-_GLOO_ERROR = re.compile(r"\[[^\]]*gloo/[^\]]*:\d+\]")
-# How a failed collective says why: the peer's connection went away (it died) ...
-_CONNECTION_LOST = re.compile(r"connection (reset|closed|refused|aborted|lost)|closed by "
-                              r"(remote )?peer|broken pipe|remote process exited|socket "
-                              r"closed|end of file|\bEOF\b", re.IGNORECASE)
-# ... or it did not answer in time (alive but hung, or still working)
-_TIMED_OUT = re.compile(r"timed? ?out|timeout", re.IGNORECASE)
-
-
 class PartSampler:
     """The registered host sampler ``name`` (``--sampler``, a
     :class:`~twopgraph.sampler.NeighborSampler` by default) over a part's graph that also
@@ -239,6 +248,7 @@ def train_distributed(cfg: TrainConfig, partitions: str | os.PathLike, *,
     accuracies; ``model`` is its replica (identical on all ranks).
     """
     cfg.validate()
+    watch_agent()  # started by --nproc: stop when torchrun's agent dies, however it dies
     if cfg.sampling.sampler_device == "cuda":
         raise ConfigError("--sampler-device cuda is not available with --partitions (the "
                           "partition sampler runs on the host); use cpu or auto")
@@ -248,6 +258,7 @@ def train_distributed(cfg: TrainConfig, partitions: str | os.PathLike, *,
     if dataset_given is None:
         dataset_given = cfg.data.dataset != DataConfig().dataset
     cfg = copy.deepcopy(cfg)  # the caller's stays as given
+    cfg.dist.partitions = str(partitions)  # recorded (checkpoint, metrics.json) as trained on
     cfg.data.dataset = partition_dataset(cfg.data.dataset, cfg.data.data_root, partitions,
                                          meta["source"], dataset_given)
     # --fanouts/--lr/--epochs left at None: by the whole graph's size (logged in _run)
@@ -263,20 +274,19 @@ def train_distributed(cfg: TrainConfig, partitions: str | os.PathLike, *,
     device = rank_device(cfg.run.device, env)
     with _quiet_unless_main(env), process_group(env, device, timeout_s) as backend:
         try:
-            with _own_out(cfg.run.out, env, cfg.run.resume, cfg.run.overwrite), \
+            with _own_out(cfg.run.out, env, cfg.run.resume, cfg.run.overwrite) as resume, \
                     PssMonitor() as pss:
+                if resume and not cfg.run.resume:  # a restart that resumes (this copy)
+                    cfg.run.resume, cfg.run.overwrite = True, False
                 return _run(cfg, Path(partitions), meta, env, device, backend, pss,
                             defaults)
-        except dist.DistError as e:  # a collective failed: a peer died, hung or timed out
-            raise _lost_peer(env, timeout_s, e) from None
-        except RuntimeError as e:
-            # DDP hands gloo's transport errors (a killed peer: "Connection reset by peer")
-            # through autograd as plain RuntimeErrors; they are recognised by gloo's own
-            # source location, which no error of twopgraph carries -- anything else is a bug
-            # and keeps its traceback.
-            if not _GLOO_ERROR.match(str(e)):
+        except RuntimeError as e:  # a collective failed: a peer died, hung or timed out
+            err = peer_error(env, timeout_s, e)
+            if err is None:
                 raise
-            raise _lost_peer(env, timeout_s, e) from None
+            raise err from None
+        finally:
+            reserve_host_bytes(0)  # the memory governor's reserve (_run) ends with the run
 
 
 @contextlib.contextmanager
@@ -297,42 +307,41 @@ def _own_out(out, env: DistEnv, resume: bool = False, overwrite: bool = False):
     allow a folder that already holds a run; ``overwrite`` removes its files) for the block;
     every rank learns the outcome (one broadcast), so a refusal stops all of them with rank
     0's line. The other ranks never touch the lock: the ``--nproc`` launcher does not either
-    (it only checks, :func:`~twopgraph.run.outdir.check_out`, before it starts torchrun)."""
+    (it only checks, :func:`~twopgraph.run.outdir.check_out`, before it starts torchrun).
+
+    Yields whether the run resumes from ``OUT/checkpoint.pt``: ``resume``, or, in a group
+    that torchrun restarted (``env.restart_count`` > 0), whether this job wrote that
+    checkpoint (:func:`~twopgraph.distributed.env.written_in_job`; then ``overwrite`` is
+    dropped: the files are the job's own; off Linux a restart starts as its first attempt).
+    Rank 0 decides, every rank learns it. The lock of the attempt before a restart does not
+    block it: torchrun restarts a group once its workers have exited, and the kernel drops a
+    lock with its holder."""
     rundir, refusal = None, None
     if env.is_main:
+        if env.restart_count and not resume and written_in_job(Path(out) / CHECKPOINT):
+            resume, overwrite = True, False
         rundir = RunDir(out, resume=resume, overwrite=overwrite)
         try:
             rundir.claim()
         except ConfigError as e:
             rundir, refusal = None, str(e)
+        if env.restart_count and refusal is None:
+            log.info("torchrun restart %d: %s", env.restart_count,
+                     f"resuming from {Path(out) / CHECKPOINT}" if resume else
+                     "no checkpoint of this job yet: starting from the first epoch")
     if env.world_size > 1:
-        box = [refusal]
+        box = [refusal, resume]
         dist.broadcast_object_list(box, src=0)
-        refusal = box[0]
+        refusal, resume = box
     if refusal is not None:
         raise ConfigError(refusal)
     failed = True
     try:
-        yield
+        yield bool(resume)
         failed = False
     finally:
         if rundir is not None:
             rundir.release(failed=failed)
-
-
-def _lost_peer(env: DistEnv, timeout_s: float, e: BaseException) -> TwopgraphError:
-    """The one line of a failed collective: a peer that died (its connection was lost) is
-    not reported as a peer that did not answer in time, nor the other way round."""
-    text = str(e).strip()
-    first = (text.splitlines() or [""])[0][:200]
-    if _CONNECTION_LOST.search(text):
-        what = "another rank failed (connection lost)"
-    elif isinstance(e, TimeoutError) or _TIMED_OUT.search(text):
-        what = f"another rank did not answer within {timeout_s:g} s (--dist-timeout)"
-    else:
-        what = f"another rank failed or did not answer within {timeout_s:g} s"
-    return TwopgraphError(f"rank {env.rank}/{env.world_size}: {what}; stopping "
-                          f"({type(e).__name__}: {first})")
 
 
 def _rank_threads(threads: int, device, env: DistEnv) -> int:
@@ -366,12 +375,15 @@ def _run(cfg: TrainConfig, folder: Path, meta: dict, env: DistEnv, device, backe
         log.info("%s", line)
     out = Path(run.out)
     sig = _signature(cfg, meta, world)
-    ckpt = (read_checkpoint(out / CHECKPOINT, sig, run.epochs, kind="distributed")
+    ckpt = (read_checkpoint(out / CHECKPOINT, sig, run.epochs, kind="distributed",
+                            partitions=str(folder),
+                            source_fingerprint=meta["source"]["fingerprint"])
             if run.resume else None)
     metric = resolve_metric(run.metric, meta["source"]["num_classes"])
     # every rank selects alike (the evaluation's figures are global); rank 0 saves it
     sel = Selection.resumed(run.select, metric, ckpt, out / CHECKPOINT)
     t = time.perf_counter()
+    governor = MemoryGovernor.for_run()  # before the part: the library pages now are kept
     # memory-mapped: the part's structure, and the store's features (and, for a global part,
     # its CSR), are shared through the page cache by the ranks of this machine
     part = load_part(folder, rank, meta, mmap=True)
@@ -399,14 +411,19 @@ def _run(cfg: TrainConfig, folder: Path, meta: dict, env: DistEnv, device, backe
                          sampler=sampler, wrap_scheduler=lambda s: FixedSteps(s, steps),
                          threads=_rank_threads(run.threads, device, env), rows=part.rows,
                          combine_schedule_figures=lambda f: summed_over_ranks(f, world))
-    plans: dict = {}  # the --eval-scope plan, made at the first evaluation
+    # this rank's share of the machine's budget; a step that cannot fit: exit 2 on every rank
+    govern_memory(cfg, data, loader, governor, batch_size=local_bs)
+    plans: dict = {}  # the --eval-scope plan and halo plan, made at the first evaluation
     warned: set = set()  # the one-class ROC-AUC warning is logged once
+    exchanged: dict = {"eval_exchanged_bytes": None}  # of the last evaluation (None: none yet)
 
     def evaluate() -> dict:
-        return evaluate_scores(model, part, device, run.eval_batch_edges,
-                               feat_dtype=loader.features.dtype, scratch_dir=out,
-                               metric=metric, warned=warned, scope=run.eval_scope,
-                               plans=plans)
+        res = evaluate_scores(model, part, device, run.eval_batch_edges,
+                              feat_dtype=loader.features.dtype, scratch_dir=out,
+                              metric=metric, warned=warned, scope=run.eval_scope,
+                              plans=plans)
+        exchanged["eval_exchanged_bytes"] = res["eval_exchanged_bytes"]
+        return res
 
     extra = dict(distributed={"world_size": world, "backend": backend,
                               "batch_size_per_rank": local_bs},
@@ -416,10 +433,11 @@ def _run(cfg: TrainConfig, folder: Path, meta: dict, env: DistEnv, device, backe
                  | {"source": meta["source"]["name"], "store": meta["source"]["store"],
                     "representation": [p["representation"] for p in meta["parts"]]},
                  dataset=dataset_summary(part) if env.is_main else None,
-                 schedule=loader.schedule, schedule_choice=loader.schedule_choice)
+                 schedule=loader.schedule, schedule_choice=loader.schedule_choice,
+                 memory=governor.record())
 
     def info() -> dict:  # the top-level extras of metrics.json, as they are now
-        return {**extra, "early_stop": early_stop_record(cfg, epochs_log)}
+        return {**extra, "early_stop": early_stop_record(cfg, epochs_log), **exchanged}
 
     # what load_model / predict rebuild the model and find its data from: the source store
     # (original ids) the partition was made from
@@ -429,7 +447,15 @@ def _run(cfg: TrainConfig, folder: Path, meta: dict, env: DistEnv, device, backe
                                          src["fingerprint"], src["num_nodes"])}
     training = Training(cfg, model, opt, loader, sel, epochs_log, start_epoch, sig, rebuild,
                         metric, device)
-    train_epochs(training, DistributedRank(env, ddp, sampler, evaluate, info, pss))
+    try:
+        train_epochs(training, DistributedRank(env, ddp, sampler, evaluate, info, pss))
+    except RuntimeError as e:  # a peer died or hung: said in metrics.json, then raised
+        err = peer_error(env, cfg.dist.dist_timeout, e)
+        if err is None:
+            raise
+        if env.is_main and epochs_log:
+            write_failed(out, cfg, device, loader.plan, epochs_log, err, sel, **info())
+        raise err from None
     f = sel.figures
     return DistResult(f["val_acc"], f["test_acc"], epochs_log, out, rank, model,
                       f["val_score"], f["test_score"], metric, sel.epoch)

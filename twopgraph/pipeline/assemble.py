@@ -345,11 +345,13 @@ def make_loader(cfg: TrainConfig, data: GraphData, device: torch.device | str, *
 
 
 def govern_memory(cfg: TrainConfig, data: GraphData, loader: Loader,
-                  governor: MemoryGovernor | None = None) -> MemoryGovernor:
+                  governor: MemoryGovernor | None = None, *,
+                  batch_size: int | None = None) -> MemoryGovernor:
     """Budget the run's host memory (:mod:`twopgraph.runtime.governor`) for ``loader``'s
-    batches: two batches sampled now give the step's size; the plan sets the loader's
-    prefetch depth and its epochs' heap, and the governor watches them (``loader.governor``).
-    Raises :class:`~twopgraph.errors.MemoryBudgetError` when a step cannot fit."""
+    batches (of ``batch_size`` seeds, default ``cfg``'s): two batches sampled now give the
+    step's size; the plan sets the loader's prefetch depth and its epochs' heap, and the
+    governor watches them (``loader.governor``). Raises
+    :class:`~twopgraph.errors.MemoryBudgetError` when a step cannot fit."""
     gov = MemoryGovernor() if governor is None else governor
     m, s = cfg.model, cfg.sampling
     conv = MODELS.get(m.model) if isinstance(m.model, str) else None
@@ -363,7 +365,8 @@ def govern_memory(cfg: TrainConfig, data: GraphData, loader: Loader,
                   for i, (d, f) in enumerate(zip(dims, s.fanouts))]
     else:
         widths = dims
-    est = measure_step(loader.sampler, data.train_idx, s.batch_size, data.num_features,
+    bs = s.batch_size if batch_size is None else batch_size
+    est = measure_step(loader.sampler, data.train_idx, bs, data.num_features,
                        widths, seed=cfg.run.seed)
     mapped = sum(int(a.nbytes) for a in (data.feat, data.graph.indices, data.graph.indptr)
                  if isinstance(a, np.memmap))

@@ -69,10 +69,15 @@ def damaged_checkpoint(path: str | os.PathLike, e: BaseException) -> str:
             f"file ({size}; {reason})")
 
 
-def read_checkpoint(path: Path, signature: dict, epochs: int, kind: str = "single") -> dict:
+def read_checkpoint(path: Path, signature: dict, epochs: int, kind: str = "single", *,
+                    partitions: str | None = None,
+                    source_fingerprint: str | None = None) -> dict:
     """Read ``path``; refuse (ConfigError) a missing, foreign or unreadable file, a checkpoint
     of another ``kind`` ("single" | "distributed"), one whose ``signature`` (see
-    :func:`run_signature`) differs, or one with more than ``epochs`` epochs done."""
+    :func:`run_signature`) differs, or one with more than ``epochs`` epochs done. A
+    distributed run passes its partition folder ``partitions`` and the fingerprint of the
+    data it was made from (``source_fingerprint``), so that another partition of the same
+    data is refused as such, not as changed data (:func:`_data_change`)."""
     if not path.is_file():
         raise ConfigError(f"--resume: no checkpoint at {path}")
     try:
@@ -92,13 +97,32 @@ def read_checkpoint(path: Path, signature: dict, epochs: int, kind: str = "singl
         diff = [f"{k}={old.get(k)!r} (now {new.get(k)!r})" for k in sorted(set(old) | set(new))
                 if old.get(k) != new.get(k)]
         if have.get("data") != signature["data"]:
-            diff.append("the data (its content changed)")
+            diff.append(_data_change(ckpt, signature, partitions, source_fingerprint))
         raise ConfigError(f"--resume: checkpoint {path} was written by another configuration: "
                           f"{', '.join(diff) or 'fingerprint differs'}")
     if ckpt["epochs_done"] > epochs:
         raise ConfigError(f"--resume: checkpoint already has {ckpt['epochs_done']} epochs, "
                           f"more than --epochs {epochs}")
     return ckpt
+
+
+def _data_change(ckpt: dict, signature: dict, partitions: str | None,
+                 source_fingerprint: str | None) -> str:
+    """How the data of ``ckpt`` differs from the run's (``signature["data"]``: the data's
+    fingerprint, or for a distributed run its partition's ``partition_id``): another
+    partition (folder and id of each) when the data it was made from is the same (the
+    checkpoint's ``dataset`` fingerprint equals ``source_fingerprint``), else the content."""
+    if partitions is None:
+        return "the data (its content changed)"
+    old_folder = (ckpt.get("config") or {}).get("partitions")
+    old_id, new_id = str(ckpt["signature"].get("data")), str(signature["data"])
+    old = f"{old_folder} (partition_id {old_id[:16]})" if old_folder else \
+        f"partition_id {old_id[:16]}"
+    both = f"the checkpoint's {old}, this run's {partitions} (partition_id {new_id[:16]})"
+    old_source = (ckpt.get("dataset") or {}).get("fingerprint")
+    if source_fingerprint is not None and old_source == source_fingerprint:
+        return f"the partition (another partition of the same data: {both})"
+    return f"the data (its content changed; {both})"
 
 
 def save_checkpoint(out: Path, model: torch.nn.Module, opt: torch.optim.Optimizer,

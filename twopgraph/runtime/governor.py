@@ -81,11 +81,19 @@ WATCH_SECONDS = 0.05
 #: Bytes per float32 value.
 F32 = 4
 #: Float32 values per input row and feature that a training step keeps alive: the gathered
-#: rows, the dropout's output (and its mask) and the first layer's aggregation operand.
-INPUT_COPIES = 3
+#: rows and the dropout's output (its mask and the first layer's operands are charged to the
+#: layer). With :data:`LAYER_COPIES` the estimate was set against the peak anonymous memory of
+#: six steps (``RssAnon`` sampled every 2 ms, prefetch 0, no kept heap) on synthetic-small
+#: (SAGE: 327 MiB estimated, 281-294 MiB measured) and then checked on a 2M-vertex
+#: papers-shaped graph it was not set on (867 MiB estimated, 806-818 MiB measured); GAT on
+#: synthetic-small: 3.7 GiB estimated, 2.3 GiB measured.
+INPUT_COPIES = 2
 #: Float32 values per output row and width of a layer that a step keeps: the layer's output,
 #: its pre-activation, the dropout and their gradients.
 LAYER_COPIES = 5
+#: Random-stream keys of the batches :func:`measure_step` samples (from this key up; an
+#: epoch's batches use keys below it).
+PROBE_KEY = 1 << 40
 #: Bytes per sampled edge of a batch's blocks (int64 index, its position, a weight).
 EDGE_BYTES = 24
 
@@ -186,7 +194,7 @@ def measure_step(sampler, train_idx: np.ndarray, batch_size: int, num_features: 
     ids = np.asarray(train_idx)
     for b in range(max(1, batches)):
         pick = rng.choice(ids.shape[0], size=min(batch_size, ids.shape[0]), replace=False)
-        mb = sampler.sample(np.sort(ids[pick]).astype(np.int64), key=(1 << 40) + b)
+        mb = sampler.sample(np.sort(ids[pick]).astype(np.int64), key=PROBE_KEY + b)
         rows.append([int(mb.input_nodes.shape[0])] + [int(b.num_dst) for b in mb.blocks])
         edges.append(sum(int(b.num_edges) for b in mb.blocks))
     return step_estimate(rows, edges, num_features, widths)
@@ -252,13 +260,13 @@ class MemoryGovernor:
     def for_run(cls, ranks: int | None = None) -> "MemoryGovernor":
         """The governor of a run, made when it starts (before its data is loaded): the
         process's resident library pages now (``RssFile``: torch's and numba's code, which
-        must stay resident) and the safety margin, for each rank of the machine, are kept
-        out of every later reading of the fillable memory
+        must stay resident; as much for each rank of the machine) and the safety margin are
+        kept out of every later reading of the fillable memory
         (:func:`~twopgraph.runtime.memory.reserve_host_bytes`), so the training step, the
         evaluation passes and the caches are all sized from what is left."""
         gov = cls(ranks=ranks)
         libs = file_resident_bytes() or 0
-        gov.reserve_bytes = gov.ranks * (libs + gov.safety_bytes)
+        gov.reserve_bytes = gov.ranks * libs + gov.safety_bytes  # the margin once a machine
         reserve_host_bytes(gov.reserve_bytes)
         return gov
 

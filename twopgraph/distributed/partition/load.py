@@ -9,6 +9,14 @@ only; 2: part arrays without records; 3: features in every part -- re-run
 ``.npz`` changed since it was written (size or mtime: a cheap check that needs no hashing of
 the source at load time), and a store that is missing or holds other content.
 
+**What each machine needs.** A rank reads ``meta.json``, its own ``part{i}/`` (and
+``cluster.npy`` for a ``global`` part) and the dataset's store (found from ``meta.json``:
+relative to the folder, else ``store_absolute``; :func:`~twopgraph.distributed.partition.
+format.source_store`). When one of them is not on the machine -- a second machine that was
+not given a copy -- the error is one line naming what is missing, where it was looked for and
+the machine (``socket.gethostname()``), before anything is read from it
+(:func:`require_part`, :func:`open_source_store`).
+
 **Integrity.** :func:`load_part` verifies the part it loads
 (:func:`~twopgraph.distributed.partition.check.check_part`): every array's dtype, shape, value range
 and the invariants of the layout (monotone CSRs, local ids ``<`` the part's vertices,
@@ -28,6 +36,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,9 +58,25 @@ from twopgraph.distributed.partition.format import (
 from twopgraph.errors import TwopgraphError
 from twopgraph.graph.data import CSRGraph, GraphData
 from twopgraph.graph.io import SPLITS
-from twopgraph.store.reader import open_store
+from twopgraph.store.reader import ARRAYS as STORE_ARRAYS
+from twopgraph.store.reader import STORE_META, open_store
 
 log = logging.getLogger("twopgraph")
+
+#: What a missing-data error suggests: how the data gets onto a machine.
+COPY_HINT = "copy it to this machine or put it on a file system every machine mounts"
+
+
+def _host() -> str:
+    """This machine's name, as errors about missing data name it."""
+    return socket.gethostname()
+
+
+def _unreadable(path: Path, e: BaseException) -> str:
+    """How a load error of ``path`` is worded: ``missing or unreadable`` and why; a file
+    that is not there names the machine."""
+    where = f" on host {_host()}" if isinstance(e, FileNotFoundError) else ""
+    return f"{path}: missing or unreadable ({type(e).__name__}{where})"
 
 
 @dataclass
@@ -115,9 +140,13 @@ def read_meta(folder: str | os.PathLike, check_source: bool = True) -> dict:
     folder: :func:`~twopgraph.distributed.partition.format.source_store`)."""
     folder = Path(folder)
     path = folder / META
+    if not folder.is_dir():
+        raise PartitionError(f"partition folder {folder.absolute()} is missing on host "
+                             f"{_host()}: {COPY_HINT} (or write one with `twopgraph "
+                             "partition`)")
     if not path.is_file():
-        raise PartitionError(f"{folder} is not a twopgraph partition (no {META}); "
-                             "write one with `twopgraph partition`")
+        raise PartitionError(f"{folder} is not a twopgraph partition (no {META} on host "
+                             f"{_host()}); write one with `twopgraph partition`")
     try:
         meta = json.loads(path.read_text())
     except (OSError, ValueError) as e:
@@ -169,6 +198,17 @@ def open_source_store(folder: str | os.PathLike, meta: dict) -> GraphData:
     from a changed source is refused). Raises :class:`PartitionError` (one line)."""
     src = meta["source"]
     path = source_store(folder, meta)
+    why = _store_missing(path)
+    if why is not None:
+        alt = src.get("store_absolute")
+        if src.get("store_embedded"):
+            where = "written inside the partition folder"
+        elif isinstance(alt, str) and Path(alt) != path:
+            where = f"from meta.json's source.store; nor at its store_absolute {alt}"
+        else:
+            where = "from meta.json's source.store"
+        raise PartitionError(f"{folder}: the dataset store it reads ({path}) cannot be opened "
+                             f"on host {_host()}: {why} ({where}); {COPY_HINT}")
     try:
         store = open_store(path, check_symmetric=False)
     except TwopgraphError as e:
@@ -182,14 +222,50 @@ def open_source_store(folder: str | os.PathLike, meta: dict) -> GraphData:
     return store
 
 
+def _store_missing(path: Path) -> str | None:
+    """What of the store at ``path`` is not on this machine (its folder, ``store.json`` or
+    an array file it lists), or None when every file is there."""
+    if not path.is_dir():
+        return "no such folder"
+    try:
+        arrays = json.loads((path / STORE_META).read_text())["arrays"]
+    except FileNotFoundError:
+        return f"no {STORE_META}"
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # there but damaged: open_store says how
+    if not isinstance(arrays, dict):
+        return None
+    for key in STORE_ARRAYS:
+        if arrays.get(key) is not None and not (path / f"{key}.npy").is_file():
+            return f"no {key}.npy (incomplete copy)"
+    return None
+
+
+def require_part(folder: str | os.PathLike, index: int, meta: dict) -> None:
+    """Refuse, in one line naming the machine, a part ``index`` of the partition in
+    ``folder`` whose folder (or, for a ``global`` part, ``cluster.npy``) is not on this
+    machine -- what a rank on a machine without a copy of the partition meets first. Files
+    that are there are checked when they are loaded (:func:`load_part`)."""
+    folder = Path(folder)
+    pdir = folder / f"part{int(index)}"
+    need = [pdir]
+    if meta["parts"][int(index)]["representation"] == "global":
+        need.append(folder / ROOT_CLUSTER)
+    for path in need:
+        if not path.exists():
+            raise PartitionError(f"{path}: missing on host {_host()}, where part {int(index)} "
+                                 f"is loaded; every machine needs meta.json, cluster.npy and "
+                                 f"the part folders of its ranks: {COPY_HINT}")
+
+
 def _root_cluster(folder: Path, meta: dict, mmap: bool, verify: bool) -> np.ndarray:
     """``OUT/cluster.npy`` (fine cluster of every vertex), checked against its record."""
     rec, path = meta["arrays"]["cluster"], folder / ROOT_CLUSTER
     try:
         arr = np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
     except (OSError, ValueError, EOFError) as e:
-        raise PartitionError(f"{path}: missing or unreadable ({type(e).__name__}); re-run "
-                             "`twopgraph partition`") from None
+        raise PartitionError(f"{_unreadable(path, e)}; re-run `twopgraph partition`") \
+            from None
     n = int(meta["source"]["num_nodes"])
     what = None
     if arr.dtype != np.int32 or arr.shape != (n,) or arr.dtype.str != rec["dtype"]:
@@ -224,10 +300,13 @@ def load_part(folder: str | os.PathLike, index: int, meta: dict | None = None,
     if not 0 <= p < meta["num_parts"]:
         raise PartitionError(f"{folder} has {meta['num_parts']} parts, no part {p}")
     pdir = folder / f"part{p}"
+    require_part(folder, p, meta)  # what this machine lacks, before reading anything
+    store = open_source_store(folder, meta) if store is None else store
     try:
         info = json.loads((pdir / PART_JSON).read_text())
-    except (OSError, ValueError):
-        raise PartitionError(f"{pdir}: missing or unreadable {PART_JSON}; re-run "
+    except (OSError, ValueError) as e:
+        where = f" on host {_host()}" if isinstance(e, FileNotFoundError) else ""
+        raise PartitionError(f"{pdir}: missing or unreadable {PART_JSON}{where}; re-run "
                              "`twopgraph partition`") from None
     if not isinstance(info, dict) or info.get("partition_id") != meta["partition_id"]:
         raise PartitionError(f"{pdir} belongs to another partitioning run than {folder / META} "
@@ -243,14 +322,13 @@ def load_part(folder: str | os.PathLike, index: int, meta: dict | None = None,
             arr[name] = np.load(pdir / f"{name}.npy", mmap_mode="r" if mmap else None,
                                 allow_pickle=False)
         except (OSError, ValueError, EOFError) as e:
-            raise PartitionError(f"{pdir}/{name}.npy: missing or unreadable "
-                                 f"({type(e).__name__}); re-run `twopgraph partition`") from None
+            raise PartitionError(f"{_unreadable(pdir / f'{name}.npy', e)}; re-run "
+                                 "`twopgraph partition`") from None
     src = meta["source"]
     if verify:
         check_part(pdir, arr, meta, p)
     else:  # sizes only (what every consumer indexes by)
         _check_shapes(pdir, arr, meta, p)
-    store = open_source_store(folder, meta) if store is None else store
     splits = [np.asarray(arr[s]) for s in SPLITS]
     name = f"{src['name']}/part{p}"
     if rep == "global":
