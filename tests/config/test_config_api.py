@@ -56,8 +56,10 @@ def test_train_config_parsed_validated_and_resolved():
     assert TrainConfig.from_dict(cfg.flat()) == cfg and cfg.result_params()["lr"] == 0.1
     unset, rec = TrainConfig.of(epochs=2).validate().resolved(1_000)
     assert size_profile(1_000) == "small" and unset.model.lr == SIZE_DEFAULTS["small"]["lr"]
-    assert rec["chosen"] == {"fanouts": [10, 10], "lr": 0.01} and rec["explicit"] == {"epochs": 2}
-    assert "--fanouts 10,10" in describe_defaults(rec)
+    small = SIZE_DEFAULTS["small"]
+    assert rec["chosen"] == {"fanouts": small["fanouts"], "lr": small["lr"]}
+    assert rec["explicit"] == {"epochs": 2}
+    assert f"--fanouts {','.join(map(str, small['fanouts']))}" in describe_defaults(rec)
     for bad, flag in [({"epochs": 0}, "epochs"), ({"fanouts": "0"}, "fanouts"),
                       ({"cache_policy": "lru"}, "lru"), ({"nope": 1}, "nope")]:
         with pytest.raises(ConfigError, match=flag):

@@ -25,7 +25,7 @@ from twopgraph.datasets.synthetic import SYNTHETIC_PRESETS
 from twopgraph.errors import ConfigError
 from twopgraph.run.train import train
 
-SMALL = {"fanouts": [10, 10], "lr": 0.01, "epochs": 50}
+SMALL = {"fanouts": [15, 10, 5], "lr": 0.003, "epochs": 30}  # bench defaults, issue 41
 LARGE = {"fanouts": [15, 10, 5], "lr": 0.003, "epochs": 5}
 
 
@@ -51,12 +51,12 @@ def test_large_presets_keep_the_products_settings(preset):
 def test_explicit_values_win_and_the_config_is_not_changed():
     given = TrainConfig.of(fanouts="4,4,4", epochs=7).validate()
     cfg, rec = given.resolved(1_000)
-    assert (cfg.sampling.fanouts, cfg.model.lr, cfg.run.epochs) == ([4, 4, 4], 0.01, 7)
-    assert rec["chosen"] == {"lr": 0.01}
+    assert (cfg.sampling.fanouts, cfg.model.lr, cfg.run.epochs) == ([4, 4, 4], SMALL["lr"], 7)
+    assert rec["chosen"] == {"lr": SMALL["lr"]}
     assert rec["explicit"] == {"fanouts": [4, 4, 4], "epochs": 7}
     assert given.sampling.fanouts == [4, 4, 4] and given.model.lr is None  # a copy
     cfg.sampling.fanouts.append(1)  # the profile's lists are not shared
-    assert TrainConfig.of().resolved(1_000)[0].sampling.fanouts == [10, 10]
+    assert TrainConfig.of().resolved(1_000)[0].sampling.fanouts == SMALL["fanouts"]
     # every option given: nothing chosen, nothing to log
     full, rec = TrainConfig.of(fanouts="3", lr=0.1, epochs=1).validate().resolved(10**7)
     assert rec["chosen"] == {} and describe_defaults(rec) is None
@@ -75,7 +75,7 @@ def test_validate_accepts_unset_and_still_refuses_bad_values():
 def test_the_log_line():
     _, rec = TrainConfig.of(lr=0.02).resolved(7_650)
     assert describe_defaults(rec) == ("defaults for 7,650 vertices (small graph, < 50,000): "
-                                      "--fanouts 10,10 --epochs 50")
+                                      "--fanouts 15,10,5 --epochs 30")
     _, rec = TrainConfig.of().resolved(100_000)
     assert describe_defaults(rec) == ("defaults for 100,000 vertices (large graph, >= "
                                       "50,000): --fanouts 15,10,5 --lr 0.003 --epochs 5")
@@ -83,8 +83,8 @@ def test_the_log_line():
 
 def test_bench_configs_resolve_their_fanouts_only():
     cfg, rec = BenchSamplerConfig.of().validate().resolved(1_000)
-    assert cfg.sampling.fanouts == [10, 10] and cfg.bench.epochs == 3  # timed epochs
-    assert rec["chosen"] == {"fanouts": [10, 10]}
+    assert cfg.sampling.fanouts == SMALL["fanouts"] and cfg.bench.epochs == 3  # timed epochs
+    assert rec["chosen"] == {"fanouts": SMALL["fanouts"]}
 
 
 # -- training -----------------------------------------------------------------------------------
@@ -106,18 +106,17 @@ def test_small_graph_trains_with_the_small_profile_logged_and_recorded(tmp_path,
     data = community_data(300)
     with caplog.at_level(logging.INFO, logger="twopgraph"):
         res = train(_cfg(tmp_path, "run"), data)
-    assert len(res.epochs) == 50
+    assert len(res.epochs) == SMALL["epochs"]
     m = _metrics(tmp_path, "run")
-    assert (m["config"]["fanouts"], m["config"]["lr"], m["config"]["epochs"]) == \
-        ([10, 10], 0.01, 50)
+    assert {k: m["config"][k] for k in SMALL} == SMALL
     assert m["defaults"] == {"profile": "small", "num_nodes": 300, "small_below": 50_000,
                              "chosen": SMALL, "explicit": {}}
     ckpt = torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=False)
-    assert ckpt["model_spec"]["num_layers"] == 2
-    assert ckpt["config"]["fanouts"] == [10, 10] and ckpt["config"]["lr"] == 0.01
+    assert ckpt["model_spec"]["num_layers"] == len(SMALL["fanouts"])
+    assert ckpt["config"]["fanouts"] == SMALL["fanouts"] and ckpt["config"]["lr"] == SMALL["lr"]
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("defaults")]
-    assert lines == [("defaults for 300 vertices (small graph, < 50,000): --fanouts 10,10 "
-                      "--lr 0.01 --epochs 50")]
+    assert lines == [("defaults for 300 vertices (small graph, < 50,000): --fanouts 15,10,5 "
+                      "--lr 0.003 --epochs 30")]
     # the same run resumed with the same (default) options: accepted, nothing left to train
     again = train(_cfg(tmp_path, "run", resume=True), data)
     assert [e["loss"] for e in again.epochs] == [e["loss"] for e in res.epochs]
@@ -133,12 +132,12 @@ def test_resume_of_an_auto_defaults_run(tmp_path):
     straight = train(_cfg(tmp_path, "s", epochs=4), data)
     assert [e["loss"] for e in res.epochs] == [e["loss"] for e in straight.epochs]
     m = _metrics(tmp_path, "r")
-    assert m["defaults"]["chosen"] == {"fanouts": [10, 10], "lr": 0.01}
+    assert m["defaults"]["chosen"] == {"fanouts": SMALL["fanouts"], "lr": SMALL["lr"]}
     assert m["defaults"]["explicit"] == {"epochs": 4}
     # the defaults' values given explicitly are the same configuration
-    train(_cfg(tmp_path, "r", epochs=5, fanouts="10,10", lr=0.01, resume=True), data)
+    train(_cfg(tmp_path, "r", epochs=5, fanouts="15,10,5", lr=0.003, resume=True), data)
     # another value is refused, naming it
-    with pytest.raises(ConfigError, match=r"lr=0\.01 \(now 0\.05\)"):
+    with pytest.raises(ConfigError, match=r"lr=0\.003 \(now 0\.05\)"):
         train(_cfg(tmp_path, "r", epochs=6, lr=0.05, resume=True), data)
 
 
@@ -152,10 +151,10 @@ def test_cli_logs_and_records_the_defaults(tmp_path, capsys, caplog):
                               "--device", "cpu", "--no-progress", "--threads", "1",
                               "--schedule", "random"], capsys)
     assert rc == 0, err
-    assert "defaults for 300 vertices (small graph, < 50,000): --lr 0.01" in caplog.messages
+    assert "defaults for 300 vertices (small graph, < 50,000): --lr 0.003" in caplog.messages
     m = json.loads((out / "metrics.json").read_text())
-    assert m["config"]["lr"] == 0.01 and m["config"]["fanouts"] == [4]
-    assert m["defaults"]["chosen"] == {"lr": 0.01}
+    assert m["config"]["lr"] == SMALL["lr"] and m["config"]["fanouts"] == [4]
+    assert m["defaults"]["chosen"] == {"lr": SMALL["lr"]}
     assert m["defaults"]["explicit"] == {"fanouts": [4], "epochs": 1}
 
 
@@ -181,6 +180,7 @@ def test_distributed_defaults_use_the_whole_graph(tmp_path, monkeypatch):
     cfg = TrainConfig.of(device="cpu", out=str(tmp_path / "run"), epochs=1, progress=False)
     assert tr.train_distributed(cfg, tmp_path / "p2", env=DistEnv(0, 2, 0, 2)) == "ran"
     assert seen["defaults"]["num_nodes"] == 1200
-    assert seen["defaults"]["chosen"] == {"fanouts": [10, 10], "lr": 0.01}
-    assert seen["sig"]["params"]["fanouts"] == [10, 10] and seen["sig"]["params"]["lr"] == 0.01
+    assert seen["defaults"]["chosen"] == {"fanouts": SMALL["fanouts"], "lr": SMALL["lr"]}
+    assert seen["sig"]["params"]["fanouts"] == SMALL["fanouts"]
+    assert seen["sig"]["params"]["lr"] == SMALL["lr"]
     assert cfg.sampling.fanouts is None  # the caller's config stays as given

@@ -388,9 +388,27 @@ def render_page(results: dict[str, list[dict]]) -> str:
                 out += [f"### {file}", ""]
             out += command(bench, recs, file)
             out += table(bench, recs)
+            out += section_extra(bench, recs)
             if len(files) > 1:
                 out.append("")
     return "\n".join(out).rstrip("\n") + "\n"
+
+
+# -- a benchmark's own lines under its table -------------------------------------------------------
+def defaults_lines(records: list[dict]) -> list[str]:
+    """``bench defaults``' leave-one-out table (:func:`twopgraph.bench.defaults.loo_lines`)."""
+    from twopgraph.bench.defaults import loo_lines
+    return ["", *loo_lines(records)]
+
+
+#: ``{benchmark: renderer}``: lines a benchmark's section shows under each file's table
+SECTION_EXTRAS = {"defaults": defaults_lines}
+
+
+def section_extra(benchmark: str, records: list[dict]) -> list[str]:
+    """The :data:`SECTION_EXTRAS` lines of one file's records (``[]`` for most benchmarks)."""
+    render = SECTION_EXTRAS.get(benchmark)
+    return render(records) if render is not None else []
 
 
 # -- the README's headline table ------------------------------------------------------------------

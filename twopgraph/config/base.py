@@ -102,9 +102,9 @@ class Config:
             >>> from twopgraph.config import TrainConfig
             >>> cfg, rec = TrainConfig.of(lr=0.05).resolved(num_nodes=2_708)
             >>> cfg.sampling.fanouts, cfg.model.lr, cfg.run.epochs
-            ([10, 10], 0.05, 50)
+            ([15, 10, 5], 0.05, 30)
             >>> rec["profile"], rec["chosen"], rec["explicit"]
-            ('small', {'fanouts': [10, 10], 'epochs': 50}, {'lr': 0.05})
+            ('small', {'fanouts': [15, 10, 5], 'epochs': 30}, {'lr': 0.05})
         """
         out = copy.deepcopy(self)
         profile = size_profile(num_nodes)
