@@ -29,7 +29,7 @@ def test_every_public_name_imports():
 def test_train_writes_its_run_and_the_checkpoint_predicts(tmp_path):
     out = tmp_path / "run"
     cfg = TrainConfig.of(dataset="synthetic-tiny", data_root=str(tmp_path / "data"), epochs=2,
-                         hidden=16, fanouts="5,5", batch_size=256, schedule="locality",
+                         hidden=16, fanouts="5,5", lr=0.01, batch_size=256, schedule="locality",
                          device="cpu", threads=2, progress=False, out=str(out))  # renumbered
     res = twopgraph.train(cfg)
     m = json.loads((out / "metrics.json").read_text())
