@@ -56,7 +56,6 @@ import logging
 import os
 import time
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -65,6 +64,8 @@ from twopgraph.errors import MemoryBudgetError
 from twopgraph.runtime.memory import (
     file_resident_bytes,
     fillable_host_bytes,
+    meminfo_bytes,
+    memory_cgroups,
     reserve_host_bytes,
 )
 
@@ -116,27 +117,11 @@ class MemoryLimit:
 def read_memory_limit(proc: str = "/proc", cgroup: str = "/sys/fs/cgroup") -> MemoryLimit:
     """The tightest of this process's memory cgroup limit (v1 ``memory.limit_in_bytes``, v2
     ``memory.max``; "max" or v1's ~2**63 mean none) and the host's ``MemTotal``."""
-    best = MemoryLimit(None, "host")
-    try:
-        with open(f"{proc}/meminfo") as f:
-            for line in f:
-                if line.startswith("MemTotal:"):
-                    best = MemoryLimit(int(line.split()[1]) * 1024, "host")
-                    break
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        with open(f"{proc}/self/cgroup") as f:
-            lines = [ln.strip().split(":", 2) for ln in f if ln.count(":") >= 2]
-    except OSError:
-        lines = []
-    for _, ctrls, path in lines:
-        if "memory" in ctrls.split(","):
-            file, source = Path(f"{cgroup}/memory{path}/memory.limit_in_bytes"), "cgroup v1"
-        elif ctrls == "":
-            file, source = Path(f"{cgroup}{path}/memory.max"), "cgroup v2"
-        else:
-            continue
+    total = meminfo_bytes("MemTotal", proc)
+    best = MemoryLimit(total, "host")
+    for d, version in memory_cgroups(proc, cgroup):
+        file = d / ("memory.limit_in_bytes" if version == "v1" else "memory.max")
+        source = f"cgroup {version}"
         try:
             text = file.read_text().strip()
             if text == "max":

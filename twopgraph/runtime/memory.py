@@ -168,6 +168,37 @@ def file_resident_bytes(path: str = "/proc/self/status") -> int | None:
     return None
 
 
+def meminfo_bytes(key: str, proc: str = "/proc") -> int | None:
+    """The ``key`` line of ``/proc/meminfo`` (e.g. ``MemAvailable``), bytes; None if unread."""
+    try:
+        with open(f"{proc}/meminfo") as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1]) * 1024  # kB
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def memory_cgroups(proc: str = "/proc", cgroup: str = "/sys/fs/cgroup",
+                   ) -> list[tuple[Path, str]]:
+    """The memory cgroup folders of this process (``/proc/self/cgroup``), each with its
+    version: ``(folder, "v1")`` for the ``memory`` controller's line, ``(folder, "v2")`` for
+    the unified hierarchy's. Empty where none can be read (not Linux)."""
+    try:
+        with open(f"{proc}/self/cgroup") as f:
+            lines = [ln.strip().split(":", 2) for ln in f if ln.count(":") >= 2]
+    except OSError:
+        return []
+    found = []
+    for _, ctrls, path in lines:
+        if "memory" in ctrls.split(","):
+            found.append((Path(f"{cgroup}/memory{path}"), "v1"))
+        elif ctrls == "":
+            found.append((Path(f"{cgroup}{path}"), "v2"))
+    return found
+
+
 def fillable_host_bytes(proc: str = "/proc", cgroup: str = "/sys/fs/cgroup") -> int | None:
     """Bytes this process's anonymous memory could grow to if the page cache gave way:
     :func:`available_host_bytes` with the *active* file pages counted as reclaimable too
@@ -187,29 +218,12 @@ def available_host_bytes(proc: str = "/proc", cgroup: str = "/sys/fs/cgroup", *,
     reclaimed first); v2: ``memory.max - memory.current + inactive_file``; less the reserve
     of :func:`reserve_host_bytes`. ``None`` when none of them can be read (not Linux)."""
     found: list[int] = []
-    try:
-        with open(f"{proc}/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    found.append(int(line.split()[1]) * 1024)  # kB
-                    break
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        with open(f"{proc}/self/cgroup") as f:
-            lines = [ln.strip().split(":", 2) for ln in f if ln.count(":") >= 2]
-    except OSError:
-        lines = []
-    for _, ctrls, path in lines:
-        if "memory" in ctrls.split(","):
-            d = Path(f"{cgroup}/memory{path}")
-            names = ("memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file",
-                     "total_active_file")
-        elif ctrls == "":
-            d = Path(f"{cgroup}{path}")
-            names = ("memory.max", "memory.current", "inactive_file", "active_file")
-        else:
-            continue
+    if (avail := meminfo_bytes("MemAvailable", proc)) is not None:
+        found.append(avail)
+    for d, version in memory_cgroups(proc, cgroup):
+        names = (("memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file",
+                  "total_active_file") if version == "v1" else
+                 ("memory.max", "memory.current", "inactive_file", "active_file"))
         try:
             limit_s = (d / names[0]).read_text().strip()
             if limit_s == "max":
