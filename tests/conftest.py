@@ -27,6 +27,21 @@ os.environ["XDG_CACHE_HOME"] = str(Path(__file__).resolve().parents[1] / ".pytes
                                    / "xdg-cache")
 
 
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test marked ``cuda`` (``@pytest.mark.cuda`` or a ``pytest.param(..., marks=CUDA_MARK)``)
+    is skipped with the reason where torch sees no CUDA GPU; ``pytest -m cuda`` selects them
+    all (what ``scripts/gpu_check.sh`` runs on a GPU machine)."""
+    if item.get_closest_marker("cuda") is not None:
+        import torch
+
+        if not torch.cuda.is_available():
+            pytest.skip("needs a CUDA GPU (torch sees none)")
+
+
+#: the mark of a CUDA test or parametrisation: selected by ``-m cuda``, skipped without a GPU
+CUDA_MARK = pytest.mark.cuda
+
+
 def random_graph(n: int = 200, m: int = 1000, seed: int = 0, hub: bool = True) -> CSRGraph:
     """Symmetric random graph; with ``hub`` vertex 0 is joined to half the vertices."""
     rng = np.random.default_rng(seed)

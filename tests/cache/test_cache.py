@@ -36,8 +36,7 @@ from twopgraph.locality import RandomScheduler, make_scheduler
 from twopgraph.run.train import train
 from twopgraph.sampler import NeighborSampler
 
-DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
-    not torch.cuda.is_available(), reason="no CUDA device"))]
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]  # skipped without a GPU
 
 
 # -- shared builders ------------------------------------------------------------------------------

@@ -47,7 +47,7 @@ from twopgraph.sampler.device import TorchNeighborSampler
 from twopgraph.sampler.labor_device import TorchLaborSampler
 
 CUDA = torch.cuda.is_available()
-needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
+needs_cuda = pytest.mark.cuda  # skipped without a GPU (conftest), selected by -m cuda
 no_cuda = pytest.mark.skipif(CUDA, reason="checks the behaviour without a CUDA GPU")
 DEVICES = ["cpu", pytest.param("cuda", marks=needs_cuda)]
 

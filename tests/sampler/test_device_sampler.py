@@ -24,7 +24,7 @@ from twopgraph.locality import RandomScheduler
 from twopgraph.sampler import NeighborSampler, make_sampler, sampled_batches
 from twopgraph.sampler.device import TorchNeighborSampler, _umod, draw_torch
 
-DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]  # skipped without a GPU
 
 
 @pytest.fixture(params=DEVICES)
