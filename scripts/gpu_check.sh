@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# One prepared check of twopgraph's GPU path (unit tests, 2-epoch training runs with the layer
-# cache and both samplers, cache gather timings, 1-rank DDP, peak device memory), written as
-# one JSON summary OUT/gpu_check.json and printed. All the logic is in scripts/gpu_check.py;
-# see its docstring and the README's "GPU" section.
+# The acceptance check of twopgraph's GPU path: a list of checks (environment, pytest -m cuda,
+# samplers host vs device, a CUDA sync audit, the layer cache at the default budget, predict,
+# profiler trace, resume, bf16, 2-rank DDP), each {"check", "ok", "value", "limit"}, written to
+# OUT/gpu_check.json and printed; exit 1 when any check fails. All the logic is in
+# scripts/gpu_check.py (its docstring) and scripts/gpu_checks/; docs/gpu.md lists every check.
 #
-#   bash scripts/gpu_check.sh --device cuda --out runs/gpu_check     # a GPU machine (<= 8 min on an H200)
-#   bash scripts/gpu_check.sh --device cpu  --out /tmp/gpu_check     # small data, ~1 min (CI)
+#   bash scripts/gpu_check.sh --device cuda --out runs/gpu_check     # a GPU machine (<= 9 min)
+#   bash scripts/gpu_check.sh --device cpu  --out /tmp/gpu_check     # small data, ~1-2 min (CI)
 #
 # Python: $PYTHON, else .venv/bin/python, else python3. The repository root is put on
 # PYTHONPATH, so twopgraph need not be installed (e.g. an image that has torch but no .venv).

@@ -390,7 +390,8 @@ def test_help_imports_neither_torch_nor_numba_and_lists_choices():
     assert {"sage", "gcn"} <= set(MODELS.names())
     assert choices(usage, "--schedule")[0] == "auto"
     assert sorted(choices(usage, "--schedule")[1:]) == sorted(SCHEDULERS.names())
-    assert sorted(choices(usage, "--cache-policy")) == sorted(CACHE_POLICIES.names())
+    assert choices(usage, "--cache-policy")[0] == "auto"  # layer on CUDA, none on the CPU
+    assert sorted(choices(usage, "--cache-policy")[1:]) == sorted(CACHE_POLICIES.names())
     for flag in ("--store-dtype {auto,float32,float16}", "--amp {off,bf16}",
                  "--feat-dtype {float32,float16,bfloat16}", "--select {best-val,last}",
                  "--eval-scope {auto,all,scored}", "--cluster-method {auto,metis,coarsen,lp}"):

@@ -428,9 +428,15 @@ def test_rows_handed_on_as_gib_come_back_exactly():
 
 def test_default_cuda_budget_leaves_the_reserve(cdata, tmp_path, monkeypatch):
     """make_loader on a (fake) CUDA device: the budget handed to the feature source is
-    (free - 25% total - reserve) / row bytes, and the loader reports the reserve."""
+    (free - 25% total - reserve) / row bytes, the reserve being the activations' plus the
+    pipeline's parts (pipeline.assemble.device_reserve), and the loader reports them."""
     got = {}
-    free, total = 10 << 20, 12 << 20
+    c = cfg(tmp_path / "o", sampler_device="cpu", cache_policy="layer", hidden=64,
+            schedule="random")
+    parts = pl.device_reserve(c, cdata, 64, sampler_on_device=False, device="cuda")
+    row_bytes = 4 * cdata.num_features
+    total = 12 << 20
+    free = total // 4 + sum(parts.values()) + 300 * row_bytes  # room for 300 rows
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (free, total))
 
     def source(policy, feat, ctx, device, *, budget=None, dtype="float32", **kw):
@@ -443,18 +449,15 @@ def test_default_cuda_budget_leaves_the_reserve(cdata, tmp_path, monkeypatch):
 
     monkeypatch.setattr(pl, "build_feature_source", source)
     monkeypatch.setattr(pl, "Loader", FakeLoader)
-    c = cfg(tmp_path / "o", sampler_device="cpu", cache_policy="layer", hidden=64,
-            schedule="random")
     loader = make_loader(c, cdata, torch.device("cuda"))
     reserve = activation_reserve_bytes(
         num_nodes=cdata.num_nodes, num_edges=cdata.graph.num_edges,
         num_features=cdata.num_features, hidden=64, num_classes=cdata.num_classes,
         fanouts=[5, 5], batch_size=64, prefetch=2, eval_batch_edges=4_000_000,
         conv=SAGEConv)
-    assert loader.activation_reserve_bytes == reserve > 0
-    row_bytes = 4 * cdata.num_features
-    rows = min(cdata.num_nodes, (free - total // 4 - reserve) // row_bytes)
-    assert got["budget"] == rows and "ratio" not in got and "gb" not in got  # rows, once
+    assert loader.activation_reserve_bytes == parts["activations"] == reserve > 0
+    assert loader.device_reserve_parts == parts and len(parts) > 1
+    assert got["budget"] == 300 and "ratio" not in got and "gb" not in got  # rows, once
     # an explicit budget is the user's: no reserve taken from it
     make_loader(cfg(tmp_path / "o", sampler_device="cpu", cache_ratio=0.5, schedule="random"),
                 cdata, torch.device("cuda"))

@@ -5,8 +5,13 @@ For each schedule, one epoch (epoch ``--epoch``, default 0) is sampled with the 
 and scheduler and its access stream (the input vertices of every batch) is recorded. Each
 policy x ratio is then replayed on that stream through the real
 :class:`~twopgraph.cache.directory.CacheDirectory` (the bookkeeping ``FeatureCache`` runs);
-with ``--copy`` the features are really moved through a ``FeatureCache`` on ``--device`` and
-the gather time is reported as well. The counts are exact either way.
+with ``--copy`` the features are really moved on ``--device`` through the feature source
+training builds (:func:`~twopgraph.cache.build_feature_source`: the store's table as it is,
+rows gathered into small reusable pinned staging buffers -- never the whole table pinned -- and
+copied on the source's stream) and the gather time is reported as well: the gathers are
+queued as training queues them (the consumer stream waits on each batch's event, no host
+synchronisation per batch) and the device is synchronised once, at the end of the timed
+region. The counts are exact either way.
 
 Outputs in ``--out``:
 
@@ -98,7 +103,6 @@ def run_bench(data: GraphData, policies: list[str], ratios: list[float], schedul
 
     from twopgraph.cache import (
         CacheDirectory,
-        FeatureCache,
         PolicyContext,
         belady_min,
         make_policy,
@@ -112,11 +116,6 @@ def run_bench(data: GraphData, policies: list[str], ratios: list[float], schedul
     n = data.num_nodes
     row_dtype = dtype or torch.float32
     row_bytes = data.num_features * torch.empty(0, dtype=row_dtype).element_size()
-    feat = None
-    if copy:  # stored once (pinned for CUDA) and shared by every FeatureCache below
-        feat = torch.from_numpy(data.feat).to(row_dtype)
-        if torch.device(device).type == "cuda":
-            feat = feat.pin_memory()
     sampler = make_sampler(sampler, data.graph, fanouts, seed=seed, **(sampler_kwargs or {}))
 
     streams, scheds = {}, {}
@@ -159,8 +158,8 @@ def run_bench(data: GraphData, policies: list[str], ratios: list[float], schedul
                 t = time.perf_counter()
                 gather_s = None
                 if copy:
-                    cache = FeatureCache(feat, policy, budget, device=device, dtype=dtype)
-                    counters, gather_s = _replay_copy(cache, stream)
+                    source = copy_source(data, policy, ctx, device, budget, row_dtype)
+                    counters, gather_s = _replay_copy(source, stream)
                 else:
                     counters = replay(stream, CacheDirectory(n, budget, policy))
                 row = _row(p, s, r, budget, counters, row_bytes, baseline, opt_h2d, opt_total,
@@ -173,22 +172,45 @@ def run_bench(data: GraphData, policies: list[str], ratios: list[float], schedul
     return rows
 
 
-def _replay_copy(cache, stream):
-    """Replay with real feature movement; returns (counters, seconds spent gathering)."""
+def copy_source(data: GraphData, policy, ctx, device: str, budget: int,
+                dtype: torch.dtype):
+    """The feature source ``--copy`` moves rows through: the one training builds
+    (:func:`~twopgraph.cache.build_feature_source` over ``data.feat`` as it is stored, rows
+    rounded to ``dtype``), a :class:`~twopgraph.cache.FeatureCache` of ``budget`` rows driven
+    by ``policy`` (a policy object, fresh for this replay), or the plain
+    :class:`~twopgraph.cache.HostFeatures` for a budget of 0 rows or a policy that caches
+    nothing. Pinned host memory is its staging only (two buffers of a batch's misses; the
+    initial fill goes in 64 MiB chunks), never the table."""
+    from twopgraph.cache import FEAT_DTYPES, build_feature_source
+    name = next(k for k, v in FEAT_DTYPES.items() if v == dtype)
+    return build_feature_source(policy, data.feat, ctx, device, budget=budget, dtype=name,
+                                readahead=False)
+
+
+def _replay_copy(source, stream):
+    """Replay with real feature movement; returns (counters, seconds spent gathering): the
+    host time of every ``gather`` (planning, the host gather into staging, queueing the
+    copies) plus, on CUDA, the wait for the device to finish them all -- one synchronisation
+    at the end of the timed region, none per batch (the consumer stream waits on each batch's
+    event, as training's does)."""
     import torch
 
     from twopgraph.cache.directory import announced
+    cuda = bool(getattr(source, "cuda", False))
+    consumer = torch.cuda.current_stream(source.device) if cuda else None
     t_gather = 0.0
-    for ids in announced(stream, cache.policy.lookahead, cache.announce):
+    for ids in announced(stream, source.lookahead, source.announce):
         t0 = time.perf_counter()
-        out, ev = cache.gather(ids)
+        out, ev = source.gather(ids)
         if ev is not None:
-            ev.synchronize()
+            consumer.wait_event(ev)
         t_gather += time.perf_counter() - t0
         del out
-    if cache.cuda:
-        torch.cuda.synchronize(cache.device)
-    return cache.counters.copy(), t_gather
+    if cuda:
+        t0 = time.perf_counter()
+        torch.cuda.synchronize(source.device)
+        t_gather += time.perf_counter() - t0
+    return source.counters.copy(), t_gather
 
 
 def _row(policy, schedule, cache_ratio, budget, c, row_bytes, baseline, opt_h2d, opt_total,

@@ -5,7 +5,8 @@ offline optimum the policies are judged against.
 Policies register in :data:`~twopgraph.core.protocols.CACHE_POLICIES` (name -> factory), one module
 each: ``none`` (no cache), ``degree`` (PaGraph), ``presample`` (GNNLab PreSC), ``layer``
 (2PGraph: layer-aware static rank + schedule lookahead window). A new policy is a new module
-of this package.
+of this package. ``--cache-policy auto`` (the default) is ``layer`` on a CUDA device and
+``none`` on the CPU (:func:`resolve_cache_policy`).
 
 Every source reads the one host table as it is given (usually a read-only memory map of the
 dataset's store; :class:`~twopgraph.cache.host.HostTable`): rows are converted per gathered
@@ -24,10 +25,17 @@ Example::
 """
 
 from twopgraph.cache.base import CachePolicy, PolicyContext
-from twopgraph.cache.build import attach_host_cache, build_feature_source, make_policy
+from twopgraph.cache.build import (
+    AUTO_CACHE_POLICY,
+    attach_host_cache,
+    build_feature_source,
+    make_policy,
+    policy_lookahead,
+    resolve_cache_policy,
+)
 from twopgraph.cache.directory import CacheDirectory, GatherPlan, replay
 from twopgraph.cache.feature_cache import FEAT_DTYPES, FeatureCache, feat_dtype, resolve_budget
-from twopgraph.cache.host import HostFeatures, HostTable, Staging
+from twopgraph.cache.host import HostFeatures, HostTable, Staging, transfer_dtype
 from twopgraph.cache.hostrows import HostRowCache, host_cache_rows
 from twopgraph.cache.optimal import belady_min
 from twopgraph.cache.readahead import Readahead, find_mmap
@@ -38,4 +46,5 @@ __all__ = ["CachePolicy", "PolicyContext", "CacheDirectory", "GatherPlan", "repl
            "FeatureCache", "feat_dtype", "resolve_budget", "HostFeatures", "HostTable", "Staging",
            "HostRowCache", "host_cache_rows", "belady_min", "Readahead", "find_mmap",
            "CacheCounters", "CACHE_POLICIES", "make_policy", "build_feature_source",
-           "attach_host_cache"]
+           "attach_host_cache", "AUTO_CACHE_POLICY", "resolve_cache_policy",
+           "policy_lookahead", "transfer_dtype"]

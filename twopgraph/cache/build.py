@@ -1,4 +1,5 @@
-"""Feature sources built by name: a cache policy from the registry (:func:`make_policy`), the
+"""Feature sources built by name: a cache policy from the registry (:func:`make_policy`; the
+``auto`` choice of ``--cache-policy`` resolved by :func:`resolve_cache_policy`), the
 feature source a run uses (:func:`build_feature_source`: a
 :class:`~twopgraph.cache.host.HostFeatures` or a
 :class:`~twopgraph.cache.feature_cache.FeatureCache`) and its host row cache
@@ -15,11 +16,65 @@ import torch
 
 from twopgraph.cache.base import CachePolicy, PolicyContext
 from twopgraph.cache.feature_cache import FeatureCache, feat_dtype, resolve_budget
-from twopgraph.cache.host import HostFeatures
+from twopgraph.cache.host import HostFeatures, store_dtype, transfer_dtype
 from twopgraph.cache.hostrows import HostRowCache, host_cache_rows
 from twopgraph.cache.readahead import find_mmap
 from twopgraph.core.protocols import CACHE_POLICIES
 from twopgraph.errors import ConfigError
+
+#: ``--cache-policy auto``: this policy on a CUDA device, ``none`` on the CPU.
+AUTO_CACHE_POLICY = "layer"
+
+
+def resolve_cache_policy(name: str, device: torch.device | str) -> tuple[str, str]:
+    """The cache policy ``--cache-policy name`` means for training on ``device``, and why, as
+    ``(policy, reason)``: a registered name as it is; ``auto`` -> :data:`AUTO_CACHE_POLICY`
+    (``layer``) on a CUDA device (every row a batch reads again is then a device hit, not a
+    host-to-device copy), ``none`` on the CPU (the model reads the host table itself: a
+    "device" buffer would only be a second copy of its rows). Builds no CUDA object.
+
+    Example::
+
+        >>> resolve_cache_policy("auto", "cuda:1")[0], resolve_cache_policy("auto", "cpu")[0]
+        ('layer', 'none')
+    """
+    if name != "auto":
+        return name, f"--cache-policy {name}"
+    device = torch.device(device)
+    if device.type == "cuda":
+        return AUTO_CACHE_POLICY, (f"--cache-policy auto: {AUTO_CACHE_POLICY} on {device.type} "
+                                   f"(a batch's rows already on the device are not copied again)")
+    return "none", (f"--cache-policy auto: none on {device.type} (the model reads the host "
+                    f"table itself)")
+
+
+def policy_lookahead(policy: str | CachePolicy | Callable[..., CachePolicy],
+                     options: dict | None = None) -> int:
+    """Batches the loader will sample ahead for ``policy`` (its lookahead window), without
+    building it: a policy object's ``lookahead``; a registered name's or a factory's
+    ``lookahead`` keyword (given in ``options``, else its default); 0 for a policy without
+    one (static policies), :data:`~twopgraph.cache.layer.DEFAULT_LOOKAHEAD` for a factory
+    whose window cannot be read. ``None`` (the whole stream: offline replays only) counts
+    as 0."""
+    from twopgraph.cache.layer import DEFAULT_LOOKAHEAD
+    options = options or {}
+    if isinstance(policy, CachePolicy):
+        return int(policy.lookahead or 0)
+    if isinstance(policy, str):
+        if CACHE_POLICIES.get(policy) is CACHE_POLICIES.get("none"):
+            return 0
+        policy = CACHE_POLICIES.get(policy)
+    if "lookahead" in options:
+        return int(options["lookahead"] or 0)
+    try:
+        param = inspect.signature(policy).parameters.get("lookahead")
+    except (TypeError, ValueError):
+        return DEFAULT_LOOKAHEAD
+    if param is None:
+        return 0
+    if param.default is inspect.Parameter.empty or not isinstance(param.default, int):
+        return DEFAULT_LOOKAHEAD
+    return int(param.default)
 
 
 def make_policy(name: str, ctx: PolicyContext, **options) -> CachePolicy:
@@ -37,8 +92,10 @@ def build_feature_source(policy: str | CachePolicy | Callable[..., CachePolicy],
                          ratio: float | None = None, gb: float | None = None,
                          budget: int | None = None, dtype: str = "float32", rows=None,
                          readahead: bool = True, **options):
-    """The feature source a training run uses: features copied as ``dtype`` and served as
-    float32; a :class:`FeatureCache` with policy ``policy`` built from ``ctx`` and a budget
+    """The feature source a training run uses: features rounded to ``dtype`` (copied in
+    the store's dtype on CUDA when it is not wider:
+    :func:`~twopgraph.cache.host.transfer_dtype`) and served as float32; a
+    :class:`FeatureCache` with policy ``policy`` built from ``ctx`` and a budget
     from ``ratio`` or ``gb`` (default: see :func:`resolve_budget`), or, when that budget is 0
     rows or the policy caches nothing, the plain :class:`HostFeatures` (nothing to rank, no
     window held, no second copy of any row); ``budget`` gives it in rows instead (a caller that
@@ -47,13 +104,18 @@ def build_feature_source(policy: str | CachePolicy | Callable[..., CachePolicy],
     of ``feat`` (a part of a partitioned run over the machine's shared table; ``ctx`` and the budget
     are in the source's ids); ``readahead`` advises sampled rows of a memory-mapped ``feat``.
 
-    ``policy`` is a registered policy's name (``options`` go to its factory), a
+    ``policy`` is a registered policy's name (``options`` go to its factory; ``auto``:
+    :func:`resolve_cache_policy` on ``device``), a
     :class:`~twopgraph.cache.base.CachePolicy` object (used as it is: the caller's own policy,
     no registration needed), or a factory ``policy(ctx, **options) -> CachePolicy``."""
+    if isinstance(policy, str):
+        policy = resolve_cache_policy(policy, device)[0]
     make = _policy_maker(policy, ctx, options)
     tdtype = feat_dtype(dtype)
     num_rows = int(feat.shape[0] if rows is None else len(rows))
-    row_bytes = int(feat.shape[1]) * torch.empty(0, dtype=tdtype).element_size()
+    # the buffer holds rows as they are copied (the store's dtype on CUDA when not wider)
+    moved = transfer_dtype(store_dtype(feat), tdtype, device)
+    row_bytes = int(feat.shape[1]) * torch.empty(0, dtype=moved).element_size()
     if budget is None:
         budget = resolve_budget(num_rows, row_bytes, device, ratio, gb)
     elif ratio is not None or gb is not None:

@@ -17,6 +17,7 @@ shared table; ids, counters and cache slots stay in the source's ids.
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from typing import TYPE_CHECKING
 
@@ -40,6 +41,70 @@ def host_tensor(table: np.ndarray | torch.Tensor) -> torch.Tensor:
         warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
         return torch.from_numpy(table)
 
+
+def store_dtype(feat: np.ndarray | torch.Tensor) -> torch.dtype:
+    """The torch dtype of the host table ``feat`` as it is stored (a NumPy array's, mapped)."""
+    if isinstance(feat, torch.Tensor):
+        return feat.dtype
+    return torch.from_numpy(np.empty(0, dtype=feat.dtype)).dtype
+
+
+def transfer_dtype(store: torch.dtype, dtype: torch.dtype,
+                   device: torch.device | str) -> torch.dtype:
+    """The dtype rows cross to ``device`` in, for a table stored as ``store`` whose rows the
+    model reads rounded to ``dtype`` (``--feat-dtype``): on CUDA the store's own dtype when it
+    is real (not complex or bool) and no wider than ``dtype`` -- the rows are gathered and
+    copied as they are stored (no host conversion, the fewest PCIe bytes) and converted on
+    the device, which gives the same values (IEEE conversions round alike on both) -- else
+    ``dtype`` (a wider store is narrowed on the host, before the copy). On the CPU always
+    ``dtype`` (the rows are converted once, where they are read).
+
+    Example::
+
+        >>> transfer_dtype(torch.float16, torch.float32, "cuda")  # no upcast on the host
+        torch.float16
+        >>> transfer_dtype(torch.float32, torch.float16, "cuda")  # narrowed before the copy
+        torch.float16
+        >>> transfer_dtype(torch.float16, torch.float32, "cpu")
+        torch.float32
+    """
+    if torch.device(device).type != "cuda" or store == dtype:
+        return dtype
+    if store.is_complex or store == torch.bool:
+        return dtype
+    if _itemsize(store) <= _itemsize(dtype):
+        return store
+    return dtype
+
+
+def _itemsize(dtype: torch.dtype) -> int:
+    return torch.empty(0, dtype=dtype).element_size()
+
+
+def on_device_dtype(t: torch.Tensor, dtype: torch.dtype,
+                    out_dtype: torch.dtype | None) -> torch.Tensor:
+    """Rows ``t`` (copied in their transfer dtype) rounded to ``dtype`` (``--feat-dtype``:
+    what the model is trained on) and returned as ``out_dtype`` (None: as ``dtype``); no
+    copy where a step is already done."""
+    if t.dtype != dtype:
+        t = t.to(dtype)
+    if out_dtype is not None and t.dtype != out_dtype:
+        t = t.to(out_dtype)
+    return t
+
+
+
+def side_stream(stream: torch.cuda.Stream | None) -> contextlib.AbstractContextManager:
+    """``torch.cuda.stream(stream)`` under a guard of the stream's own device (a null context
+    for None): entering and leaving the block then touch only that device's streams, never
+    those of the calling thread's current device (GPU 0 in a thread that never set one, where
+    it would create a CUDA context of ~0.5 GB)."""
+    if stream is None:
+        return contextlib.nullcontext()
+    stack = contextlib.ExitStack()
+    stack.enter_context(torch.cuda.device(stream.device))
+    stack.enter_context(torch.cuda.stream(stream))
+    return stack
 
 class Staging:
     """Reusable host buffers for rows on their way to the device: ``slots`` buffers used in
@@ -185,10 +250,13 @@ class HostTable:
 
 
 class HostFeatures:
-    """Rows of ``feat`` (host, N x F, NumPy or torch) served on ``device``, copied as
+    """Rows of ``feat`` (host, N x F, NumPy or torch) served on ``device``, rounded to
     ``dtype`` (default: feat's; converted per batch, the table stays as it is) and returned as
     float32; ``rows``: the optional row map (see the module doc); ``readahead``: advise a
-    batch's rows when it is sampled (memory-mapped tables only).
+    batch's rows when it is sampled (memory-mapped tables only). On CUDA rows are copied in
+    ``transfer_dtype`` (:func:`transfer_dtype`: the store's dtype when it is not wider than
+    ``dtype``) and converted on the device; ``row_bytes`` (what ``h2d_bytes`` counts) is a
+    row in that dtype.
 
     Example::
 
@@ -203,10 +271,13 @@ class HostFeatures:
     def __init__(self, feat: np.ndarray | torch.Tensor, device: torch.device | str = "cpu",
                  dtype: torch.dtype | None = None, rows: np.ndarray | None = None,
                  readahead: bool = True) -> None:
-        self.host = HostTable(feat, dtype, rows, readahead)
         self.device = torch.device(device)
         self.cuda = self.device.type == "cuda"
-        self.dtype = self.host.dtype
+        store = store_dtype(feat)
+        self.dtype = store if dtype is None else dtype  # what the model's rows are rounded to
+        # what crosses to the device: on CUDA the store's dtype when not wider (transfer_dtype)
+        self.transfer_dtype = transfer_dtype(store, self.dtype, self.device)
+        self.host = HostTable(feat, self.transfer_dtype, rows, readahead)
         self.num_rows, self.num_features = self.host.num_rows, self.host.num_features
         self.row_bytes = self.host.row_bytes
         self.counters = CacheCounters()
@@ -238,7 +309,7 @@ class HostFeatures:
         if not self.cuda:
             return _float32(self.host.take(ids)), None
         return self._to_device(self.host.take(ids, self.staging.take(
-            n, self.num_features, self.dtype)))
+            n, self.num_features, self.transfer_dtype)))
 
     def read(self, ids: np.ndarray | torch.Tensor) -> torch.Tensor:
         """Rows of ``ids`` as float32 on the device, not counted (exact evaluation)."""
@@ -246,7 +317,7 @@ class HostFeatures:
         if not self.cuda:
             return _float32(self.host.take(ids, advise=True))
         out, ev = self._to_device(self.host.take(ids, self.staging.take(
-            ids.shape[0], self.num_features, self.dtype), advise=True))
+            ids.shape[0], self.num_features, self.transfer_dtype), advise=True))
         torch.cuda.current_stream(self.device).wait_event(ev)
         return out
 
@@ -254,11 +325,14 @@ class HostFeatures:
         """Rows ``[a, b)`` as float32 on the device (a contiguous host read), not counted."""
         if self.host.rows is not None:
             return self.read(np.arange(a, b, dtype=np.int64))
-        return _float32(self.host.slice(a, b).to(self.device))
+        return on_device_dtype(self.host.slice(a, b).to(self.device), self.dtype, torch.float32)
 
     def _to_device(self, staged: torch.Tensor):
-        with torch.cuda.stream(self.stream):
-            out = _float32(staged.to(self.device, non_blocking=True))
+        """``staged`` (pinned, in the transfer dtype) copied on the source's stream and
+        converted there (rounded to ``dtype``, returned as float32), and the copy's event."""
+        with side_stream(self.stream):
+            out = on_device_dtype(staged.to(self.device, non_blocking=True), self.dtype,
+                                  torch.float32)
             self.staging.record(self.stream)
             ev = torch.cuda.Event()
             ev.record(self.stream)

@@ -91,6 +91,14 @@ class LayerCache(WindowPolicy):
         self.num_reachable = int(self.reachable.sum())
         super().__init__(self.score.shape[0])
 
+    @property
+    def cold_rank(self) -> np.ndarray:
+        """The static rank (0 = best) that alone orders the rows outside the window (their
+        key is ``(NO_USE, rank)``, larger than any row's inside it; ``DROP_KEY`` for rows
+        that are not ``reachable``): what lets the directory evict without ranking every
+        cached row (:class:`~twopgraph.cache.coldset.ColdSet`)."""
+        return self.rank
+
     def initial_rows(self, budget: int) -> np.ndarray:
         if budget <= 0:
             return np.empty(0, dtype=np.int64)

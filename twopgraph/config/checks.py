@@ -21,7 +21,8 @@ def cuda_available() -> bool:
 
 
 def resolve_device(name: str) -> "torch.device":
-    """``auto`` -> cuda when available else cpu; ``cuda`` without a GPU is an error."""
+    """``auto`` -> cuda when available else cpu; ``cuda`` without a GPU is an error, and so
+    is ``cuda:N`` for a GPU torch does not see (N >= the device count)."""
     import torch
     if not isinstance(name, str):
         raise ConfigError(f"device must be a string, got {name!r}")
@@ -31,7 +32,13 @@ def resolve_device(name: str) -> "torch.device":
         raise ConfigError(f"unknown device {name!r}; use cpu, cuda, cuda:N or auto")
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError("device cuda requested but torch sees no CUDA GPU")
-    return torch.device(name)
+    device = torch.device(name)
+    if device.index is not None and device.index >= torch.cuda.device_count():
+        raise ConfigError(f"device {name} requested but torch sees "
+                          f"{torch.cuda.device_count()} CUDA GPU(s) (cuda:0 to "
+                          f"cuda:{torch.cuda.device_count() - 1}; CUDA_VISIBLE_DEVICES "
+                          f"renumbers them)")
+    return device
 
 
 def tensorboard_ok(flag: str = "--tensorboard") -> None:

@@ -200,8 +200,10 @@ class CacheConfig(Section):
     """Feature reads: the device cache's policy and budget, the feature type, the host row
     cache and read-ahead of a memory-mapped table."""
 
-    cache_policy: str = option("none", "device feature cache, a registered policy",
-                               choices=CACHE_POLICIES.declared, registry=CACHE_POLICIES)
+    cache_policy: str = option("auto", "device feature cache: auto (layer on a CUDA device, "
+                               "none on the CPU) or a registered policy",
+                               choices=lambda: ("auto", *CACHE_POLICIES.declared()),
+                               registry=CACHE_POLICIES)
     cache_ratio: float | None = option(None, "cache budget as a fraction of the feature rows, "
                                        "in [0, 1]", show_default="what fits: CUDA = free device "
                                        "memory after a 25%% margin and the estimated activations "
@@ -233,7 +235,8 @@ class CacheConfig(Section):
                                          "page cache")
 
     def validate(self):
-        CACHE_POLICIES.check(self.cache_policy)
+        if self.cache_policy != "auto":
+            CACHE_POLICIES.check(self.cache_policy)
         if self.host_cache != "auto" and self.host_cache not in CACHE_POLICIES:
             raise ConfigError(f"host-cache must be auto or a cache policy "
                               f"({', '.join(CACHE_POLICIES.names())}), got {self.host_cache!r}")
@@ -386,6 +389,10 @@ class RunConfig(Section):
                                      "epoch time, sampled vertices, cache hit rate (needs the "
                                      "tensorboard package: pip install tensorboard)",
                                      metavar="DIR")
+    profile: str | None = option(None, "write a torch.profiler trace (Chrome trace JSON, "
+                                 "DIR/trace-epoch<E>.json) of a few steps of the first epoch "
+                                 "trained: 2 warm-up steps skipped, 5 recorded; CPU activity, "
+                                 "plus CUDA kernels and copies on a GPU", metavar="DIR")
 
     def validate(self):
         if self.epochs is not None:  # None: by graph size (TrainConfig.resolved)
@@ -405,6 +412,10 @@ class RunConfig(Section):
             if not isinstance(self.tensorboard, str) or not self.tensorboard.strip():
                 raise ConfigError("--tensorboard must name a folder")
             tensorboard_ok()
+        if self.profile is not None:
+            if not isinstance(self.profile, str) or not self.profile.strip():
+                raise ConfigError("--profile must name a folder")
+            not_dangling(Path(self.profile), "--profile")
         if not isinstance(self.out, str) or not self.out.strip():
             raise ConfigError("--out must name a folder")
         out = Path(self.out)

@@ -6,9 +6,24 @@ restarted the group, ``--max-restarts``); :func:`detect` reads them (no variable
 rank 0 of 1). :func:`job_started` says when the torchrun job began (its agent, this worker's
 parent, started), so a restarted rank knows which files of ``--out`` its job wrote
 (:func:`written_in_job`). :func:`lost_peer` words the failure of a collective.
+:func:`rank_device` and :func:`rank_plan` say which GPU and how many CPU threads a rank takes.
 :func:`process_group` initialises the default group (NCCL for CUDA devices, gloo
 for CPU) with a bounded ``timeout`` and always destroys it on exit: a collective that waits
 longer than ``timeout`` for a rank that died or hung raises instead of blocking forever.
+
+NCCL: a collective that fails or times out is seen by ProcessGroupNCCL's watchdog thread,
+which by default (``TORCH_NCCL_ASYNC_ERROR_HANDLING`` 3 in torch 2.x, and 1 as torchrun sets
+it) takes the whole process down (SIGABRT) instead of raising in Python. :data:`NCCL_ENV`
+(:func:`nccl_env_defaults`: set where the user set nothing, by ``--nproc``'s torchrun agent
+and by :func:`process_group` for an NCCL group) asks for mode 2, "CleanUpOnly": the watchdog
+aborts the communicators (a GPU stream stuck on a dead or frozen peer is released) and leaves
+the process alive; the next use of the group then raises in the Python thread ("NCCL
+communicator was aborted on rank R. Original reason for failure was: ... Watchdog caught
+collective operation timeout ..."), which :func:`peer_error` maps to the one-line
+:class:`~twopgraph.errors.PeerLost` as it does gloo's errors. ``TORCH_NCCL_BLOCKING_WAIT`` is
+left alone: it turns the watchdog's handling off and only protects host threads that
+``wait()`` on a collective, while DDP's gradient all-reduce is waited for by the GPU stream.
+With a torchrun of your own, ``export TORCH_NCCL_ASYNC_ERROR_HANDLING=2`` for the same.
 
 Example::
 
@@ -32,6 +47,7 @@ import torch.distributed as dist
 
 from twopgraph.config import resolve_device
 from twopgraph.errors import ConfigError, PeerLost
+from twopgraph.pipeline.loader import ThreadPlan, available_cores
 
 log = logging.getLogger("twopgraph")
 # Longest collective timeout accepted (a week; ``timedelta`` overflows on huge values).
@@ -40,12 +56,27 @@ MAX_TIMEOUT_S = 7 * 24 * 3600
 RESTART_COUNT_ENV = "TORCHELASTIC_RESTART_COUNT"
 # "[.../third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error ...": raised by gloo itself
 _GLOO_ERROR = re.compile(r"\[[^\]]*gloo/[^\]]*:\d+\]")
+#: What NCCL (through ProcessGroupNCCL) says when a collective failed or timed out: its error
+#: codes of a failed call ("NCCL error in: .../ProcessGroupNCCL.cpp:1970, unhandled system
+#: error ... ncclSystemError: ..."), the watchdog's timeout, a communicator the watchdog
+#: aborted. Not ncclInvalidUsage (a bug, e.g. two ranks on one GPU: it keeps its traceback).
+NCCL_ERROR = re.compile(r"NCCL error|ncclRemoteError|ncclSystemError|ncclInternalError|"
+                        r"ncclUnhandledCudaError|Watchdog caught collective operation timeout|"
+                        r"NCCL communicator was aborted|Some NCCL operations have failed|"
+                        r"ProcessGroupNCCL\.cpp:\d+\].*(error|timeout|abort)|"
+                        r"NCCL watchdog thread terminated", re.IGNORECASE)
+# NCCL refusing how it is used ("ncclInvalidUsage ... Duplicate GPU detected"): not a peer
+_NCCL_MISUSE = re.compile(r"ncclInvalidUsage|ncclInvalidArgument|Duplicate GPU detected")
 # How a failed collective says why: the peer's connection went away (it died) ...
 _CONNECTION_LOST = re.compile(r"connection (reset|closed|refused|aborted|lost)|closed by "
-                              r"(remote )?peer|broken pipe|remote process exited|socket "
-                              r"closed|end of file|\bEOF\b", re.IGNORECASE)
+                              r"(remote )?peer|broken pipe|remote process exit(ed|ing)|socket "
+                              r"closed|end of file|\bEOF\b|ncclRemoteError", re.IGNORECASE)
 # ... or it did not answer in time (alive but hung, or still working)
 _TIMED_OUT = re.compile(r"timed? ?out|timeout", re.IGNORECASE)
+#: The environment ProcessGroupNCCL reads at its creation, as twopgraph wants it where the
+#: user set nothing (:func:`nccl_env_defaults`; see the module docstring): on a failed or
+#: timed-out collective the watchdog aborts the communicators, not the process.
+NCCL_ENV = {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "2"}
 
 
 @dataclass(frozen=True)
@@ -116,15 +147,36 @@ def written_in_job(path: str | os.PathLike) -> bool:
 
 def rank_device(name: str, env: DistEnv) -> torch.device:
     """The device of this rank: ``auto``/``cuda`` -> ``cuda:LOCAL_RANK`` when CUDA is there
-    (``auto`` falls back to cpu); ``cpu`` and ``cuda:N`` are taken as given (names are
-    checked by :func:`~twopgraph.config.resolve_device`)."""
+    (``auto`` falls back to cpu); ``cpu`` is taken as given, and so is ``cuda:N`` with one
+    rank on this machine. ``cuda:N`` with several local ranks (``LOCAL_WORLD_SIZE`` > 1)
+    would put all of them on one GPU (NCCL refuses: "Duplicate GPU detected"): a one-line
+    :class:`~twopgraph.errors.ConfigError` (names are checked by
+    :func:`~twopgraph.config.resolve_device`)."""
     device = resolve_device(name)
-    if device.type == "cuda" and device.index is None:  # one GPU per local rank
+    if device.type != "cuda":
+        return device
+    if device.index is None:  # one GPU per local rank
         if env.local_rank >= torch.cuda.device_count():
             raise ConfigError(f"local rank {env.local_rank} but only "
                               f"{torch.cuda.device_count()} CUDA devices")
         return torch.device("cuda", env.local_rank)
+    if env.local_world_size > 1:
+        raise ConfigError(f"--device {name} would put all {env.local_world_size} ranks of this "
+                          f"machine on one GPU; use --device cuda (each rank takes "
+                          f"cuda:LOCAL_RANK), and CUDA_VISIBLE_DEVICES to choose the GPUs")
     return device
+
+
+def nccl_env_defaults(environ: dict | None = None) -> dict:
+    """Set :data:`NCCL_ENV` in ``environ`` (default ``os.environ``) where the user set
+    nothing (a value of the user's is kept); before ProcessGroupNCCL is created (it reads
+    them then), or in torchrun's agent, whose workers inherit them. Returns what was set."""
+    env = os.environ if environ is None else environ
+    done = {}
+    for k, v in NCCL_ENV.items():
+        if k not in env:
+            env[k] = done[k] = v
+    return done
 
 
 @contextlib.contextmanager
@@ -140,6 +192,7 @@ def process_group(env: DistEnv, device: torch.device, timeout_s: float) -> Itera
     backend = "nccl" if device.type == "cuda" else "gloo"
     if device.type == "cuda":
         torch.cuda.set_device(device)
+        nccl_env_defaults()  # a failed collective raises here, not SIGABRT (module docstring)
     kwargs = {}
     if "MASTER_ADDR" not in os.environ:  # one process outside torchrun: a private store
         kwargs["store"] = dist.HashStore()
@@ -163,11 +216,16 @@ def process_group(env: DistEnv, device: torch.device, timeout_s: float) -> Itera
 
 def peer_error(env: DistEnv, timeout_s: float, e: RuntimeError) -> PeerLost | None:
     """:func:`lost_peer` of a failed collective ``e``, or None if ``e`` is not one (a bug:
-    it keeps its traceback). A ``DistError`` is one; so is a plain ``RuntimeError`` from gloo:
-    DDP hands gloo's transport errors (a killed peer: "Connection reset by peer") through
-    autograd as plain RuntimeErrors, recognised by gloo's own source location, which no
-    error of twopgraph carries."""
-    if isinstance(e, dist.DistError) or _GLOO_ERROR.match(str(e)):
+    it keeps its traceback). A ``DistError`` is one; so is a plain ``RuntimeError`` from gloo
+    or NCCL: DDP hands gloo's transport errors (a killed peer: "Connection reset by peer")
+    and NCCL's (a communicator its watchdog aborted, "ncclRemoteError", ...) through autograd
+    as plain RuntimeErrors, recognised by gloo's own source location, or NCCL's texts
+    (:data:`NCCL_ERROR`), which no error of twopgraph carries. NCCL refusing its use
+    ("ncclInvalidUsage", "Duplicate GPU detected") is a bug, whatever its type."""
+    text = str(e)
+    if _NCCL_MISUSE.search(text):  # e.g. two ranks on one GPU: a bug, not a lost peer
+        return None
+    if isinstance(e, dist.DistError) or _GLOO_ERROR.match(text) or NCCL_ERROR.search(text):
         return lost_peer(env, timeout_s, e)
     return None
 
@@ -188,3 +246,32 @@ def lost_peer(env: DistEnv, timeout_s: float, e: BaseException) -> PeerLost:
         what = f"another rank failed or did not answer within {timeout_s:g} s"
     return PeerLost(f"rank {env.rank}/{env.world_size}: {what}; stopping "
                     f"({type(e).__name__}: {first})", timed_out=timed_out, timeout_s=timeout_s)
+
+
+def rank_plan(threads: int, device, env: DistEnv, prefetch: int = 2,
+              cores: int | None = None) -> ThreadPlan:
+    """How this rank spends its CPU threads (:class:`~twopgraph.pipeline.loader.ThreadPlan`),
+    logged once per rank.
+
+    ``--threads N`` (``threads`` > 0) is taken as given, per rank
+    (:meth:`ThreadPlan.for_threads`). Else (0) the machine's ``cores`` (default: the cores
+    this process may use) are shared fairly among its ``LOCAL_WORLD_SIZE`` ranks, on CUDA as
+    on CPU: each rank's torch compute threads plus sampling workers make its share
+    ``max(1, cores // local ranks)``, so the ranks together keep at most ``cores`` threads
+    busy (one each when there are more ranks than cores). On CUDA the model computes on the
+    GPU and the host's threads mostly feed it, so the share favours sampling workers (about
+    three quarters) over torch compute threads; on CPU the other way round
+    (:meth:`ThreadPlan.for_rank`). torchrun's ``OMP_NUM_THREADS=1`` is thereby replaced by
+    the share's torch threads, not by every core."""
+    if threads:
+        plan = ThreadPlan.for_threads(threads, prefetch)
+        why = "--threads"
+    else:
+        cores = int(cores or available_cores())
+        plan = ThreadPlan.for_rank(env.local_world_size, device.type == "cuda", prefetch,
+                                   cores)
+        why = f"{cores} cores / {env.local_world_size} local ranks"
+    log.info("rank %d: %d threads (%s): %d torch compute, %d sampling workers%s", env.rank,
+             plan.total, why, plan.compute, plan.workers,
+             "" if plan.background else ", no prefetch thread")
+    return plan

@@ -21,6 +21,14 @@ prints one line for the failure that came first:
   timed out (2). A rank whose process is stopped (SIGSTOP, Ctrl-Z: state ``T``) cannot honour
   torchrun's SIGTERM, so the launcher kills it as soon as a peer reports the timeout
   (:func:`_kill_frozen`) instead of torchrun 30 s later;
+* else a worker that NCCL's watchdog took down (killed by SIGABRT, with the watchdog's text
+  on the job's stderr, which the launcher passes through unchanged and watches:
+  :mod:`twopgraph.distributed.watchdog`): ``rank R (pid N) was stopped by NCCL's watchdog
+  (SIGABRT): a collective did not finish within --dist-timeout (...)`` or ``... a collective failed
+  (...)``; exit code 2, as a lost peer's. With twopgraph's default
+  ``TORCH_NCCL_ASYNC_ERROR_HANDLING=2`` (set in the agent, see
+  :mod:`twopgraph.distributed.env`) the watchdog aborts the communicators instead and the
+  rank words the error itself; this covers a user's own setting and a watchdog that hung;
 * else a worker killed by a signal (other than the SIGTERM with which torchrun stops the
   others): ``rank R (pid N) was killed by signal SIGKILL``; exit code ``128 + signal``;
 * else the earliest user error of a worker, as the worker worded it; its exit code (2, or 3
@@ -67,6 +75,7 @@ import threading
 import time
 from pathlib import Path
 
+from twopgraph.distributed.watchdog import StderrWatch, nccl_abort
 from twopgraph.errors import ConfigError, Stopped
 
 # Folder (created by :func:`launch`) where workers report their user errors and the agent
@@ -83,6 +92,8 @@ _RESTART_COUNT_ENV = "TORCHELASTIC_RESTART_COUNT"
 _AGENT_REPORT = "agent.json"
 # Ranks the launcher found stopped (state T) when a peer timed out, and killed.
 _FROZEN_REPORT = "frozen.json"
+# The lines of NCCL's watchdog seen on the job's stderr, by rank (:class:`StderrWatch`).
+_NCCL_REPORT = "nccl.json"
 # Linux prctl option: the signal a process gets when its parent dies.
 _PR_SET_PDEATHSIG = 1
 
@@ -169,10 +180,13 @@ def launch(nproc: int, argv: list[str], grace_s: float | None = None) -> int:
     received: list[int] = []
     previous: dict = {}
     proc = None
+    watch = None
     try:
         # a session of its own: only the launcher passes signals on (torchrun's agent would
-        # cut its own shutdown short on a second one)
-        proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+        # cut its own shutdown short on a second one). Its stderr (and its workers') comes
+        # through the launcher, unchanged, watched for NCCL's watchdog (StderrWatch).
+        proc = subprocess.Popen(cmd, env=env, start_new_session=True, stderr=subprocess.PIPE)
+        watch = StderrWatch(proc.stderr)
         if forward:
             def on_signal(signum, frame):
                 if not received:
@@ -185,6 +199,7 @@ def launch(nproc: int, argv: list[str], grace_s: float | None = None) -> int:
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+        watch.join(timeout=5.0)  # the job's last words are out before ours
         if received:
             sig = received[0]
             if sig == signal.SIGINT:
@@ -192,6 +207,7 @@ def launch(nproc: int, argv: list[str], grace_s: float | None = None) -> int:
             raise Stopped(sig)
         if code == 0:
             return 0
+        watch.save(errdir / _NCCL_REPORT)
         line, code = _failure(errdir, code, attempt=max_restarts)
         if line and max_restarts:
             line += (f" (the last of {max_restarts + 1} attempts: --max-restarts "
@@ -204,6 +220,8 @@ def launch(nproc: int, argv: list[str], grace_s: float | None = None) -> int:
             _kill_job(proc, _descendants(proc.pid))
         raise
     finally:
+        if watch is not None:
+            watch.join(timeout=1.0)
         shutil.rmtree(errdir, ignore_errors=True)
 
 
@@ -454,6 +472,9 @@ def _failure(errdir: Path, code: int, attempt: int = 0) -> tuple[str | None, int
     hung = _hung(errdir, ranks, failures, attempt)
     if hung is not None:
         return hung
+    nccl = nccl_abort(_read_json(errdir / _NCCL_REPORT), failures)
+    if nccl is not None:
+        return nccl
     killed = sorted((r, f) for r, f in failures.items()
                     if f.get("exitcode", 0) < 0 and -f["exitcode"] != signal.SIGTERM)
     if killed:
@@ -515,6 +536,21 @@ def _hung(errdir: Path, ranks: dict, failures: dict, attempt: int
         int(first.get("exit_code", 2)) or 2
 
 
+def agent_environment(environ: dict | None = None) -> dict:
+    """What torchrun's agent sets in its environment (``environ``, default ``os.environ``) for
+    its workers to inherit, where the user set nothing: ``OMP_NUM_THREADS=1`` (torchrun's
+    default, without its banner; each rank then sets its share of the cores,
+    :func:`~twopgraph.distributed.env.rank_plan`) and
+    :data:`~twopgraph.distributed.env.NCCL_ENV` (a failed NCCL collective raises in the rank,
+    one line, instead of SIGABRT; torchrun would set ``TORCH_NCCL_ASYNC_ERROR_HANDLING=1``
+    otherwise). Returns what was set."""
+    from twopgraph.distributed.env import nccl_env_defaults
+    env = os.environ if environ is None else environ
+    done = {} if "OMP_NUM_THREADS" in env else {"OMP_NUM_THREADS": "1"}
+    env.update(done)
+    return done | nccl_env_defaults(env)
+
+
 def agent_main(args: list[str]) -> int:
     """``python -m twopgraph.distributed.launch <torchrun arguments>``: torchrun's agent, with its
     log lines off (unless :data:`AGENT_LOGS_ENV` is set) and worker failures written to
@@ -525,7 +561,7 @@ def agent_main(args: list[str]) -> int:
     os.environ[AGENT_PID_ENV] = str(os.getpid())  # the workers die with us (watch_agent)
     if not os.environ.get(AGENT_LOGS_ENV):
         logging.disable(logging.CRITICAL)
-    os.environ.setdefault("OMP_NUM_THREADS", "1")  # torchrun's default, without its banner
+    agent_environment()
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import parse_args, run

@@ -35,9 +35,15 @@ metrics), with:
   (read-only maps, one copy per machine in the page cache; a ``global`` part also samples on
   the store's CSR); ``metrics.json`` reports each rank's ``peak_rss_mib`` and ``peak_pss_mib``
   and their sum ``peak_pss_mib_total`` (:class:`~twopgraph.runtime.memory.PssMonitor`).
+- **threads**: the ranks of a machine share its cores
+  (:func:`~twopgraph.distributed.env.rank_plan`: each rank's torch threads plus sampling
+  workers are its fair share, favouring sampling on CUDA), unless ``--threads``; on CUDA each
+  rank takes ``cuda:LOCAL_RANK`` (``--device cuda:N`` with several local ranks is refused:
+  :func:`~twopgraph.distributed.env.rank_device`).
 - **robustness**: collectives time out after ``--dist-timeout`` seconds; a rank that loses its
   peers raises :class:`~twopgraph.errors.PeerLost` (one line: "connection lost" when a
-  peer died, "did not answer within S s" when it timed out) instead of hanging; rank 0 then
+  peer died, "did not answer within S s" when it timed out; gloo's and NCCL's errors alike,
+  :func:`~twopgraph.distributed.env.peer_error`) instead of hanging; rank 0 then
   writes ``"status": "failed"`` with that line. A non-finite loss on any rank stops every rank
   at the end of that epoch (ranks must stop together) with
   :class:`~twopgraph.errors.TrainingDiverged`; rank 0 writes ``"status": "diverged"``.
@@ -83,6 +89,7 @@ from twopgraph.distributed.env import (
     peer_error,
     process_group,
     rank_device,
+    rank_plan,
     written_in_job,
 )
 from twopgraph.distributed.env import lost_peer as _lost_peer  # noqa: F401  (imported from here)
@@ -93,7 +100,6 @@ from twopgraph.errors import ConfigError, TrainingDiverged
 from twopgraph.inference.scores import resolve_metric
 from twopgraph.pipeline.assemble import govern_memory, make_loader
 from twopgraph.pipeline.epoch import diverged
-from twopgraph.pipeline.loader import available_cores
 from twopgraph.run.checkpoint import (
     CHECKPOINT,
     build_training,
@@ -344,13 +350,6 @@ def _own_out(out, env: DistEnv, resume: bool = False, overwrite: bool = False):
             rundir.release(failed=failed)
 
 
-def _rank_threads(threads: int, device, env: DistEnv) -> int:
-    """``threads`` or, on CPU, the cores shared fairly among this machine's ranks."""
-    if threads or device.type != "cpu":
-        return threads
-    return max(1, available_cores() // env.local_world_size)
-
-
 def _signature(cfg: TrainConfig, meta: dict, world: int) -> dict:
     params = {k: v for k, v in cfg.result_params().items() if k not in PARTITION_KEYS}
     params["world_size"] = world
@@ -407,10 +406,12 @@ def _run(cfg: TrainConfig, folder: Path, meta: dict, env: DistEnv, device, backe
     # features: local id v reads the store's row part.rows[v] (a global part: row v)
     # --schedule auto: every rank measures its part's batches; the decision is made on the
     # figures summed over the ranks, so all ranks use the same scheduler
+    plan = rank_plan(run.threads, device, env, run.prefetch)
     loader = make_loader(cfg, data, device, parts=part.cluster, batch_size=local_bs,
                          sampler=sampler, wrap_scheduler=lambda s: FixedSteps(s, steps),
-                         threads=_rank_threads(run.threads, device, env), rows=part.rows,
+                         threads=plan.total, rows=part.rows,
                          combine_schedule_figures=lambda f: summed_over_ranks(f, world))
+    loader.use_plan(plan)
     # this rank's share of the machine's budget; a step that cannot fit: exit 2 on every rank
     govern_memory(cfg, data, loader, governor, batch_size=local_bs)
     plans: dict = {}  # the --eval-scope plan and halo plan, made at the first evaluation
@@ -582,4 +583,7 @@ def _total(ranks: list[dict]) -> dict:
     tot["seeds_per_s"] = tot["num_seeds"] / tot["epoch_s"] if tot["epoch_s"] else 0.0
     tot["cpu_s"] = sum(r["cpu_s"] for r in ranks)  # every rank's threads
     tot["cpu_per_wall"] = tot["cpu_s"] / tot["epoch_s"] if tot["epoch_s"] else 0.0
+    for k in ("load_gpu_s", "sample_gpu_s", "compute_gpu_s"):  # the slowest rank's (None: CPU)
+        vals = [r[k] for r in ranks if r.get(k) is not None]
+        tot[k] = max(vals) if vals else None
     return tot

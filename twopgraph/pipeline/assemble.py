@@ -28,13 +28,15 @@ import torch
 
 from twopgraph.cache import PolicyContext, attach_host_cache, build_feature_source
 from twopgraph.cache.base import CachePolicy
+from twopgraph.cache.build import policy_lookahead, resolve_cache_policy
 from twopgraph.cache.feature_cache import (
     FeatureCache,
     activation_reserve_bytes,
     feat_dtype,
+    pipeline_reserve_parts,
     resolve_budget,
 )
-from twopgraph.cache.host import HostFeatures, host_tensor
+from twopgraph.cache.host import HostFeatures, host_tensor, store_dtype, transfer_dtype
 from twopgraph.cache.readahead import worth_reading_ahead
 from twopgraph.config import CacheConfig, ModelConfig, SamplingConfig, TrainConfig
 from twopgraph.config.checks import flag_name
@@ -136,8 +138,13 @@ def build_sampler(s: SamplingConfig, graph: CSRGraph, device: torch.device | str
             where, why = resolve_sampler_device(s.sampler_device, device, graph,
                                                 s.sampler_memory_share)
         built = name if where.type == "cpu" else twin
-    if log_choice:
-        log.info("sampling on %s (%s sampler): %s", where, built, why)
+    if log_choice:  # a switch to the device twin is said, with how far the twin may differ
+        twin_note = ""
+        if built != name:
+            note = getattr(SAMPLERS.get(name), "device_twin_note", None)
+            twin_note = (f"; --sampler {name} runs as its device twin {built}"
+                         + (f" ({note})" if note else ""))
+        log.info("sampling on %s (%s sampler): %s%s", where, built, why, twin_note)
     options = sampler_options(built, s)  # the fields it declares, e.g. --labor-iterations
     if getattr(SAMPLERS.get(built), "on_device", False):
         return make_sampler(built, graph, s.fanouts, seed=seed, device=where, **options)
@@ -186,27 +193,33 @@ def build_features(c: CacheConfig, data: GraphData, device: torch.device,
     budget decided here, once for a run (``--cache-ratio``, ``--cache-gb``, or on CUDA the free
     device memory less a margin and ``reserve`` bytes left to the model's activations; on the
     host 0 rows: :func:`~twopgraph.cache.feature_cache.resolve_budget`), the policy
-    (``--cache-policy``, or ``policy``: an object or factory of the caller's, see
+    (``--cache-policy``, ``auto`` resolved by :func:`~twopgraph.cache.resolve_cache_policy`
+    and logged; or ``policy``: an object or factory of the caller's, see
     :func:`~twopgraph.cache.build_feature_source`) built from ``ctx`` on ``threads`` threads,
     read-ahead for a table that does not stay in the page cache, and a host row cache
     (``--host-cache``) for a memory-mapped table larger than memory. The source reads ``feat``
     (default ``data.feat``, used as it is: no copy), id ``i`` reading row ``rows[i]`` when
     ``rows`` (int64) is given (a part over the machine's shared table)."""
-    row_bytes = data.num_features * torch.empty(0, dtype=feat_dtype(c.feat_dtype)).element_size()
+    table = data.feat if feat is None else feat
+    name, why = resolve_cache_policy(c.cache_policy, device)
+    if policy is None and c.cache_policy == "auto":
+        log.info("feature cache policy %s: %s", name, why)
+    # a buffer row is a row as it is copied (the store's dtype on CUDA when not wider)
+    moved = transfer_dtype(store_dtype(table), feat_dtype(c.feat_dtype), device)
+    row_bytes = data.num_features * torch.empty(0, dtype=moved).element_size()
     budget = resolve_budget(data.num_nodes, row_bytes, device, c.cache_ratio, c.cache_gb,
                             reserve=reserve)
     if (c.cache_ratio is None and c.cache_gb is None and device.type == "cuda"
-            and c.cache_policy != "none"):
-        log.info("cache budget %d rows (%s): free device memory less a 25%% margin and an "
-                 "activation reserve of %s", budget, human_bytes(budget * row_bytes),
+            and (policy is not None or name != "none")):
+        log.info("cache budget %d rows (%s, %s rows): free device memory less a 25%% margin "
+                 "and a reserve of %s", budget, human_bytes(budget * row_bytes), moved,
                  human_bytes(reserve))
     source_kw = {} if rows is None else {"rows": rows}
-    table = data.feat if feat is None else feat
     # Read-ahead (and MADV_RANDOM) only for a table that does not stay in the page cache.
     source_kw["readahead"] = (c.readahead == "on" or c.readahead == "auto"
                               and worth_reading_ahead(int(table.nbytes)))
     with thread_count(threads):  # pre-sampling (presample policy) may use every thread
-        features = build_feature_source(c.cache_policy if policy is None else policy, table,
+        features = build_feature_source(name if policy is None else policy, table,
                                         ctx, device, budget=budget, dtype=c.feat_dtype,
                                         **source_kw)
         ra = getattr(features, "readahead", None)
@@ -225,10 +238,10 @@ def build_features(c: CacheConfig, data: GraphData, device: torch.device,
     elif c.host_cache not in ("none", "auto"):
         log.warning("--host-cache %s: no host row cache (the feature table is not a memory "
                     "map of a store, or its size came to 0 rows)", c.host_cache)
-    if (policy is not None or c.cache_policy != "none") and features.budget == 0:
+    if (policy is not None or name != "none") and features.budget == 0:
         log.warning("cache policy %s has a budget of 0 rows on %s: every row is copied; give "
                     "--cache-ratio or --cache-gb to build a cache",
-                    c.cache_policy if policy is None else type(policy).__name__, device)
+                    name if policy is None else type(policy).__name__, device)
     return features
 
 
@@ -236,13 +249,39 @@ def model_reserve(m: ModelConfig, data: GraphData, fanouts: Sequence[int], batch
                   prefetch: int, eval_batch_edges: int, extra: int = 0) -> int:
     """Device bytes a default CUDA cache budget leaves to the model ``m``'s activations on
     ``data`` (:func:`~twopgraph.cache.feature_cache.activation_reserve_bytes`; ``extra``:
-    bytes the budget's free-memory reading does not see yet)."""
+    bytes the budget's free-memory reading does not see yet). :func:`device_reserve` adds
+    the pipeline's parts."""
     return activation_reserve_bytes(
         num_nodes=data.num_nodes, num_edges=data.graph.num_edges,
         num_features=data.num_features, hidden=m.hidden, num_classes=data.num_classes,
         fanouts=fanouts, batch_size=batch_size, prefetch=prefetch,
         eval_batch_edges=eval_batch_edges, extra=extra, conv=MODELS.get(m.model),
         conv_options=m.conv_options())
+
+
+def device_reserve(cfg: TrainConfig, data: GraphData, batch_size: int, *,
+                   sampler_on_device: bool,
+                   policy: str | CachePolicy | Callable[..., CachePolicy] | None = None,
+                   device: torch.device | str = "cpu") -> dict[str, int]:
+    """The parts of the device memory a default CUDA cache budget keeps free, in bytes:
+    ``activations`` (:func:`model_reserve`: the model's training step or evaluation) and the
+    pipeline's (:func:`~twopgraph.cache.feature_cache.pipeline_reserve_parts`): the blocks of
+    the batches a device sampler (``sampler_on_device``) samples ahead -- the cache's
+    lookahead window (:func:`~twopgraph.cache.build.policy_lookahead` of ``policy``, default
+    ``cfg``'s ``--cache-policy`` resolved for ``device``) and the prefetch queue --, its
+    relabelling maps, cuSPARSE's workspaces. The reserve is their sum."""
+    s, run = cfg.sampling, cfg.run
+    if policy is None:
+        policy = resolve_cache_policy(cfg.cache.cache_policy, device)[0]
+    parts = {"activations": model_reserve(cfg.model, data, s.fanouts, batch_size,
+                                          prefetch=run.prefetch,
+                                          eval_batch_edges=run.eval_batch_edges)}
+    parts.update(pipeline_reserve_parts(
+        num_nodes=data.num_nodes, num_edges=data.graph.num_edges, fanouts=s.fanouts,
+        batch_size=batch_size, sampler_on_device=sampler_on_device,
+        lookahead=policy_lookahead(policy), prefetch=run.prefetch,
+        eval_batch_edges=run.eval_batch_edges))
+    return parts
 
 
 def ignored_flags(cfg: TrainConfig, *, sampler_flags: bool = True) -> list[str]:
@@ -295,7 +334,9 @@ def make_loader(cfg: TrainConfig, data: GraphData, device: torch.device | str, *
     ``schedule_choice`` the ``--schedule auto`` decision's record, None for a schedule given
     by name) and a feature source (:func:`build_features` of ``cfg.cache``, whose default CUDA
     budget leaves the activations of ``cfg.model`` free: :func:`model_reserve`, reported as
-    ``activation_reserve_bytes`` per epoch). Each config section builds its object; none is
+    ``activation_reserve_bytes`` per epoch, and the pipeline's device memory: the parts of
+    :func:`device_reserve`, logged once and kept as ``loader.device_reserve_parts``). Each
+    config section builds its object; none is
     handed further down. ``batch_size`` and ``threads`` override ``cfg``'s; ``rows`` and
     ``feat`` go to the feature source.
 
@@ -328,17 +369,24 @@ def make_loader(cfg: TrainConfig, data: GraphData, device: torch.device | str, *
     ctx = PolicyContext(data.graph, data.train_idx, s.fanouts, batch_size, scheduler=scheduler,
                         sampler=HostIdSampler(sampler) if torch_sampler else sampler,
                         seed=seed, workers=workers)
-    # The device sampler's relabelling map is made on its first batch: not yet in the free
-    # memory the budget reads (its CSR is: the sampler was built above).
+    # The device sampler's relabelling maps and blocks are made on its first batches: not yet
+    # in the free memory the budget reads (its CSR is: the sampler was built above).
     on_device = torch_sampler and torch.device(sampler.device).type == "cuda"
-    reserve = model_reserve(cfg.model, data, s.fanouts, batch_size, prefetch=cfg.run.prefetch,
-                            eval_batch_edges=cfg.run.eval_batch_edges,
-                            extra=8 * data.num_nodes if on_device else 0)
+    parts = device_reserve(cfg, data, batch_size, sampler_on_device=on_device,
+                           policy=cache_policy, device=device)
+    reserve = sum(parts.values())
+    caching = (cache_policy is not None
+               or resolve_cache_policy(cfg.cache.cache_policy, device)[0] != "none")
+    if (device.type == "cuda" and caching and cfg.cache.cache_ratio is None
+            and cfg.cache.cache_gb is None):
+        log.info("device memory kept from the cache budget: %s (%s)", human_bytes(reserve),
+                 ", ".join(f"{k.replace('_', ' ')} {human_bytes(v)}" for k, v in parts.items()))
     features = build_features(cfg.cache, data, device, ctx, reserve=reserve, rows=rows,
                               feat=feat, policy=cache_policy, threads=plan.total)
     loader = Loader(scheduler, sampler, features, host_tensor(data.label), device,
                     prefetch=cfg.run.prefetch, threads=threads)
-    loader.activation_reserve_bytes = reserve
+    loader.activation_reserve_bytes = parts["activations"]
+    loader.device_reserve_parts = parts  # the whole reserve kept from a default budget
     loader.schedule = schedule
     loader.schedule_choice = choice
     return loader

@@ -1,13 +1,24 @@
 """One training epoch (:func:`train_epoch`): the steps of a loader's batches, the loss and
 accuracy kept on the device between reads (:class:`StepTally`), ``--amp`` (:func:`autocast`),
-and divergence (:func:`diverged`: a non-finite loss; :func:`check_finite_weights`: non-finite
-weights after an epoch). Used alike by the single-process loop (:mod:`twopgraph.run.train`) and
-the ranks of a distributed run (:mod:`twopgraph.distributed.trainer`).
+TF32 matmuls on CUDA (:func:`tf32`), and divergence (:func:`diverged`: a non-finite
+loss; :func:`check_finite_weights`: non-finite weights after an epoch). Used alike by the
+single-process loop (:mod:`twopgraph.run.train`) and the ranks of a distributed run
+(:mod:`twopgraph.distributed.trainer`).
+
+GPU stage times: on CUDA the epoch owns a :class:`~twopgraph.runtime.gputime.StageTimer`;
+the training step is timed here (``compute``, on the step's stream), and the loader times its
+gathers (``load``, on the feature source's stream) and device sampling (``sample``, on its
+sampling stream) through the same timer, handed to it as ``loader.gpu_timer`` for the epoch.
+The record gets ``load_gpu_s``, ``sample_gpu_s``, ``compute_gpu_s`` (seconds on the device;
+null on the CPU, and for a stage nothing timed) read once at the end of the epoch.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import time
+from collections.abc import Iterator
 
 import numpy as np
 import torch
@@ -15,7 +26,10 @@ import torch.nn.functional as F
 
 from twopgraph.errors import TrainingDiverged
 from twopgraph.pipeline.loader import Loader
+from twopgraph.runtime.gputime import gpu_span, gpu_times, stage_timer
 from twopgraph.runtime.heap import BatchHeap
+
+log = logging.getLogger("twopgraph")
 
 
 def diverged(epoch: int, step: int, loss: float, opt: torch.optim.Optimizer,
@@ -102,9 +116,30 @@ def autocast(device: torch.device | str, amp: str = "off") -> torch.autocast:
                           enabled=amp == "bf16")
 
 
+@contextlib.contextmanager
+def tf32(device: torch.device | str) -> Iterator[bool]:
+    """Inside the block, float32 matmuls on CUDA may use TensorFloat-32 (10-bit mantissa
+    products, float32 accumulation: ``torch.set_float32_matmul_precision("high")``), set once
+    at the start of a CUDA run with one log line and restored after it; yields True when TF32
+    is on. On the CPU (or any other device) nothing is changed: False. A precision the caller
+    lowered already (``high``/``medium``) is kept as it is."""
+    if torch.device(device).type != "cuda":
+        yield False
+        return
+    before = torch.get_float32_matmul_precision()
+    if before == "highest":
+        torch.set_float32_matmul_precision("high")
+        log.info("TF32 on for float32 matmuls on %s (torch.set_float32_matmul_precision"
+                 "('high'))", device)
+    try:
+        yield True
+    finally:
+        torch.set_float32_matmul_precision(before)
+
+
 def train_epoch(model: torch.nn.Module, opt: torch.optim.Optimizer, loader: Loader,
                 epoch: int, progress: bool = True, stop_on_nonfinite: bool = True,
-                amp: str = "off") -> dict:
+                amp: str = "off", profiler=None) -> dict:
     """One epoch of ``loader``'s batches through ``model`` (cross-entropy, ``opt`` step per
     batch; forward and loss under :func:`autocast` ``amp``); returns the epoch's record
     (the metrics of docs/formats.md, seconds, ``sampler_device``, ``amp``).
@@ -116,7 +151,13 @@ def train_epoch(model: torch.nn.Module, opt: torch.optim.Optimizer, loader: Load
     ``epoch_s`` ends with the last read. A non-finite loss is found at the next read, with its
     exact step: it raises :class:`TrainingDiverged` (:func:`diverged`), or, without
     ``stop_on_nonfinite`` (ranks of a distributed run, which must stop together), is recorded
-    as ``rec["nonfinite"] = {"step", "loss"}`` while the epoch runs to its end."""
+    as ``rec["nonfinite"] = {"step", "loss"}`` while the epoch runs to its end.
+
+    GPU times (CUDA): ``load_gpu_s``, ``sample_gpu_s``, ``compute_gpu_s`` from CUDA events
+    (see the module doc; no synchronisation per step: the events are read once, after the
+    last read); None on the CPU. ``profiler`` (``--profile``: a
+    :class:`~twopgraph.run.profile.StepProfiler`, started by the caller) is stepped after
+    every training step."""
     model.train()
     t0, cpu0 = time.perf_counter(), time.process_time()
     compute_s = 0.0
@@ -138,6 +179,9 @@ def train_epoch(model: torch.nn.Module, opt: torch.optim.Optimizer, loader: Load
                             seeds_s=f"{tally.seen / el:.0f}")
             bar.update(k)
 
+    timer = stage_timer(loader.device)
+    loader.gpu_timer = timer  # the loader's gathers and device sampling time through it
+    step_stream = None if timer is None else torch.cuda.current_stream(loader.device)
     batches = loader.epoch(epoch)
     last_read = t0
     gov = getattr(loader, "governor", None)
@@ -157,14 +201,17 @@ def train_epoch(model: torch.nn.Module, opt: torch.optim.Optimizer, loader: Load
     try:
         for mb in batches:
             tc = time.perf_counter()
-            opt.zero_grad(set_to_none=True)
-            with autocast(loader.device, amp):
-                logits = model(mb)
-                loss = F.cross_entropy(logits, mb.labels)
-            loss.backward()
-            opt.step()
-            tally.add(loss.detach(), (logits.detach().argmax(1) == mb.labels).sum(),
-                      mb.num_seeds)
+            with gpu_span(timer, "compute", step_stream):
+                opt.zero_grad(set_to_none=True)
+                with autocast(loader.device, amp):
+                    logits = model(mb)
+                    loss = F.cross_entropy(logits, mb.labels)
+                loss.backward()
+                opt.step()
+                tally.add(loss.detach(), (logits.detach().argmax(1) == mb.labels).sum(),
+                          mb.num_seeds)
+            if profiler is not None:
+                profiler.step()
             now = time.perf_counter()
             if tally.full or (bar is not None and now - last_read >= READ_SECONDS):
                 read()
@@ -179,6 +226,7 @@ def train_epoch(model: torch.nn.Module, opt: torch.optim.Optimizer, loader: Load
         compute_s += time.perf_counter() - tc
     finally:
         batches.close()
+        loader.gpu_timer = None
         if heap is not None:
             heap.__exit__(None, None, None)  # after the loader's threads stopped
         if gov is not None:
@@ -195,6 +243,7 @@ def train_epoch(model: torch.nn.Module, opt: torch.optim.Optimizer, loader: Load
            "amp": amp, "heap_trims": 0 if heap is None else heap.trims,
            "prefetch": loader.prefetch}
     rec.update(loader.stats.as_dict())
+    rec.update(gpu_times(timer))  # after the last read: the device has drained
     if tally.nonfinite is not None:
         rec["nonfinite"] = tally.nonfinite
     return rec

@@ -35,6 +35,13 @@ uses a thread-safe threading layer (:func:`twopgraph.runtime.jit.configure_threa
 deterministic per (seed, epoch, batch), so neither the thread count nor the lookahead changes
 the batches. Times and row/byte counts of each stage go into :class:`EpochStats`.
 
+CUDA device of the threads: every thread the loader starts (the prefetch thread, the sampling
+workers) makes the loader's CUDA device its current device before its first CUDA call
+(:func:`~twopgraph.sampler.stream.use_device`), and every ``torch.cuda.stream`` block of the
+pipeline runs under a device guard of its stream's device: leaving a stream block restores the
+*current* device's stream, and a thread's current device is GPU 0 until it is set, so without
+both a rank on GPU k (or ``--device cuda:1``) would create a CUDA context on GPU 0.
+
 Example::
 
     >>> loader = Loader(scheduler, sampler, HostFeatures(feat), labels)    # doctest: +SKIP
@@ -61,9 +68,10 @@ from twopgraph.cache.directory import announced
 from twopgraph.core.metrics import transfer_metrics
 from twopgraph.core.minibatch import MiniBatch
 from twopgraph.core.protocols import FeatureSource, Sampler, Scheduler
+from twopgraph.runtime.gputime import gpu_span
 from twopgraph.runtime.heap import BatchHeap
 from twopgraph.runtime.jit import configure_threading, thread_count
-from twopgraph.sampler.stream import sampled_batches
+from twopgraph.sampler.stream import sampled_batches, use_device
 from twopgraph.store import mapped as livemap
 
 
@@ -149,6 +157,36 @@ class ThreadPlan:
             return cls(n, n, n, False)
         return cls(n, n, max(1, n // 4), True)
 
+    @classmethod
+    def for_rank(cls, local_ranks: int, cuda: bool, prefetch: int = 2,
+                 cores: int | None = None) -> ThreadPlan:
+        """The plan of one of ``local_ranks`` processes that share this machine's ``cores``
+        (default :func:`available_cores`): its fair share ``S = max(1, cores // local_ranks)``
+        threads, split so that ``compute + workers = S`` and the ranks together keep at most
+        ``cores`` threads busy (when ``cores >= local_ranks``; else each rank still gets one).
+
+        - ``S == 1``: one thread does everything in turn (no prefetch thread). On CUDA the
+          GPU still overlaps: the step's kernels run while the thread samples the next batch.
+        - CPU (``cuda`` False): the model computes on the host, so compute is favoured:
+          ``workers = max(1, S // 4)`` sampling threads, ``compute = S - workers``.
+        - CUDA: the model computes on the GPU, and the host's threads mostly feed it
+          (sampling, gathering), so sampling is favoured: ``compute = max(1, S // 4)`` torch
+          threads (host-side ops of the step), ``workers = S - compute``.
+        - ``prefetch <= 0``: the stages take turns, each on all ``S`` threads.
+
+        One sampling worker means the prefetch thread samples itself; with several, it
+        gathers features while the workers sample.
+        """
+        n = max(1, int(cores or available_cores()) // max(1, int(local_ranks)))
+        if n == 1:
+            return cls(1, 1, 1, False)
+        if prefetch <= 0:
+            return cls(n, n, n, False)
+        small = max(1, n // 4)
+        if cuda:
+            return cls(n, small, n - small, True)
+        return cls(n, n - small, small, True)
+
     @contextlib.contextmanager
     def applied(self) -> Iterator[ThreadPlan]:
         """torch's and (this thread's) numba's thread counts set to ``compute`` inside the
@@ -177,26 +215,27 @@ class Loader:
     ``features=None`` gives batches without features (sampling only). ``labels`` (int64 tensor
     over all vertices, on the host, or None) fills ``mb.labels``. ``prefetch`` batches are
     prepared ahead in a background thread (0 = none); ``threads`` CPU threads in all
-    (:class:`ThreadPlan`; a sampler with a ``device`` samples in one worker). After (or
-    during) an epoch, :attr:`stats` holds its :class:`EpochStats`.
+    (:meth:`ThreadPlan.for_threads`), or a :class:`ThreadPlan` itself (a sampler with a
+    ``device`` samples in one worker). After (or during) an epoch, :attr:`stats` holds its
+    :class:`EpochStats`.
     """
 
     def __init__(self, scheduler: Scheduler, sampler: Sampler,
                  features: FeatureSource | None = None, labels: torch.Tensor | None = None,
                  device: torch.device | str = "cpu", *, prefetch: int = 2,
-                 threads: int = 0) -> None:
+                 threads: int | ThreadPlan = 0) -> None:
         self.scheduler = scheduler
         self.sampler = sampler
         self.features = features
         self.labels = labels
-        self.device = torch.device(device)
-        self.sampler_device = sampler_device(sampler)
-        plan = ThreadPlan.for_threads(threads, prefetch)
+        # "cuda" names the current device of the thread that reads it: pinned here, in the
+        # caller's thread, so the loader's own threads use the same GPU
+        self.device = with_index(torch.device(device))
+        self.sampler_device = with_index(sampler_device(sampler))
         self.torch_sampler = hasattr(sampler, "device")
-        if self.torch_sampler:  # torch ops: one worker (its ops use torch's own threads)
-            plan = replace(plan, workers=1)
-        self.plan = plan
-        self.prefetch = int(prefetch) if self.plan.background else 0
+        self._depth = int(prefetch)
+        self.use_plan(threads if isinstance(threads, ThreadPlan)
+                      else ThreadPlan.for_threads(threads, prefetch))
         #: Set by whoever budgets the run's memory (twopgraph.run.train): it watches the
         #: headroom once per batch and may shorten the queue (:meth:`shrink_prefetch`).
         self.governor = None
@@ -204,11 +243,29 @@ class Loader:
         self.stats = EpochStats()
         # Set by whoever sized the feature source (pipeline.make_loader): reported per epoch.
         self.activation_reserve_bytes = 0
+        #: Set by the training epoch for its duration: the StageTimer (CUDA events) of the
+        #: gathers and of device sampling (twopgraph.runtime.gputime); None = not timed.
+        self.gpu_timer = None
         self.cuda = self.device.type == "cuda"
+        #: the CUDA device every thread of the loader makes current before its first CUDA
+        #: call (the loader's, else a CUDA sampler's; None: no CUDA work in them)
+        self.thread_device: torch.device | None = (
+            self.device if self.cuda else
+            self.sampler_device if self.sampler_device.type == "cuda" else None)
         self.copy_stream = torch.cuda.Stream(self.device) if self.cuda else None
         self.sample_stream = (torch.cuda.Stream(self.sampler_device)
                               if self.sampler_device.type == "cuda" else None)
         configure_threading()
+
+    def use_plan(self, plan: ThreadPlan) -> None:
+        """Spend the threads as ``plan`` says (e.g. a DDP rank's share:
+        :meth:`ThreadPlan.for_rank`); before an epoch starts. A sampler with a ``device``
+        samples in one worker (its ops use torch's own threads, or the GPU); without a
+        background thread nothing is prefetched."""
+        if self.torch_sampler:
+            plan = replace(plan, workers=1)
+        self.plan = plan
+        self.prefetch = self._depth if plan.background else 0
 
     def __len__(self) -> int:
         return self.scheduler.num_batches
@@ -227,7 +284,7 @@ class Loader:
             it = ((mb, None) for mb in batches)
         if self.cuda:
             it = self._copied(it)
-        for mb, ready in _prefetch(it, self.prefetch, self._live_queue):
+        for mb, ready in _prefetch(it, self.prefetch, self._live_queue, self.thread_device):
             livemap.check()  # a store file truncated or rewritten under the run: one line
             yield self._consumed(mb, ready)
 
@@ -255,7 +312,7 @@ class Loader:
         # freed
         with thread_count(1), BatchHeap() as heap:
             for mb, secs in sampled_batches(self.scheduler, self._sampling(), epoch,
-                                            self._all_workers()):
+                                            self._all_workers(), self.thread_device):
                 _count_sampled(stats, mb, secs)
                 stats.feature_rows += int(mb.input_nodes.shape[0])
                 heap.step()
@@ -268,7 +325,7 @@ class Loader:
         with thread_count(1), BatchHeap():
             return [mb.input_nodes.numpy() for mb, _ in
                     sampled_batches(self.scheduler, self._sampling(), epoch,
-                                    self._all_workers())]
+                                    self._all_workers(), self.thread_device)]
 
     def _all_workers(self) -> int:
         """Sampling workers when sampling is all there is: every thread (numba), or one
@@ -280,7 +337,7 @@ class Loader:
         stream and handing back host ids (:class:`HostIdSampler`)."""
         if self.sample_stream is None:
             return self.sampler
-        return HostIdSampler(self.sampler, self.sample_stream)
+        return HostIdSampler(self.sampler, self.sample_stream, self.gpu_timer)
 
     # -- stages ------------------------------------------------------------------------------
     def _sampled(self, epoch: int, stats: EpochStats) -> Iterator[MiniBatch]:
@@ -289,7 +346,8 @@ class Loader:
         if ra is not None:  # advised by the worker that sampled the batch, before it queues
             sampler = AdvisingSampler(sampler, self.features.advise)
             before = ra.counts()
-        for mb, secs in sampled_batches(self.scheduler, sampler, epoch, self.plan.workers):
+        for mb, secs in sampled_batches(self.scheduler, sampler, epoch, self.plan.workers,
+                                        self.thread_device):
             _count_sampled(stats, mb, secs)
             if ra is not None:
                 now = ra.counts()
@@ -306,7 +364,8 @@ class Loader:
             t = time.perf_counter()
             before = src.counters.copy()
             rc_before = None if rc is None else rc.counts()
-            mb.features, ready = src.gather(mb.input_nodes)
+            with gpu_span(self.gpu_timer, "load", getattr(src, "stream", None)):
+                mb.features, ready = src.gather(mb.input_nodes)
             stats.load_s += time.perf_counter() - t
             if rc is not None:
                 hits, lookups = rc.counts()
@@ -328,7 +387,8 @@ class Loader:
         event))``. Tensors already on the device (device-sampled blocks) are not copied."""
         for mb, ready in items:
             mb = mb.pin_memory()
-            with torch.cuda.stream(self.copy_stream):
+            # the guard: leaving the stream block restores this device's stream, not GPU 0's
+            with torch.cuda.device(self.device), torch.cuda.stream(self.copy_stream):
                 mb = mb.to(self.device, non_blocking=True)
                 copied = torch.cuda.Event()
                 copied.record(self.copy_stream)
@@ -356,6 +416,14 @@ def sampler_device(sampler: Sampler) -> torch.device:
     return torch.device("cpu") if dev is None else torch.device(dev)
 
 
+def with_index(device: torch.device) -> torch.device:
+    """``device`` with its index: a CUDA device without one (``cuda``) is the calling
+    thread's current device, ``cuda:K``; others as they are."""
+    if device.type == "cuda" and device.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
 class HostIdSampler:
     """``sampler`` whose batches come back with host ids (:func:`_ids_to_host`), sampled on
     ``stream`` when one is given (a CUDA side stream of the loader's: the sampling kernels do
@@ -365,19 +433,25 @@ class HostIdSampler:
     sampler's. What the loader's sampling stage, and the cache policies that pre-sample
     (``presample``), call."""
 
-    def __init__(self, sampler: Sampler, stream: torch.cuda.Stream | None = None) -> None:
-        self.sampler, self.stream = sampler, stream
+    def __init__(self, sampler: Sampler, stream: torch.cuda.Stream | None = None,
+                 timer: Any = None) -> None:
+        self.sampler, self.stream, self.timer = sampler, stream, timer
 
     def __getattr__(self, name: str) -> Any:
-        if name in ("sampler", "stream"):
+        if name in ("sampler", "stream", "timer"):
             raise AttributeError(name)
         return getattr(self.sampler, name)
 
     def sample(self, seeds: np.ndarray | torch.Tensor, key: int | None = None,
                parallel: bool = True) -> MiniBatch:
-        ctx = contextlib.nullcontext() if self.stream is None else torch.cuda.stream(self.stream)
-        with ctx:
+        if self.stream is None:
             return _ids_to_host(self.sampler.sample(seeds, key, parallel))
+        # under a guard of the stream's device: leaving the block restores that device's
+        # stream (not the current device's, GPU 0 in a thread that never set one)
+        with torch.cuda.device(self.stream.device), torch.cuda.stream(self.stream):
+            with gpu_span(self.timer, "sample", self.stream):  # device time of the sampling
+                mb = self.sampler.sample(seeds, key, parallel)
+            return _ids_to_host(mb)
 
 
 class AdvisingSampler:
@@ -431,14 +505,32 @@ _DONE = object()
 
 
 def _prefetch(it: Iterator, depth: int,
-              live: Callable[[queue.Queue | None], None] | None = None) -> Iterator:
+              live: Callable[[queue.Queue | None], None] | None = None,
+              device: torch.device | None = None) -> Iterator:
     """Run ``it`` in a background thread (numba: one thread there), ``depth`` items ahead;
     ``depth`` 0 runs it inline. Exceptions are re-raised in the consumer; closing the consumer
     stops the producer. ``live`` is handed the queue while it runs (its ``maxsize`` may be
-    lowered then) and None after."""
+    lowered then) and None after. A CUDA ``device`` is made the background thread's current
+    device before ``it`` runs there (:func:`~twopgraph.sampler.stream.use_device`); inline,
+    each step of ``it`` runs under a device guard of it instead (the caller's thread keeps
+    its own current device between the items)."""
     if depth <= 0:
-        yield from it
-        return
+        if device is None or device.type != "cuda":
+            yield from it
+            return
+        it = iter(it)
+        try:
+            while True:
+                with torch.cuda.device(device):
+                    item = next(it, _DONE)
+                if item is _DONE:
+                    return
+                yield item
+        finally:  # closing the consumer stops the stages (their threads), as yield from does
+            close = getattr(it, "close", None)
+            if close is not None:
+                with torch.cuda.device(device):
+                    close()
     q: queue.Queue = queue.Queue(maxsize=depth)
     if live is not None:
         live(q)
@@ -446,6 +538,7 @@ def _prefetch(it: Iterator, depth: int,
 
     def produce():
         try:
+            use_device(device)  # before the first CUDA call of this thread
             with thread_count(1):
                 for item in it:
                     while not stop.is_set():

@@ -1,18 +1,18 @@
 """A run, from its flags to its files: :func:`train` (:mod:`.train`), :func:`predict` and
 :func:`load_model` (:mod:`.predict`), checkpoints (:mod:`.checkpoint`), the output folder
 (:mod:`.outdir`), model selection (:mod:`.selection`) and the records a run writes
-(:mod:`.records`).
+(:mod:`.records`) and ``--profile``'s trace of a few training steps (:mod:`.profile`).
 """
 
 from twopgraph.imports import lazy_exports
 
 _EXPORTS = {
-   
     "load_model": "predict", "run_predict": "predict",
     "PredictConfig": "predictconfig",
     "save_checkpoint": "checkpoint", "read_checkpoint": "checkpoint",
     "RunDir": "outdir", "check_out": "outdir",
     "Selection": "selection",
+    "StepProfiler": "profile", "profile_steps": "profile",
     "write_metrics": "records", "result_record": "records",
 }
 __all__ = list(_EXPORTS)

@@ -6,8 +6,10 @@ and the model and optimiser restored from it.
 epoch by :func:`save_checkpoint`) holds ``format``, ``kind`` (``single`` | ``distributed``),
 ``signature`` (:func:`run_signature`), ``epochs_done``, ``model`` and ``optimizer`` state,
 ``epochs_log`` and what the caller adds (``torch_rng``, ``config``, ``selected``,
-``model_spec``: :func:`model_record`, ``dataset``: :func:`dataset_record`); docs/formats.md
-lists every key.
+``model_spec``: :func:`model_record`, ``dataset``: :func:`dataset_record`); with ``torch_rng``
+also ``cuda_rng`` (:data:`CUDA_RNG`: every GPU's generator state, when this process has
+initialised CUDA), restored by :func:`build_training` (:func:`restore_cuda_rng`); older
+checkpoints without it still load. docs/formats.md lists every key.
 
 Example::
 
@@ -18,7 +20,9 @@ Example::
 
 from __future__ import annotations
 
+import inspect
 import io
+import logging
 import os
 import pickle
 import zipfile
@@ -35,6 +39,12 @@ from twopgraph.graph.data import GraphData
 from twopgraph.models import BlockGNN, model_from_config
 
 CHECKPOINT = "checkpoint.pt"
+
+#: Checkpoint key of the CUDA generators' states (``torch.cuda.get_rng_state_all()``: one
+#: uint8 tensor per GPU this process sees), saved beside ``torch_rng`` (the CPU generator).
+CUDA_RNG = "cuda_rng"
+
+log = logging.getLogger("twopgraph")
 
 
 CHECKPOINT_FORMAT = 2
@@ -125,11 +135,45 @@ def _data_change(ckpt: dict, signature: dict, partitions: str | None,
     return f"the data (its content changed; {both})"
 
 
+def cuda_rng_states() -> list[torch.Tensor] | None:
+    """The state of every CUDA generator of this process (``torch.cuda.get_rng_state_all()``),
+    or None when CUDA is not initialised here (a CPU run: nothing to save, and no CUDA context
+    is created to read it)."""
+    if not torch.cuda.is_initialized():
+        return None
+    return [t.cpu() for t in torch.cuda.get_rng_state_all()]
+
+
+def restore_cuda_rng(ckpt: dict) -> int:
+    """Set the CUDA generators from ``ckpt[CUDA_RNG]`` (:func:`cuda_rng_states`), so a resumed
+    CUDA run draws what the uninterrupted one would have drawn (dropout masks, device
+    sampling). A checkpoint without the key (older, or of a CPU run) changes nothing; one
+    from a process that saw another number of GPUs sets the generators both have (GPU ``i``
+    from state ``i``) and warns once. Returns the number of generators set."""
+    states = ckpt.get(CUDA_RNG)
+    if not states:
+        return 0
+    have = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    n = min(len(states), have)
+    for i in range(n):
+        torch.cuda.set_rng_state(states[i], i)
+    if n != len(states) or have != len(states):
+        log.warning("resume: the checkpoint holds the CUDA generator states of %d GPU(s), this "
+                    "process sees %d: %d restored, the others keep their seeded state (the "
+                    "run may not resume identically)", len(states), have, n)
+    return n
+
+
 def save_checkpoint(out: Path, model: torch.nn.Module, opt: torch.optim.Optimizer,
                     signature: dict, epochs_log: list, **extra: Any) -> None:
     """``out/checkpoint.pt`` (atomically) after ``len(epochs_log)`` epochs; ``extra`` keys
     (e.g. ``torch_rng``, ``kind``, ``config``) are stored as they are; :func:`read_checkpoint`
-    reads it."""
+    reads it. With ``torch_rng`` (a process that resumes its random draws) and CUDA initialised
+    the CUDA generators' states are added as :data:`CUDA_RNG` unless ``extra`` gives them."""
+    if "torch_rng" in extra and CUDA_RNG not in extra:
+        states = cuda_rng_states()
+        if states is not None:
+            extra[CUDA_RNG] = states
     state = {"format": CHECKPOINT_FORMAT, "signature": signature,
              "epochs_done": len(epochs_log), "model": model.state_dict(),
              "optimizer": opt.state_dict(), "epochs_log": epochs_log, **extra}
@@ -177,19 +221,54 @@ def dataset_record(dataset: str | None, data_root: str | os.PathLike | None,
             "num_nodes": int(num_nodes), "store_dtype": store_dtype}
 
 
+def adam_options(device: torch.device | str) -> dict:
+    """Keywords of ``torch.optim.Adam`` for parameters on ``device``: ``fused=True`` on a CUDA
+    device where this torch's Adam has it (one kernel for every parameter's update instead of
+    a few per tensor), nothing on the CPU (the CPU path stays as it was: torch's default
+    implementation).
+
+    Example::
+
+        >>> adam_options("cpu")
+        {}
+    """
+    if torch.device(device).type != "cuda":
+        return {}
+    if "fused" not in inspect.signature(torch.optim.Adam).parameters:
+        return {}
+    return {"fused": True}
+
+
+def load_optimizer_state(opt: torch.optim.Optimizer, state: dict) -> None:
+    """``opt.load_state_dict(state)`` keeping ``opt``'s own implementation choice (``fused``,
+    ``foreach``: the device's, :func:`adam_options`) rather than the saved one, so a checkpoint
+    written on another device resumes (a CUDA run's fused state on the CPU, a CPU run's on
+    CUDA: the ``step`` counters are then placed as the implementation needs)."""
+    keys = ("fused", "foreach")
+    saved = state.get("param_groups", [])
+    if len(saved) == len(opt.param_groups):  # else torch's own error
+        state = {**state, "param_groups": [{**g, **{k: own[k] for k in keys if k in own}}
+                                           for g, own in zip(saved, opt.param_groups)]}
+    opt.load_state_dict(state)
+
+
 def build_training(cfg: TrainConfig, data: GraphData, device: torch.device | str,
                    ckpt: dict | None = None,
                    ) -> tuple[BlockGNN, torch.optim.Optimizer, list[dict], int]:
     """The model (initialised from ``torch.manual_seed(seed)``, so every process builds the
-    same weights) and its Adam optimizer, restored from ``ckpt`` when resuming.
+    same weights) and its Adam optimizer (fused on CUDA: :func:`adam_options`), restored from
+    ``ckpt`` when resuming (the CUDA generators too: :func:`restore_cuda_rng`; the caller
+    restores the CPU one, ``torch_rng``).
     Returns ``(model, optimizer, epochs_log, start_epoch)``."""
     m = cfg.model
     torch.manual_seed(cfg.run.seed)
     model = model_from_config(m, data.num_features, data.num_classes,
                               len(cfg.sampling.fanouts)).to(device)
-    opt = torch.optim.Adam(model.parameters(), lr=m.lr, weight_decay=m.weight_decay)
+    opt = torch.optim.Adam(model.parameters(), lr=m.lr, weight_decay=m.weight_decay,
+                           **adam_options(device))
     if ckpt is None:
         return model, opt, [], 0
     model.load_state_dict(ckpt["model"])
-    opt.load_state_dict(ckpt["optimizer"])
+    load_optimizer_state(opt, ckpt["optimizer"])
+    restore_cuda_rng(ckpt)
     return model, opt, list(ckpt["epochs_log"]), ckpt["epochs_done"]

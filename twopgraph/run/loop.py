@@ -17,22 +17,28 @@ evaluation and the selection (``--select``); the record appended, logged, checkp
 written. A stop signal or Ctrl-C writes ``metrics.json`` with status ``interrupted`` (the last
 epoch's checkpoint stays) and propagates; a run error writes status ``failed``; divergence
 writes the diverged record. At the end the final ``metrics.json`` and the summary line.
+
+On CUDA the epochs run with TF32 float32 matmuls (:func:`~twopgraph.pipeline.epoch.tf32`: set
+at the start with one log line, restored at the end); with ``--profile DIR`` the first epoch
+the run trains is profiled (:mod:`twopgraph.run.profile`; the main process only).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
 from twopgraph.config import TrainConfig
 from twopgraph.errors import OutputError, Stopped, TrainingDiverged, TwopgraphError
 from twopgraph.inference import ScoredLogits
-from twopgraph.pipeline.epoch import check_finite_weights, train_epoch
+from twopgraph.pipeline.epoch import check_finite_weights, tf32, train_epoch
 from twopgraph.pipeline.loader import Loader
 from twopgraph.run.checkpoint import save_checkpoint
 from twopgraph.run.logs import EpochLogs, write_epochs_csv
@@ -50,6 +56,9 @@ from twopgraph.run.selection import (
     log_early_stop,
     patience_exhausted,
 )
+
+if TYPE_CHECKING:
+    from twopgraph.run.profile import StepProfiler
 
 log = logging.getLogger("twopgraph")
 
@@ -161,18 +170,36 @@ def train_epochs(t: Training, rank: Rank) -> None:
             logs.close()
 
 
+@contextlib.contextmanager
+def _profiled(t: Training, rank: Rank, epoch: int) -> Iterator[StepProfiler | None]:
+    """``--profile DIR``: a started :class:`~twopgraph.run.profile.StepProfiler` for the
+    first epoch this run trains, stopped after it (on the main process only: one trace);
+    None for every other epoch and without ``--profile``."""
+    folder = getattr(t.cfg.run, "profile", None)
+    if folder is None or epoch != t.start_epoch or not rank.is_main:
+        yield None
+        return
+    from twopgraph.run.profile import StepProfiler
+    prof = StepProfiler(folder, t.device, len(t.loader), epoch).start()
+    try:
+        yield prof
+    finally:
+        prof.stop()
+
+
 def _train_epochs(t: Training, rank: Rank, progress: bool, logs: EpochLogs | None) -> None:
     cfg, run = t.cfg, t.cfg.run
     try:
-        with t.loader.plan.applied():
+        with t.loader.plan.applied(), tf32(t.device):
             for epoch in range(t.start_epoch, run.epochs):
                 if patience_exhausted(t.epochs_log, run.patience):  # --patience: stop early
                     break
                 rank.begin_epoch(t, epoch)
                 try:
-                    rec = train_epoch(rank.module(t), t.opt, t.loader, epoch, progress,
-                                      stop_on_nonfinite=rank.stops_on_nonfinite,
-                                      amp=cfg.model.amp)
+                    with _profiled(t, rank, epoch) as prof:
+                        rec = train_epoch(rank.module(t), t.opt, t.loader, epoch, progress,
+                                          stop_on_nonfinite=rank.stops_on_nonfinite,
+                                          amp=cfg.model.amp, profiler=prof)
                     rec = rank.epoch_record(t, rec)
                 except TrainingDiverged as e:
                     if rank.is_main:

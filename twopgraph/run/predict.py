@@ -67,6 +67,7 @@ from twopgraph.run.checkpoint import (
 )
 from twopgraph.run.predictconfig import PredictConfig
 from twopgraph.sampler import make_sampler
+from twopgraph.sampler.stream import use_device
 
 log = logging.getLogger("twopgraph")
 
@@ -264,6 +265,8 @@ def _infer(checkpoint, data: GraphData | None, dataset: str | None, data_root, d
     """Exact inference of every vertex by the checkpoint's model (see :func:`predict`)."""
     mc = read_model_checkpoint(checkpoint)
     device = resolve_device(str(device))
+    if device.index is not None:  # --device cuda:N: this thread's work (and contexts) there
+        use_device(device)
     data, root, same = _load_data(mc, data, dataset, data_root, symmetrize)
     cfg = mc.config
     perm = None

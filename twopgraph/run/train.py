@@ -106,6 +106,7 @@ from twopgraph.runtime.governor import MemoryGovernor
 from twopgraph.runtime.jit import configure_threading
 from twopgraph.runtime.memory import process_pss_monitor, reserve_host_bytes
 from twopgraph.sampler import make_sampler
+from twopgraph.sampler.stream import use_device
 
 log = logging.getLogger("twopgraph")
 
@@ -237,6 +238,8 @@ def train(cfg: TrainConfig, data: GraphData | None = None) -> TrainResult:
     process_pss_monitor()  # peak PSS sampled from here on (metrics.json: peak_pss_mib)
     configure_threading()  # before the first parallel kernel (clustering, renumbering)
     device = resolve_device(cfg.run.device)
+    if device.index is not None:  # --device cuda:N: this thread's work (and contexts) there
+        use_device(device)
     if data is None:
         check_data_root(cfg.data.data_root, cfg.data.dataset)
     # held until the run ends: a second run into it is refused, and so is a folder holding

@@ -1,7 +1,8 @@
 """The process's machinery, below everything else: numba's threading layer and kernel registry
 (:mod:`.jit`), the glibc heap policy (:mod:`.heap`), memory probes of the process and its cgroup
 (:mod:`.memory`), the run's memory budget under its cgroup limit (:mod:`.governor`) and the
-software prefetch hint for kernels (:mod:`.prefetch`).
+software prefetch hint for kernels (:mod:`.prefetch`), and stage times on the GPU from CUDA
+events (:mod:`.gputime`).
 """
 
 from twopgraph.imports import lazy_exports
@@ -14,6 +15,8 @@ _EXPORTS = {
     "PREFETCH_DIST": "prefetch",
     "MemoryGovernor": "governor", "MemoryLimit": "governor", "MemoryPlan": "governor",
     "StepEstimate": "governor", "read_memory_limit": "governor",
+    "StageTimer": "gputime", "gpu_span": "gputime", "gpu_times": "gputime",
+    "stage_timer": "gputime",
 }
 __all__ = list(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

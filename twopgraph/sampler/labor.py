@@ -95,6 +95,12 @@ class LaborSampler(NeighborSampler):
 
     #: The torch twin that draws the same batches on a GPU (``--sampler-device``).
     device_twin = "labor-device"
+    #: What the switch to the twin means, for the log line that says it happened: the twin is
+    #: deterministic and equal to this sampler up to float rounding on CUDA
+    #: (:mod:`twopgraph.sampler.labor_device`).
+    device_twin_note = ("deterministic; on CUDA equal to labor up to float rounding (pairwise "
+                        "row sums, the device's log/cos/erfc): a kept edge differs with "
+                        "probability ~1e-14")
     #: The sampling-config fields this sampler reads, ``labor_<keyword>`` -> its keyword
     #: (:func:`twopgraph.sampler.sampler_options`).
     options = ("labor_iterations", "labor_layer_dependency", "labor_batch_dependency")
