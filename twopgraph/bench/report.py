@@ -10,7 +10,9 @@ its file, and per file a table -- the parameters that differ between its rows, t
 the ratios against the peer (``*_vs_dgl``) where the records have both sides -- under a
 "measured on" line giving the machine (host, CPU, cores, memory, GPU), the versions (Python,
 torch, numpy, numba, twopgraph, DGL) and the date of its records, and whether they came from
-uncommitted code (``dirty``). Commit hashes stay in the records; the page shows none.
+uncommitted code (``dirty``). Commit hashes stay in the records; the page shows none. The
+time-to-accuracy section (``bench tta``, :data:`LEADING`) comes first, its table over the seeds
+above its per-seed rows (:mod:`twopgraph.bench.sections`).
 
 The README's headline table (``--readme``, default ``README.md``) is the block between the
 lines :data:`START` and :data:`END`: :data:`HEADLINES` (data: which file, which row, which
@@ -40,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from twopgraph.bench.harness import BENCHMARKS, Benchmark, benchmark_names, build_parser, fmt
+from twopgraph.bench.sections import section_extra, section_lead
 from twopgraph.errors import ConfigError
 
 #: the defaults of ``--results``, ``--out``, ``--readme`` (relative to the current folder)
@@ -77,6 +80,8 @@ REPORT_COLUMNS = {
 }
 #: the parameters a table shows first (when they differ between its rows)
 FIRST = ("graph", "system", "variant")
+#: the benchmarks whose sections lead the page, in this order (the headline: time to accuracy)
+LEADING = ("tta",)
 #: the peers whose ratios (figures named ``*_vs_PEER*``) every table shows
 PEER_NAMES = ("dgl", "pyg", "twopgraph")
 _VS_PEER = re.compile(r"_vs_(" + "|".join(PEER_NAMES) + r")(_|$)")
@@ -143,15 +148,18 @@ def load_results(folder: str | os.PathLike) -> dict[str, list[dict]]:
 
 
 def benchmark_sections(results: dict[str, list[dict]]) -> dict[str, list[tuple[str, list]]]:
-    """``{benchmark: [(file, its records of that benchmark)]}``: the harness's order
-    (``sampler``, ``cache``, then by name), benchmarks no longer registered last."""
+    """``{benchmark: [(file, its records of that benchmark)]}``: :data:`LEADING` first (the
+    headline benchmark, time to accuracy), then the harness's order (``sampler``, ``cache``,
+    then by name), benchmarks no longer registered last."""
     by: dict[str, list[tuple[str, list]]] = {}
     for name, recs in results.items():
         for bench in dict.fromkeys(r["benchmark"] for r in recs):
             by.setdefault(bench, []).append((name, [r for r in recs
                                                     if r["benchmark"] == bench]))
     known = benchmark_names()
-    order = [b for b in known if b in by] + sorted(b for b in by if b not in known)
+    order = [b for b in LEADING if b in by]
+    order += [b for b in known if b in by and b not in order]
+    order += sorted(b for b in by if b not in order)
     return {b: by[b] for b in order}
 
 
@@ -387,28 +395,12 @@ def render_page(results: dict[str, list[dict]]) -> str:
             if len(files) > 1:
                 out += [f"### {file}", ""]
             out += command(bench, recs, file)
+            out += section_lead(bench, recs)
             out += table(bench, recs)
             out += section_extra(bench, recs)
             if len(files) > 1:
                 out.append("")
     return "\n".join(out).rstrip("\n") + "\n"
-
-
-# -- a benchmark's own lines under its table -------------------------------------------------------
-def defaults_lines(records: list[dict]) -> list[str]:
-    """``bench defaults``' leave-one-out table (:func:`twopgraph.bench.defaults.loo_lines`)."""
-    from twopgraph.bench.defaults import loo_lines
-    return ["", *loo_lines(records)]
-
-
-#: ``{benchmark: renderer}``: lines a benchmark's section shows under each file's table
-SECTION_EXTRAS = {"defaults": defaults_lines}
-
-
-def section_extra(benchmark: str, records: list[dict]) -> list[str]:
-    """The :data:`SECTION_EXTRAS` lines of one file's records (``[]`` for most benchmarks)."""
-    render = SECTION_EXTRAS.get(benchmark)
-    return render(records) if render is not None else []
 
 
 # -- the README's headline table ------------------------------------------------------------------
