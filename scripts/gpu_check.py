@@ -501,17 +501,25 @@ class Check:
                         "== collected, each for want of CUDA (on CPU)", skip_reasons=reasons,
                         reason=None if ok else "a CUDA test ran or skipped for another reason")
 
-    def step_cpu_reference(self) -> None:
-        m = self.main_run
-        ref, _, why = self.train("cpu_reference", self.train_args("cpu")
-                                 + ["--cache-policy", "none"])
-        if ref is None:
-            self.fail("cache_accuracy", f"the CPU run without cache failed: {why}")
+    def same_accuracy(self, check: str, run: str, args: list[str], what: str,
+                      labels: tuple[str, str], tol: float) -> None:
+        """Check ``check``: the test accuracy of the run ``run`` (``twopgraph train args``,
+        described as ``what`` in a failure) within ``tol`` of the main run's; the value names
+        the main run's figure ``labels[0]`` and the other's ``labels[1]``."""
+        m, _, why = self.train(run, args)
+        if m is None:
+            self.fail(check, f"{what} failed: {why}")
             return
-        d = abs(m["test_acc"] - ref["test_acc"])
-        self.record("cache_accuracy", d <= self.a.acc_tol,
-                    {"cache_run": m["test_acc"], "cpu_no_cache": ref["test_acc"], "diff": d},
-                    f"|diff| <= {self.a.acc_tol}")
+        base = self.main_run["test_acc"]
+        d = abs(base - m["test_acc"])
+        self.record(check, d <= tol, {labels[0]: base, labels[1]: m["test_acc"], "diff": d},
+                    f"|diff| <= {tol}")
+
+    def step_cpu_reference(self) -> None:
+        self.same_accuracy("cache_accuracy", "cpu_reference",
+                           self.train_args("cpu") + ["--cache-policy", "none"],
+                           "the CPU run without cache", ("cache_run", "cpu_no_cache"),
+                           self.a.acc_tol)
 
     def step_profile(self) -> None:
         names = STEPS[7][1]
@@ -602,16 +610,9 @@ class Check:
                     reason=None if ok else f"{e} epochs differ from {e - 1} + --resume")
 
     def step_bf16(self) -> None:
-        base = self.main_run
-        m, _, why = self.train("bf16", self.train_args() + self.cache_args()
-                               + ["--amp", "bf16"])
-        if m is None:
-            self.fail("bf16_accuracy", f"the --amp bf16 run failed: {why}")
-            return
-        d = abs(m["test_acc"] - base["test_acc"])
-        self.record("bf16_accuracy", d <= self.a.bf16_tol,
-                    {"bf16": m["test_acc"], "float32": base["test_acc"], "diff": d},
-                    f"|diff| <= {self.a.bf16_tol}")
+        self.same_accuracy("bf16_accuracy", "bf16",
+                           self.train_args() + self.cache_args() + ["--amp", "bf16"],
+                           "the --amp bf16 run", ("float32", "bf16"), self.a.bf16_tol)
 
     def step_ddp(self) -> None:
         names = STEPS[10][1]

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 import torch
 from test_dist import FANOUTS, _cfg, parts2  # noqa: F401  (parts2: a fixture)
-from test_signals import _alive, _descendants
+from test_launcher_faults import _ranks
+from test_signals import _alive
 
 from twopgraph.cli import main
 from twopgraph.distributed import DistEnv, train_distributed
@@ -117,20 +118,6 @@ def _cmd(parts: Path, out: Path, *extra: str) -> list[str]:
             "--seed", "3", "--out", str(out), *extra]
 
 
-def _rank_pids(launcher: int) -> dict[int, int]:
-    """rank -> pid of the torchrun workers below the launcher ``launcher``."""
-    out = {}
-    for pid in _descendants(launcher):
-        try:
-            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        for e in env:
-            if e.startswith(b"RANK="):
-                out[int(e[5:])] = pid
-    return out
-
-
 @pytest.fixture(scope="module")
 def uninterrupted(parts2, tmp_path_factory):  # noqa: F811
     out = tmp_path_factory.mktemp("elastic") / "whole"
@@ -157,7 +144,7 @@ def test_a_killed_rank_restarts_and_ends_as_an_uninterrupted_run(
         while not (out / "checkpoint.pt").exists():
             assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
             time.sleep(0.02)
-        pid = _rank_pids(proc.pid)[victim]
+        pid = _ranks(proc.pid)[victim]
         os.kill(pid, signal.SIGKILL)
         _, err = proc.communicate(timeout=300)
     finally:

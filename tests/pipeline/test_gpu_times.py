@@ -230,11 +230,9 @@ def test_the_loader_times_its_gathers_through_the_epochs_timer(cdata, tmp_path, 
     assert rec["load_gpu_s"] > 0 and rec["sample_gpu_s"] is None
 
 
-def test_tf32_left_alone_on_the_cpu(cdata, tmp_path, monkeypatch):
-    before = torch.get_float32_matmul_precision()
-    assert before == "highest"
-    with tf32("cpu") as on:
-        assert on is False and torch.get_float32_matmul_precision() == "highest"
+def _matmul_precision_per_epoch(monkeypatch) -> list[str]:
+    """The float32 matmul precision each epoch of the next run trains under (a list filled as
+    the run's loop calls train_epoch)."""
     seen = []
     real = ep.train_epoch
 
@@ -243,6 +241,15 @@ def test_tf32_left_alone_on_the_cpu(cdata, tmp_path, monkeypatch):
         return real(*a, **k)
     import twopgraph.run.loop as loop
     monkeypatch.setattr(loop, "train_epoch", spy)
+    return seen
+
+
+def test_tf32_left_alone_on_the_cpu(cdata, tmp_path, monkeypatch):
+    before = torch.get_float32_matmul_precision()
+    assert before == "highest"
+    with tf32("cpu") as on:
+        assert on is False and torch.get_float32_matmul_precision() == "highest"
+    seen = _matmul_precision_per_epoch(monkeypatch)
     train(_cfg(tmp_path / "o", tmp_path / "data"), data=cdata)
     assert seen == ["highest"] and torch.get_float32_matmul_precision() == "highest"
 
@@ -283,13 +290,6 @@ def test_cuda_epoch_measures_gpu_times(cdata, tmp_path, sampler_device):
 
 @pytest.mark.cuda
 def test_cuda_run_uses_tf32_and_restores_it(cdata, tmp_path, monkeypatch):
-    seen = []
-    real = ep.train_epoch
-
-    def spy(*a, **k):
-        seen.append(torch.get_float32_matmul_precision())
-        return real(*a, **k)
-    import twopgraph.run.loop as loop
-    monkeypatch.setattr(loop, "train_epoch", spy)
+    seen = _matmul_precision_per_epoch(monkeypatch)
     train(_cfg(tmp_path / "o", tmp_path / "data", device="cuda"), data=cdata)
     assert seen == ["high"] and torch.get_float32_matmul_precision() == "highest"

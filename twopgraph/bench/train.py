@@ -106,18 +106,7 @@ class TrainBenchmark(Benchmark):
         p.add_argument("--seeds", default="0", help="comma-separated training seeds; the "
                        "figures are their means (default: 0)")
         p.add_argument("--epochs", type=int, default=3, help="training epochs (default: 3)")
-        p.add_argument("--fanouts", default=None, help="default: by graph size, as train")
-        p.add_argument("--batch-size", type=int, default=1024, help="(default: 1024)")
-        p.add_argument("--model", default="sage", help="sage | gcn | gat (default: sage)")
-        p.add_argument("--hidden", type=int, default=256, help="(default: 256)")
-        p.add_argument("--lr", type=float, default=None, help="default: by graph size")
-        p.add_argument("--dropout", type=float, default=0.5, help="(default: 0.5)")
-        p.add_argument("--threads", type=int, default=0,
-                       help="CPU threads of every run (0 = all cores) (default: 0)")
-        p.add_argument("--device", default="cpu", help="twopgraph's device (DGL runs on the "
-                       "CPU) (default: cpu)")
-        p.add_argument("--train-args", default="",
-                       help="more `twopgraph train` flags for every variant (default: none)")
+        add_training_options(p)
 
     def check(self, a: argparse.Namespace) -> None:
         a._variants = parse_variants(a.variants)
@@ -149,6 +138,24 @@ class TrainBenchmark(Benchmark):
                                         for seed in a._seeds])))
         add_ratios(rows)
         return rows
+
+
+def add_training_options(p: argparse.ArgumentParser) -> None:
+    """The training options every run of a training benchmark shares (``bench train``,
+    ``bench tta``): fanouts, batch size, model, hidden width, lr, dropout, threads, device and
+    extra ``twopgraph train`` flags."""
+    p.add_argument("--fanouts", default=None, help="default: by graph size, as train")
+    p.add_argument("--batch-size", type=int, default=1024, help="(default: 1024)")
+    p.add_argument("--model", default="sage", help="sage | gcn | gat (default: sage)")
+    p.add_argument("--hidden", type=int, default=256, help="(default: 256)")
+    p.add_argument("--lr", type=float, default=None, help="default: by graph size")
+    p.add_argument("--dropout", type=float, default=0.5, help="(default: 0.5)")
+    p.add_argument("--threads", type=int, default=0,
+                   help="CPU threads of every run (0 = all cores) (default: 0)")
+    p.add_argument("--device", default="cpu", help="twopgraph's device (DGL runs on the "
+                   "CPU) (default: cpu)")
+    p.add_argument("--train-args", default="",
+                   help="more `twopgraph train` flags for every variant (default: none)")
 
 
 def check_training_flags(a: argparse.Namespace) -> None:

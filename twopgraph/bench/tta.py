@@ -207,18 +207,8 @@ class TimeToAccuracyBenchmark(Benchmark):
         p.add_argument("--target-frac", type=float, default=0.98,
                        help="the target: this fraction of the best validation accuracy any "
                             "run of the graph and seed reached, in (0, 1] (default: 0.98)")
-        p.add_argument("--fanouts", default=None, help="default: by graph size, as train")
-        p.add_argument("--batch-size", type=int, default=1024, help="(default: 1024)")
-        p.add_argument("--model", default="sage", help="sage | gcn | gat (default: sage)")
-        p.add_argument("--hidden", type=int, default=256, help="(default: 256)")
-        p.add_argument("--lr", type=float, default=None, help="default: by graph size")
-        p.add_argument("--dropout", type=float, default=0.5, help="(default: 0.5)")
-        p.add_argument("--threads", type=int, default=0,
-                       help="CPU threads of every run (0 = all cores) (default: 0)")
-        p.add_argument("--device", default="cpu", help="twopgraph's device (DGL runs on the "
-                       "CPU) (default: cpu)")
-        p.add_argument("--train-args", default="",
-                       help="more `twopgraph train` flags for every variant (default: none)")
+        from twopgraph.bench.train import add_training_options
+        add_training_options(p)
 
     def check(self, a: argparse.Namespace) -> None:
         from twopgraph.bench.train import check_training_flags, parse_variants
