@@ -242,6 +242,8 @@ def test_bad_graph_is_one_line_and_exit_2(tmp_path):
     (["bench", "train", "--graph", "synthetic-tiny", "--peers", "dgl", "--dgl-venv",
       "/nonexistent/venv"], "setup_dgl_baseline.sh"),
     (["bench", "sampling", "--graph", "synthetic-tiny", "--peers", "pyg"], "unknown peer"),
+    (["bench", "sampling", "--graph", "synthetic-tiny", "--peers", "graphbolt",
+      "--graphbolt-venv", "/nonexistent/venv"], "setup_graphbolt_baseline.sh"),
     (["bench", "residency", "--graph", "cora"], "no --graph"),
     (["bench", "sampler", "--dataset", "synthetic-tiny", "--graph", "cora"], "differ"),
 ])

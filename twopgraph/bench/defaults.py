@@ -3,7 +3,8 @@
 leave-one-out that says whether defaults chosen on the other datasets hold on an unseen one
 (issue 41 item 4).
 
-Each recipe of :data:`RECIPES` (``--recipes``) is fanouts, learning rate and epochs; every
+Each recipe of :data:`RECIPES` (``--recipes``) is fanouts, learning rate and epochs (with
+``patience``: at most that many, stopped early as ``train --patience`` stops); every
 other option of ``twopgraph train`` is at its default (best-validation model selection, exact
 evaluation every epoch, ``--metric auto``: ROC-AUC on a 2-class graph, else accuracy). Each
 dataset (``--datasets``) x recipe x seed (``--seeds``) is one in-process
@@ -11,8 +12,8 @@ dataset (``--datasets``) x recipe x seed (``--seeds``) is one in-process
 
 Rows: ``dataset``, ``recipe``, ``seed`` (and the recipe's ``fanouts``, ``lr``, ``epochs``).
 Figures: ``val_score``, ``test_score`` (fractions, in ``metric``), ``metric`` (``acc`` or
-``rocauc``), ``selected_epoch`` (0-based), ``wall_s`` (seconds of the run, data loading
-excluded).
+``rocauc``), ``selected_epoch`` (0-based), ``epochs_trained`` (fewer than ``epochs`` when
+``patience`` stopped the run), ``wall_s`` (seconds of the run, data loading excluded).
 
 The leave-one-out (:func:`leave_one_out`, shown after the rows and on the benchmarks page):
 with ``val(r, d)`` / ``test(r, d)`` the mean over the seeds of recipe ``r``'s validation / test
@@ -57,6 +58,9 @@ RECIPES: dict[str, dict] = {
     "small": {"fanouts": [10, 10], "lr": 0.01, "epochs": 50},
     "standard": {"fanouts": [15, 10, 5], "lr": 0.003, "epochs": 30},
     "two-layer": {"fanouts": [15, 10], "lr": 0.003, "epochs": 30},
+    # standard until the validation score stops improving: at most 100 epochs, stopped after
+    # 10 evaluated epochs without a better one (--patience)
+    "standard-es": {"fanouts": [15, 10, 5], "lr": 0.003, "epochs": 100, "patience": 10},
 }
 #: the shared real datasets (NAME.npz in ``--dataset-dir``)
 DATASETS = ("cora", "citeseer", "amazon_photo", "coauthor_cs", "coauthor_physics",
@@ -96,11 +100,12 @@ class DefaultsBenchmark(Benchmark):
     hold when every gap is at most 0.5).
 
     Rows: dataset, recipe, seed. Figures: val_score, test_score (in metric: acc or rocauc),
-    selected_epoch, wall_s."""
+    selected_epoch, epochs_trained, wall_s."""
 
     help = "candidate recipes for the size-based defaults on real datasets, leave-one-out"
     default_graph = None
-    columns = ("metric", "val_score", "test_score", "selected_epoch", "wall_s")
+    columns = ("metric", "val_score", "test_score", "selected_epoch", "epochs_trained",
+               "wall_s")
 
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
         p.add_argument("--datasets", default=",".join(DATASETS),
@@ -184,12 +189,14 @@ def train_recipe(a: argparse.Namespace, ctx: Context, data: GraphData, path: str
     from twopgraph.run.train import train
     r = RECIPES[recipe]
     cfg = TrainConfig.of(dataset=path, data_root=ctx.data_root, fanouts=list(r["fanouts"]),
-                         lr=r["lr"], epochs=r["epochs"], seed=seed, out=str(out),
+                         lr=r["lr"], epochs=r["epochs"], patience=r.get("patience", 0),
+                         seed=seed, out=str(out),
                          progress=False, threads=a.threads, device=a.device)
     t = time.perf_counter()
     res = train(cfg, data)
     return {"val_score": res.val_score, "test_score": res.test_score, "metric": res.metric,
-            "selected_epoch": res.selected_epoch, "wall_s": time.perf_counter() - t}
+            "selected_epoch": res.selected_epoch, "epochs_trained": len(res.epochs),
+            "wall_s": time.perf_counter() - t}
 
 
 # -- the leave-one-out -----------------------------------------------------------------------------

@@ -11,6 +11,11 @@ and prints one JSON object on stdout. :data:`PEERS` lists them:
   exact layer-wise inference. Modes: ``sample`` (sampling-only epochs: ``sample_epoch_s``,
   ``seeds_per_s``, ``input_nodes_per_batch``), ``train`` (``train_epoch_s``, ``time_split``,
   accuracies, ``peak_rss_mib``), ``both``. Its version goes into the records' ``versions``.
+- ``graphbolt``: DGL 2.1's GraphBolt CPU samplers (``scripts/graphbolt_baseline.py`` in
+  ``.venv-gb`` on torch 2.1.2, made by ``scripts/setup_graphbolt_baseline.sh``;
+  ``--graphbolt-venv`` or ``$GRAPHBOLT_VENV``): ``NeighborSampler`` and
+  ``LayerNeighborSampler`` (LABOR-0), mode ``sample`` only (``--sampler neighbor|labor``):
+  ``sample_epoch_s``, ``input_nodes_per_batch``, ``sampled_edges_per_batch``.
 
 A benchmark that can run peers declares them (``Benchmark.peers``); ``--peers dgl`` asks for
 them. A missing venv is one line (and exit 2) before anything is measured.
@@ -65,7 +70,10 @@ class Peer:
 
 
 PEERS = {"dgl": Peer("dgl", "DGL 1.1.3", "scripts/dgl_baseline.py", "DGL_VENV", ".venv-dgl",
-                     "scripts/setup_dgl_baseline.sh", "dgl_version")}
+                     "scripts/setup_dgl_baseline.sh", "dgl_version"),
+         "graphbolt": Peer("graphbolt", "DGL 2.1 GraphBolt", "scripts/graphbolt_baseline.py",
+                           "GRAPHBOLT_VENV", ".venv-gb", "scripts/setup_graphbolt_baseline.sh",
+                           "graphbolt_version")}
 
 
 def add_peer_arguments(group: argparse._ArgumentGroup, peers: tuple[str, ...]) -> None:

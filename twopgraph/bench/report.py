@@ -83,7 +83,7 @@ FIRST = ("graph", "system", "variant")
 #: the benchmarks whose sections lead the page, in this order (the headline: time to accuracy)
 LEADING = ("tta",)
 #: the peers whose ratios (figures named ``*_vs_PEER*``) every table shows
-PEER_NAMES = ("dgl", "pyg", "twopgraph")
+PEER_NAMES = ("dgl", "graphbolt", "pyg", "twopgraph")
 _VS_PEER = re.compile(r"_vs_(" + "|".join(PEER_NAMES) + r")(_|$)")
 
 
@@ -275,7 +275,7 @@ def describe_versions(v: dict | None) -> str:
     """``Python 3.11.7, torch 2.13.0+cpu, ..., DGL 1.1.3`` (the ones the record has)."""
     v = v or {}
     names = {"python": "Python", "torch": "torch", "numpy": "numpy", "numba": "numba",
-             "twopgraph": "twopgraph", "dgl": "DGL"}
+             "twopgraph": "twopgraph", "dgl": "DGL", "graphbolt": "GraphBolt (DGL)"}
     keys = [k for k in names if v.get(k)] + [k for k in v if k not in names and v.get(k)]
     return ", ".join(f"{names.get(k, k)} {v[k]}" for k in keys)
 

@@ -1,6 +1,7 @@
 """``twopgraph bench sampling``: sampling-only epochs of several configurations side by side on
 one graph -- samplers x schedules x renumbering x numbers of clusters -- and, with ``--peers
-dgl``, DGL 1.1.3's sampler on the same graph.
+dgl``, DGL 1.1.3's sampler on the same graph; with ``--peers graphbolt``, DGL 2.1 GraphBolt's
+``NeighborSampler`` and ``LayerNeighborSampler`` (LABOR-0) for the neighbour and labor rows.
 
 Every configuration is built as ``twopgraph train`` builds it (clusters and renumbered store
 from the data root's cache: their one-off cost is in ``locality``, not in any epoch) and
@@ -9,7 +10,7 @@ each, then ``--epochs`` timed epochs **round robin** (epoch e of every configura
 epoch e+1), so that load drift on a shared machine hits them alike; the median is reported.
 DGL runs in its own venv and process (median of its ``--epochs`` epochs after one warm-up).
 
-Rows (``params``): ``system`` (twopgraph | dgl), ``schedule``, ``sampler`` (a registered
+Rows (``params``): ``system`` (twopgraph | dgl | graphbolt), ``schedule``, ``sampler`` (a registered
 sampler, or ``labor+layer`` / ``labor+batch``: LABOR with ``--labor-layer-dependency`` /
 ``--labor-batch-dependency K``), ``renumber``, ``num_clusters`` (the curve of the locality
 knob: ``--num-clusters 64,256,1024``).
@@ -21,7 +22,9 @@ of input vertices over the epoch), ``num_batches``, ``clusters_per_batch`` (loca
 ``neighbor`` when asked for); with ``--cache-ratio R``: ``h2d_bytes`` and ``hit_rate`` of the
 ``layer`` cache holding R of the feature rows over one epoch's access stream (exact counts,
 ``bench cache``'s replay); with DGL: ``epoch_vs_dgl`` (below 1: twopgraph is faster) and
-``speedup_vs_dgl`` (its inverse). ``locality``: the clustering's summary.
+``speedup_vs_dgl`` (its inverse); with GraphBolt: ``epoch_vs_graphbolt``,
+``speedup_vs_graphbolt`` and ``inputs_vs_graphbolt`` against GraphBolt's row of the same
+sampler (every labor row against its LABOR-0). ``locality``: the clustering's summary.
 
 Examples::
 
@@ -82,10 +85,10 @@ class SamplingBenchmark(Benchmark):
     speedup_vs_dgl); h2d_bytes and hit_rate of the layer cache with --cache-ratio."""
 
     help = "sampling-only epochs: samplers x schedules x clusters side by side (and DGL)"
-    peers = ("dgl",)
+    peers = ("dgl", "graphbolt")
     columns = ("sample_epoch_s", "seeds_per_s", "input_nodes_per_batch",
                "sampled_edges_per_batch", "inputs_vs_base", "epoch_vs_base", "h2d_bytes",
-               "hit_rate", "speedup_vs_dgl")
+               "hit_rate", "speedup_vs_dgl", "speedup_vs_graphbolt", "inputs_vs_graphbolt")
 
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
         p.add_argument("--schedules", default="random,locality",
@@ -163,6 +166,8 @@ class SamplingBenchmark(Benchmark):
         rows = measure_configs([(p, c.validate()) for p, c in self.configs(a, ctx)], data, a)
         if "dgl" in a.peers:
             rows.append(dgl_row(a, ctx, rows))
+        if "graphbolt" in a.peers:
+            rows.extend(graphbolt_row(a, ctx, rows, s) for s in graphbolt_samplers(a._samplers))
         add_ratios(rows)
         return rows
 
@@ -274,6 +279,33 @@ def dgl_row(a: argparse.Namespace, ctx: Context, rows: list[Row]) -> Row:
                {**{k: d.get(k) for k in keys}, "fanouts": fanouts, "threads": d.get("threads")})
 
 
+#: GraphBolt's sampler of each twopgraph sampler row (DGL 2.1's ``LayerNeighborSampler`` is
+#: LABOR-0 without layer or batch dependency: the closest to every labor row)
+GRAPHBOLT_SAMPLER = {"neighbor": "neighbor", "labor": "labor", "labor+layer": "labor",
+                     "labor+batch": "labor"}
+
+
+def graphbolt_samplers(samplers: list[str]) -> list[str]:
+    """GraphBolt's samplers that ``--samplers`` asks to compare with, once each, in order."""
+    return list(dict.fromkeys(GRAPHBOLT_SAMPLER[s] for s in samplers if s in GRAPHBOLT_SAMPLER))
+
+
+def graphbolt_row(a: argparse.Namespace, ctx: Context, rows: list[Row], sampler: str) -> Row:
+    """GraphBolt's sampling-only epochs (random shuffle) of ``sampler`` (neighbor, or labor:
+    LABOR-0) with the fanouts of the first twopgraph row."""
+    from twopgraph.bench.peers import run_peer
+    fanouts = rows[0].figures["fanouts"] if rows else [15, 10, 5]
+    d = run_peer("graphbolt", ctx, "sample",
+                 ["--fanouts", ",".join(map(str, fanouts)), "--batch-size", str(a.batch_size),
+                  "--sample-epochs", str(a.epochs), "--seed", str(a.seed), "--sampler", sampler],
+                 peer_threads(a.threads))
+    keys = ("sample_epoch_s", "sample_epoch_s_all", "seeds_per_s", "input_nodes_per_batch",
+            "sampled_edges_per_batch", "feature_rows", "num_batches", "load_s", "peak_rss_mib")
+    return Row({"system": "graphbolt", "schedule": "random", "sampler": sampler,
+                "renumber": False, "num_clusters": None},
+               {**{k: d.get(k) for k in keys}, "fanouts": fanouts, "threads": d.get("threads")})
+
+
 def peer_threads(threads: int) -> int:
     """A peer's thread count for ``--threads`` (0: the cores this process may use)."""
     if threads > 0:
@@ -285,12 +317,15 @@ def peer_threads(threads: int) -> int:
 
 
 def add_ratios(rows: list[Row]) -> None:
-    """``epoch_vs_base``/``inputs_vs_base`` against the first twopgraph row and
-    ``epoch_vs_dgl``/``speedup_vs_dgl`` against the DGL row, in place."""
+    """``epoch_vs_base``/``inputs_vs_base`` against the first twopgraph row,
+    ``epoch_vs_dgl``/``speedup_vs_dgl`` against the DGL row and
+    ``epoch_vs_graphbolt``/``speedup_vs_graphbolt``/``inputs_vs_graphbolt`` against the
+    GraphBolt row of the same sampler (:data:`GRAPHBOLT_SAMPLER`), in place."""
     ours = [r for r in rows if r.params["system"] == "twopgraph"]
     base = next((r for r in ours if r.params["schedule"] == "random"
                  and r.params["sampler"] == "neighbor"), ours[0] if ours else None)
     dgl = next((r for r in rows if r.params["system"] == "dgl"), None)
+    graphbolt = {r.params["sampler"]: r for r in rows if r.params["system"] == "graphbolt"}
     for r in ours:
         f = r.figures
         if base is not None:
@@ -300,6 +335,12 @@ def add_ratios(rows: list[Row]) -> None:
         if dgl is not None and dgl.figures.get("sample_epoch_s"):
             f["epoch_vs_dgl"] = f["sample_epoch_s"] / dgl.figures["sample_epoch_s"]
             f["speedup_vs_dgl"] = dgl.figures["sample_epoch_s"] / f["sample_epoch_s"]
+        gb = graphbolt.get(GRAPHBOLT_SAMPLER.get(r.params["sampler"]))
+        if gb is not None and gb.figures.get("sample_epoch_s"):
+            f["epoch_vs_graphbolt"] = f["sample_epoch_s"] / gb.figures["sample_epoch_s"]
+            f["speedup_vs_graphbolt"] = gb.figures["sample_epoch_s"] / f["sample_epoch_s"]
+            f["inputs_vs_graphbolt"] = (f["input_nodes_per_batch"]
+                                        / gb.figures["input_nodes_per_batch"])
 
 
 def _label(params: dict) -> str:
