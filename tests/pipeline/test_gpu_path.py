@@ -69,8 +69,8 @@ def _data_root(tmp_path_factory):
 def cfg(out, **kw) -> TrainConfig:
     base = dict(dataset="community", epochs=2, hidden=16, fanouts=[5, 5], batch_size=64,
                 lr=0.01, dropout=0.1, seed=0, device="cpu", out=str(out), progress=False,
-                prefetch=2, threads=2, data_root=_ROOT["path"])
-    base.update(kw)
+                prefetch=2, threads=2, data_root=_ROOT["path"], sampler="neighbor")
+    base.update(kw)  # neighbor: these tests hold it against its device twin
     return TrainConfig.of(**base)
 
 

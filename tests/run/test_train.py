@@ -73,7 +73,7 @@ def test_train_end_to_end_metrics(cdata, tmp_path, monkeypatch):
 
     monkeypatch.setattr(NeighborSampler, "sample", recording)
     out = tmp_path / "run"
-    res = train(cfg(out, epochs=4), data=cdata)
+    res = train(cfg(out, epochs=4, sampler="neighbor"), data=cdata)  # what is recorded
 
     m = read_metrics(out)
     assert isinstance(m["val_acc"], float) and isinstance(m["test_acc"], float)

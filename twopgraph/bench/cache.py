@@ -423,6 +423,23 @@ class CacheBenchmark(Benchmark):
                    getattr(self, "plotted", False))
 
 
+def auto_sampler(s, data: GraphData, seed: int, threads: int) -> str:
+    """``--sampler`` of the sampling options ``s``, ``auto`` decided as ``train`` decides it
+    (:func:`~twopgraph.sampler.choose_sampler`) on random batches of ``data``'s training
+    vertices (one decision for every schedule compared)."""
+    if s.sampler != "auto":
+        return s.sampler
+    from twopgraph.locality import make_scheduler
+    from twopgraph.pipeline.loader import ThreadPlan
+    from twopgraph.sampler import choose_sampler, make_sampler, sampler_options
+    sched = make_scheduler("random", data.train_idx, s.batch_size, seed=seed)
+    choice = choose_sampler(lambda n: make_sampler(n, data.graph, s.fanouts, seed=seed,
+                                                   **sampler_options(n, s)),
+                            sched, workers=ThreadPlan.for_threads(threads).total)
+    log.info("%s", choice.describe())
+    return choice.sampler
+
+
 def measure_rows(cfg: BenchCacheConfig) -> tuple[list[dict], dict]:
     """Every row of ``cache.csv`` for the config (its set-up columns first), and the
     resolved sizes (``defaults``: what ``--fanouts`` left to the graph's size became)."""
@@ -438,13 +455,14 @@ def measure_rows(cfg: BenchCacheConfig) -> tuple[list[dict], dict]:
         options["layer"] = {"lookahead": b.lookahead}
     prep = locality_for(data, b.schedules, cfg)
     parts = None if prep.clustering is None else prep.clustering.parts
+    sampler = auto_sampler(s, prep.data, b.seed, b.threads)
     rows = run_bench(prep.data, b.policies, b.ratios, b.schedules, s.fanouts, s.batch_size,
                      seed=b.seed, epoch=b.epoch, parts=parts, balance=s.balance,
                      policy_options=options, copy=b.copy, device=b.device,
-                     dtype=feat_dtype(b.feat_dtype), threads=b.threads, sampler=s.sampler,
-                     sampler_kwargs=sampler_options(s.sampler, s))
+                     dtype=feat_dtype(b.feat_dtype), threads=b.threads, sampler=sampler,
+                     sampler_kwargs=sampler_options(sampler, s))
     setup = {"dataset": data.name, "fanouts": ",".join(map(str, s.fanouts)),
-             "batch_size": s.batch_size, "seed": b.seed}
+             "batch_size": s.batch_size, "seed": b.seed, "sampler": sampler}
     return [{**setup, **r} for r in rows], defaults
 
 

@@ -59,7 +59,9 @@ def run(cfg: BenchSamplerConfig) -> dict:
     """The ``bench sampler`` record: ``seeds_per_s``, ``sample_epoch_s`` (median of the timed
     epochs), ``input_nodes_per_batch``, ``sampled_edges_per_batch`` (the edges of all blocks
     of a batch), ``feature_rows``, ``num_batches``, ``sampler`` and ``sampler_options`` (its
-    ``--labor-*`` values), ``locality`` (clustering and renumbering times, edge cut);
+    ``--labor-*`` values; ``--sampler auto`` decided as ``train`` decides it, on the
+    scheduler sampled, its figures in ``sampler_choice``), ``locality`` (clustering and
+    renumbering times, edge cut);
     ``schedule`` is the scheduler sampled, ``schedule_choice`` the figures of a ``--schedule
     auto`` decision, ``defaults`` what ``--fanouts`` left at its default became for the
     graph's size."""
@@ -67,7 +69,7 @@ def run(cfg: BenchSamplerConfig) -> dict:
     from twopgraph.locality.auto import choose_schedule
     from twopgraph.pipeline.assemble import locality_for
     from twopgraph.pipeline.loader import Loader, ThreadPlan
-    from twopgraph.sampler import make_sampler, sampler_options
+    from twopgraph.sampler import choose_sampler, make_sampler, sampler_options
     cfg.validate()
     data = cfg.data.load()
     cfg, defaults = cfg.resolved_logged(data.num_nodes)  # --fanouts by graph size
@@ -75,8 +77,9 @@ def run(cfg: BenchSamplerConfig) -> dict:
     prep = locality_for(data, [s.schedule], cfg)
     data = prep.data
     parts = None if prep.clustering is None else prep.clustering.parts
-    sampler = make_sampler(s.sampler, data.graph, s.fanouts, seed=b.seed,
-                           **sampler_options(s.sampler, s))
+    name = "neighbor" if s.sampler == "auto" else s.sampler  # auto: decided below, as train
+    sampler = make_sampler(name, data.graph, s.fanouts, seed=b.seed,
+                           **sampler_options(name, s))
     schedule, choice = s.schedule, prep.schedule_choice  # the probe's: random, no clusters
     if schedule == "auto" and choice is not None:
         schedule = choice.schedule
@@ -89,6 +92,16 @@ def run(cfg: BenchSamplerConfig) -> dict:
         log.info("%s", choice.describe())
     sched = make_scheduler(schedule, data.train_idx, s.batch_size, seed=b.seed,
                            balance=s.balance, labels=data.label, parts=parts)
+    sampler_choice = None
+    if s.sampler == "auto":
+        sampler_choice = choose_sampler(
+            lambda n: make_sampler(n, data.graph, s.fanouts, seed=b.seed,
+                                   **sampler_options(n, s)),
+            sched, workers=ThreadPlan.for_threads(b.threads).total)
+        log.info("%s", sampler_choice.describe())
+        name = sampler_choice.sampler
+        sampler = make_sampler(name, data.graph, s.fanouts, seed=b.seed,
+                               **sampler_options(name, s))
     loader = Loader(sched, sampler, threads=b.threads)
     times, stats = [], None
     for e in range(b.warmup + b.epochs):
@@ -106,7 +119,8 @@ def run(cfg: BenchSamplerConfig) -> dict:
         "seeds_per_s": stats.num_seeds / epoch_s, "sample_epoch_s": epoch_s,
         "sample_epoch_s_all": times, "input_nodes_per_batch": stats.input_nodes_per_batch,
         "sampled_edges_per_batch": stats.sampled_edges_per_batch,
-        "sampler": s.sampler, "sampler_options": sampler_options(s.sampler, s),
+        "sampler": name, "sampler_options": sampler_options(name, s),
+        "sampler_choice": None if sampler_choice is None else sampler_choice.as_dict(),
         "feature_rows": stats.feature_rows, "locality": prep.summary(),
     }
 

@@ -136,10 +136,14 @@ class SamplingConfig(Section):
     balance: int = option(16, "locality: the next cluster of a batch is the best of this many "
                           "for the batch's label mix; 1 = plain shuffled cluster order",
                           result=True)
-    sampler: str = option("neighbor", "the sampler, a registered name (a sampler module "
-                          "added to twopgraph/sampler is one more)",
+    sampler: str = option("auto", "the sampler: auto (labor where it cuts the input "
+                          "vertices of sampled batches by at least a tenth, measured on a few "
+                          "batches of the run's schedule at start-up, else neighbor; the "
+                          "decision and its figures are logged and recorded in metrics.json) "
+                          "or a registered one (a sampler module added to twopgraph/sampler "
+                          "is one more)",
                           result=True, fingerprint_default=False,
-                          choices=lambda: SAMPLERS.declared(), registry=SAMPLERS)
+                          choices=lambda: ("auto", *SAMPLERS.declared()), registry=SAMPLERS)
     # Not result parameters: both samplers draw bit-identical batches (same seed, same key).
     sampler_device: str = option("auto", "where mini-batches are sampled: cpu (numba, host "
                                  "memory) | cuda (torch ops on the training GPU, the graph in "
@@ -176,7 +180,8 @@ class SamplingConfig(Section):
         int_at_least(self, "balance", 1)
         if not isinstance(self.renumber, bool):
             raise ConfigError(f"renumber must be true or false, got {self.renumber!r}")
-        SAMPLERS.check(self.sampler)
+        if self.sampler != "auto":
+            SAMPLERS.check(self.sampler)
         one_of(self, "sampler_device", SAMPLER_DEVICES)
         if self.sampler_device == "cuda" and not cuda_available():
             raise ConfigError("--sampler-device cuda requested but torch sees no CUDA GPU")

@@ -401,14 +401,17 @@ def _run(cfg: TrainConfig, folder: Path, meta: dict, env: DistEnv, device, backe
     local_bs = -(-cfg.sampling.batch_size // world)
     # As many optimizer steps per epoch as a single-process run with the same global batch.
     steps = -(-sum(p["num_train"] for p in meta["parts"]) // (local_bs * world))
-    sampler = PartSampler(part, cfg.sampling.fanouts, seed=run.seed, name=cfg.sampling.sampler,
-                          options=sampler_options(cfg.sampling.sampler, cfg.sampling))
+    def part_sampler(name: str) -> PartSampler:
+        return PartSampler(part, cfg.sampling.fanouts, seed=run.seed, name=name,
+                           options=sampler_options(name, cfg.sampling))
     # features: local id v reads the store's row part.rows[v] (a global part: row v)
-    # --schedule auto: every rank measures its part's batches; the decision is made on the
-    # figures summed over the ranks, so all ranks use the same scheduler
+    # --schedule auto and --sampler auto: every rank measures its part's batches; the
+    # decisions are made on the figures summed over the ranks, so all ranks use the same
+    # scheduler and sampler
     plan = rank_plan(run.threads, device, env, run.prefetch)
     loader = make_loader(cfg, data, device, parts=part.cluster, batch_size=local_bs,
-                         sampler=sampler, wrap_scheduler=lambda s: FixedSteps(s, steps),
+                         sampler_factory=part_sampler,
+                         wrap_scheduler=lambda s: FixedSteps(s, steps),
                          threads=plan.total, rows=part.rows,
                          combine_schedule_figures=lambda f: summed_over_ranks(f, world))
     loader.use_plan(plan)
@@ -435,6 +438,7 @@ def _run(cfg: TrainConfig, folder: Path, meta: dict, env: DistEnv, device, backe
                     "representation": [p["representation"] for p in meta["parts"]]},
                  dataset=dataset_summary(part) if env.is_main else None,
                  schedule=loader.schedule, schedule_choice=loader.schedule_choice,
+                 sampler=loader.sampler_name, sampler_choice=loader.sampler_choice,
                  memory=governor.record())
 
     def info() -> dict:  # the top-level extras of metrics.json, as they are now
@@ -449,7 +453,7 @@ def _run(cfg: TrainConfig, folder: Path, meta: dict, env: DistEnv, device, backe
     training = Training(cfg, model, opt, loader, sel, epochs_log, start_epoch, sig, rebuild,
                         metric, device)
     try:
-        train_epochs(training, DistributedRank(env, ddp, sampler, evaluate, info, pss))
+        train_epochs(training, DistributedRank(env, ddp, loader.sampler, evaluate, info, pss))
     except RuntimeError as e:  # a peer died or hung: said in metrics.json, then raised
         err = peer_error(env, cfg.dist.dist_timeout, e)
         if err is None:

@@ -17,6 +17,8 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import logging
 import os
 from collections.abc import Callable, Collection
@@ -59,6 +61,8 @@ from twopgraph.runtime.heap import default_keep
 from twopgraph.runtime.jit import thread_count
 from twopgraph.runtime.memory import available_host_bytes
 from twopgraph.sampler import make_sampler, sampler_options
+from twopgraph.sampler.auto import CANDIDATES as SAMPLER_CANDIDATES
+from twopgraph.sampler.auto import choose_sampler
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -149,6 +153,14 @@ def build_sampler(s: SamplingConfig, graph: CSRGraph, device: torch.device | str
     if getattr(SAMPLERS.get(built), "on_device", False):
         return make_sampler(built, graph, s.fanouts, seed=seed, device=where, **options)
     return make_sampler(built, graph, s.fanouts, seed=seed, **options)
+
+
+def host_sampler(s: SamplingConfig, graph: CSRGraph, seed: int, name: str) -> Sampler:
+    """The registered host sampler ``name`` over ``graph`` with the options of ``s`` it
+    declares (``--labor-*``): a candidate of ``--sampler auto`` as
+    :func:`~twopgraph.sampler.auto.choose_sampler` measures it (a device twin draws the same
+    batches)."""
+    return make_sampler(name, graph, s.fanouts, seed=seed, **sampler_options(name, s))
 
 
 def build_scheduler(s: SamplingConfig, data: GraphData, sampler: Sampler, batch_size: int,
@@ -292,8 +304,9 @@ def ignored_flags(cfg: TrainConfig, *, sampler_flags: bool = True) -> list[str]:
     model whose conv does not declare them (:attr:`~twopgraph.models.Conv.options`)."""
     lines = []
     s, m = cfg.sampling, cfg.model
-    if sampler_flags:
-        read = set(getattr(SAMPLERS.get(s.sampler), "options", ()))
+    if sampler_flags:  # under --sampler auto, what either candidate reads counts
+        names = SAMPLER_CANDIDATES if s.sampler == "auto" else (s.sampler,)
+        read = {o for n in names for o in getattr(SAMPLERS.get(n), "options", ())}
         prefixes = tuple(n.replace("-", "_") + "_" for n in SAMPLERS.declared())
         for f in fields(s):
             value = getattr(s, f.name)
@@ -326,7 +339,8 @@ def make_loader(cfg: TrainConfig, data: GraphData, device: torch.device | str, *
                 combine_schedule_figures: Callable[[dict], dict] | None = None,
                 schedule_choice: ScheduleChoice | None = None,
                 scheduler: Scheduler | None = None,
-                cache_policy: CachePolicy | Callable[..., CachePolicy] | None = None) -> Loader:
+                cache_policy: CachePolicy | Callable[..., CachePolicy] | None = None,
+                sampler_factory: Callable[[str], Sampler] | None = None) -> Loader:
     """The training :class:`~twopgraph.pipeline.loader.Loader` over ``data``, composed of
     objects: a sampler (:func:`build_sampler` of ``cfg.sampling``), a seed scheduler
     (:func:`build_scheduler` of ``cfg.sampling``; ``parts`` = the METIS cluster of every
@@ -345,14 +359,29 @@ def make_loader(cfg: TrainConfig, data: GraphData, device: torch.device | str, *
     :class:`~twopgraph.core.protocols.Scheduler` of ``data.train_idx``: ``cfg``'s schedule is
     then not used) and ``cache_policy`` (a :class:`~twopgraph.cache.base.CachePolicy` or a
     factory ``f(ctx) -> CachePolicy``, in place of ``--cache-policy``; its budget still comes
-    from ``cfg``'s cache options)."""
+    from ``cfg``'s cache options).
+
+    ``--sampler auto`` (with no ``sampler`` object) is decided here, after the scheduler, by
+    :func:`~twopgraph.sampler.auto.choose_sampler` on the scheduler's first batches (its
+    figures mapped by ``combine_schedule_figures`` too), each candidate made by
+    ``sampler_factory(name)`` (default: the registered host sampler with ``cfg``'s options);
+    the chosen one is then built by ``sampler_factory`` or :func:`build_sampler` (on the
+    device where ``--sampler-device`` puts it). ``--schedule auto`` is decided first, with
+    neighbour sampling, as with ``--sampler neighbor``. ``loader.sampler_choice`` is the
+    decision's record (None for a sampler given by name or as an object)."""
     s, seed = cfg.sampling, cfg.run.seed
     device = torch.device(device)
     batch_size = s.batch_size if batch_size is None else batch_size
     threads = cfg.run.threads if threads is None else threads
     warn_ignored_flags(cfg, sampler_flags=sampler is None)
-    if sampler is None:
-        sampler = build_sampler(s, data.graph, device, seed)
+    auto = sampler is None and s.sampler == "auto"
+    make = sampler_factory or functools.partial(host_sampler, s, data.graph, seed)
+    sampler_name = s.sampler if sampler is None else type(sampler).__name__
+    if auto:
+        sampler = make(SAMPLER_CANDIDATES[0])  # what --schedule auto measures with
+    elif sampler is None:
+        sampler = (sampler_factory(s.sampler) if sampler_factory is not None
+                   else build_sampler(s, data.graph, device, seed))
     plan = ThreadPlan.for_threads(threads, cfg.run.prefetch)
     torch_sampler = getattr(sampler, "device", None) is not None
     workers = 1 if torch_sampler else plan.total
@@ -362,6 +391,17 @@ def make_loader(cfg: TrainConfig, data: GraphData, device: torch.device | str, *
         scheduler, schedule, choice = build_scheduler(
             s, data, sampler, batch_size, seed, parts=parts, workers=workers,
             schedule_choice=schedule_choice, combine_schedule_figures=combine_schedule_figures)
+    sampler_choice = None
+    if auto:
+        sampler_choice = choose_sampler(make, scheduler, workers=workers,
+                                        combine=combine_schedule_figures)
+        log.info("%s", sampler_choice.describe())
+        chosen = sampler_name = sampler_choice.sampler
+        sampler = (sampler_factory(chosen) if sampler_factory is not None else
+                   build_sampler(dataclasses.replace(s, sampler=chosen), data.graph, device,
+                                 seed))
+        torch_sampler = getattr(sampler, "device", None) is not None
+        workers = 1 if torch_sampler else plan.total
     if wrap_scheduler is not None:
         scheduler = wrap_scheduler(scheduler)
     # Pre-sampling policies (presample) read host ids: a device sampler's are copied back
@@ -389,6 +429,8 @@ def make_loader(cfg: TrainConfig, data: GraphData, device: torch.device | str, *
     loader.device_reserve_parts = parts  # the whole reserve kept from a default budget
     loader.schedule = schedule
     loader.schedule_choice = choice
+    loader.sampler_choice = None if sampler_choice is None else sampler_choice.as_dict()
+    loader.sampler_name = sampler_name  # --sampler's name (auto: the chosen), else the type
     return loader
 
 

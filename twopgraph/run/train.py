@@ -19,7 +19,8 @@ Outputs in ``out`` (written by :func:`train`):
   ``epochs`` (one object per epoch with the metrics of docs/formats.md; evaluated epochs also
   ``val_acc``, ``test_acc``, ``val_score``, ``test_score``), the config, the dataset summary, the
   seed ``schedule`` used and ``schedule_choice`` (the figures of ``--schedule auto``'s decision,
-  null for a schedule given explicitly), and the process's ``peak_rss_mib`` / ``peak_pss_mib``;
+  null for a schedule given explicitly), the ``sampler`` used and ``sampler_choice`` (``--sampler
+  auto``'s, likewise), and the process's ``peak_rss_mib`` / ``peak_pss_mib``;
   strict JSON (a NaN or infinity is written as null);
 - ``epochs.csv`` -- the records of ``metrics.json``'s ``epochs``, one row per epoch, rewritten
   after every epoch (:mod:`twopgraph.run.logs`); with ``--tensorboard DIR`` TensorBoard
@@ -297,7 +298,8 @@ def _train(cfg: TrainConfig, data: GraphData | None, device,
     labels = loader.labels
     summary = data.summary()
     static = {"dataset": summary, "schedule": loader.schedule,
-              "schedule_choice": loader.schedule_choice, "defaults": defaults}
+              "schedule_choice": loader.schedule_choice, "sampler": loader.sampler_name,
+              "sampler_choice": loader.sampler_choice, "defaults": defaults}
 
     def info() -> dict:  # the top-level extras of metrics.json, as they are now
         return {**static, "host_cache": host_cache_record(loader), "memory": governor.record(),
