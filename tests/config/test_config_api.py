@@ -57,7 +57,8 @@ def test_train_config_parsed_validated_and_resolved():
     unset, rec = TrainConfig.of(epochs=2).validate().resolved(1_000)
     assert size_profile(1_000) == "small" and unset.model.lr == SIZE_DEFAULTS["small"]["lr"]
     small = SIZE_DEFAULTS["small"]
-    assert rec["chosen"] == {"fanouts": small["fanouts"], "lr": small["lr"]}
+    assert rec["chosen"] == {"fanouts": small["fanouts"], "lr": small["lr"],
+                             "patience": small["patience"]}
     assert rec["explicit"] == {"epochs": 2}
     assert f"--fanouts {','.join(map(str, small['fanouts']))}" in describe_defaults(rec)
     for bad, flag in [({"epochs": 0}, "epochs"), ({"fanouts": "0"}, "fanouts"),

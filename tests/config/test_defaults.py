@@ -25,8 +25,8 @@ from twopgraph.datasets.synthetic import SYNTHETIC_PRESETS
 from twopgraph.errors import ConfigError
 from twopgraph.run.train import train
 
-SMALL = {"fanouts": [15, 10, 5], "lr": 0.003, "epochs": 30}  # bench defaults, issue 41
-LARGE = {"fanouts": [15, 10, 5], "lr": 0.003, "epochs": 5}
+SMALL = {"fanouts": [15, 10, 5], "lr": 0.003, "epochs": 100, "patience": 10}  # issue 41
+LARGE = {"fanouts": [15, 10, 5], "lr": 0.003, "epochs": 5, "patience": 0}
 
 
 # -- the rule -----------------------------------------------------------------------------------
@@ -52,22 +52,25 @@ def test_explicit_values_win_and_the_config_is_not_changed():
     given = TrainConfig.of(fanouts="4,4,4", epochs=7).validate()
     cfg, rec = given.resolved(1_000)
     assert (cfg.sampling.fanouts, cfg.model.lr, cfg.run.epochs) == ([4, 4, 4], SMALL["lr"], 7)
-    assert rec["chosen"] == {"lr": SMALL["lr"]}
+    assert rec["chosen"] == {"lr": SMALL["lr"], "patience": SMALL["patience"]}
     assert rec["explicit"] == {"fanouts": [4, 4, 4], "epochs": 7}
+    assert cfg.run.patience == 10 and given.run.patience is None
     assert given.sampling.fanouts == [4, 4, 4] and given.model.lr is None  # a copy
     cfg.sampling.fanouts.append(1)  # the profile's lists are not shared
     assert TrainConfig.of().resolved(1_000)[0].sampling.fanouts == SMALL["fanouts"]
     # every option given: nothing chosen, nothing to log
-    full, rec = TrainConfig.of(fanouts="3", lr=0.1, epochs=1).validate().resolved(10**7)
+    full, rec = TrainConfig.of(fanouts="3", lr=0.1, epochs=1,
+                               patience=0).validate().resolved(10**7)
     assert rec["chosen"] == {} and describe_defaults(rec) is None
     assert (full.sampling.fanouts, full.model.lr, full.run.epochs) == ([3], 0.1, 1)
 
 
 def test_validate_accepts_unset_and_still_refuses_bad_values():
     cfg = TrainConfig.of().validate()
-    assert (cfg.sampling.fanouts, cfg.model.lr, cfg.run.epochs) == (None, None, None)
+    assert (cfg.sampling.fanouts, cfg.model.lr, cfg.run.epochs, cfg.run.patience) == \
+        (None, None, None, None)
     for bad in (dict(epochs=0), dict(lr=-1.0), dict(lr=float("nan")), dict(fanouts="0"),
-                dict(fanouts="a,b")):
+                dict(fanouts="a,b"), dict(patience=-1)):
         with pytest.raises(ConfigError):
             TrainConfig.of(**bad).validate()
 
@@ -75,10 +78,11 @@ def test_validate_accepts_unset_and_still_refuses_bad_values():
 def test_the_log_line():
     _, rec = TrainConfig.of(lr=0.02).resolved(7_650)
     assert describe_defaults(rec) == ("defaults for 7,650 vertices (small graph, < 50,000): "
-                                      "--fanouts 15,10,5 --epochs 30")
+                                      "--fanouts 15,10,5 --epochs 100 --patience 10")
     _, rec = TrainConfig.of().resolved(100_000)
     assert describe_defaults(rec) == ("defaults for 100,000 vertices (large graph, >= "
-                                      "50,000): --fanouts 15,10,5 --lr 0.003 --epochs 5")
+                                      "50,000): --fanouts 15,10,5 --lr 0.003 --epochs 5 "
+                                      "--patience 0")
 
 
 def test_bench_configs_resolve_their_fanouts_only():
@@ -116,7 +120,7 @@ def test_small_graph_trains_with_the_small_profile_logged_and_recorded(tmp_path,
     assert ckpt["config"]["fanouts"] == SMALL["fanouts"] and ckpt["config"]["lr"] == SMALL["lr"]
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("defaults")]
     assert lines == [("defaults for 300 vertices (small graph, < 50,000): --fanouts 15,10,5 "
-                      "--lr 0.003 --epochs 30")]
+                      "--lr 0.003 --epochs 100 --patience 10")]
     # the same run resumed with the same (default) options: accepted, nothing left to train
     again = train(_cfg(tmp_path, "run", resume=True), data)
     assert [e["loss"] for e in again.epochs] == [e["loss"] for e in res.epochs]
@@ -132,7 +136,8 @@ def test_resume_of_an_auto_defaults_run(tmp_path):
     straight = train(_cfg(tmp_path, "s", epochs=4), data)
     assert [e["loss"] for e in res.epochs] == [e["loss"] for e in straight.epochs]
     m = _metrics(tmp_path, "r")
-    assert m["defaults"]["chosen"] == {"fanouts": SMALL["fanouts"], "lr": SMALL["lr"]}
+    assert m["defaults"]["chosen"] == {"fanouts": SMALL["fanouts"], "lr": SMALL["lr"],
+                                       "patience": SMALL["patience"]}
     assert m["defaults"]["explicit"] == {"epochs": 4}
     # the defaults' values given explicitly are the same configuration
     train(_cfg(tmp_path, "r", epochs=5, fanouts="15,10,5", lr=0.003, resume=True), data)
@@ -151,10 +156,12 @@ def test_cli_logs_and_records_the_defaults(tmp_path, capsys, caplog):
                               "--device", "cpu", "--no-progress", "--threads", "1",
                               "--schedule", "random"], capsys)
     assert rc == 0, err
-    assert "defaults for 300 vertices (small graph, < 50,000): --lr 0.003" in caplog.messages
+    assert ("defaults for 300 vertices (small graph, < 50,000): --lr 0.003 --patience 10"
+            in caplog.messages)
     m = json.loads((out / "metrics.json").read_text())
     assert m["config"]["lr"] == SMALL["lr"] and m["config"]["fanouts"] == [4]
-    assert m["defaults"]["chosen"] == {"lr": SMALL["lr"]}
+    assert m["config"]["patience"] == SMALL["patience"]
+    assert m["defaults"]["chosen"] == {"lr": SMALL["lr"], "patience": SMALL["patience"]}
     assert m["defaults"]["explicit"] == {"fanouts": [4], "epochs": 1}
 
 
@@ -180,7 +187,9 @@ def test_distributed_defaults_use_the_whole_graph(tmp_path, monkeypatch):
     cfg = TrainConfig.of(device="cpu", out=str(tmp_path / "run"), epochs=1, progress=False)
     assert tr.train_distributed(cfg, tmp_path / "p2", env=DistEnv(0, 2, 0, 2)) == "ran"
     assert seen["defaults"]["num_nodes"] == 1200
-    assert seen["defaults"]["chosen"] == {"fanouts": SMALL["fanouts"], "lr": SMALL["lr"]}
+    assert seen["defaults"]["chosen"] == {"fanouts": SMALL["fanouts"], "lr": SMALL["lr"],
+                                          "patience": SMALL["patience"]}
+    assert seen["cfg"].run.patience == SMALL["patience"]
     assert seen["sig"]["params"]["fanouts"] == SMALL["fanouts"]
     assert seen["sig"]["params"]["lr"] == SMALL["lr"]
     assert cfg.sampling.fanouts is None  # the caller's config stays as given

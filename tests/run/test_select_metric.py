@@ -534,7 +534,7 @@ def test_patience_counts_evaluated_epochs_without_a_better_score(log, patience, 
 def test_patience_stops_the_run_and_a_resume_keeps_it_stopped(cdata, tmp_path, caplog):
     from twopgraph.run.selection import patience_exhausted
     root = str(tmp_path / "data")
-    train(cfg(tmp_path / "whole", data_root=root), cdata)
+    train(cfg(tmp_path / "whole", data_root=root, patience=0), cdata)  # small-graph default: 10
     whole = read(tmp_path / "whole")
     assert whole["early_stop"] is None and whole["config"]["patience"] == 0
     # where patience 1 stops: the first evaluated epoch that is not better than the best

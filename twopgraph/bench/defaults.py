@@ -52,8 +52,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("twopgraph")
 
 #: the candidate recipes, in tie-breaking order: fanouts (input layer first), Adam's learning
-#: rate, epochs. ``small`` is the ``small`` size defaults before this benchmark (issue 41) made
-#: them ``standard``: the 3-layer recipe of the ogbn-products scale with 30 epochs.
+#: rate, epochs (``patience``: early stopping, at most ``epochs``). ``small`` is the ``small``
+#: size defaults before this benchmark (issue 41) made them ``standard`` (the 3-layer recipe
+#: of the ogbn-products scale with 30 epochs), and then ``standard-es``.
 RECIPES: dict[str, dict] = {
     "small": {"fanouts": [10, 10], "lr": 0.01, "epochs": 50},
     "standard": {"fanouts": [15, 10, 5], "lr": 0.003, "epochs": 30},

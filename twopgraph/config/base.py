@@ -90,7 +90,7 @@ class Config:
 
     def resolved(self, num_nodes: int) -> tuple[Self, dict]:
         """This config with the size-based options left at None (``fanouts``, ``lr``,
-        ``epochs``, those of them it has) set from :data:`SIZE_DEFAULTS` for a graph of
+        ``epochs``, ``patience``, those of them it has) set from :data:`SIZE_DEFAULTS` for a graph of
         ``num_nodes`` vertices (:func:`size_profile`), and the record of what was chosen
         (``metrics.json``: ``defaults``): ``{"profile", "num_nodes", "small_below"
         (:data:`SMALL_GRAPH_NODES`), "chosen": {name: value} (the options that were None),
@@ -101,10 +101,10 @@ class Config:
 
             >>> from twopgraph.config import TrainConfig
             >>> cfg, rec = TrainConfig.of(lr=0.05).resolved(num_nodes=2_708)
-            >>> cfg.sampling.fanouts, cfg.model.lr, cfg.run.epochs
-            ([15, 10, 5], 0.05, 30)
+            >>> cfg.sampling.fanouts, cfg.model.lr, cfg.run.epochs, cfg.run.patience
+            ([15, 10, 5], 0.05, 100, 10)
             >>> rec["profile"], rec["chosen"], rec["explicit"]
-            ('small', {'fanouts': [15, 10, 5], 'epochs': 30}, {'lr': 0.05})
+            ('small', {'fanouts': [15, 10, 5], 'epochs': 100, 'patience': 10}, {'lr': 0.05})
         """
         out = copy.deepcopy(self)
         profile = size_profile(num_nodes)

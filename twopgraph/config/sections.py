@@ -374,10 +374,11 @@ class RunConfig(Section):
                          "auto (rocauc for two classes, else acc); val_acc/test_acc are always "
                          "accuracies", choices=METRICS)
     eval_every: int = option(1, "exact evaluation every N epochs; 0 = after the last only")
-    patience: int = option(0, "stop after N evaluated epochs in a row without a better "
-                           "validation score (early stopping; recorded in metrics.json as "
-                           "early_stop; never stops a run without any validation score); 0 = "
-                           "off", metavar="N")
+    patience: int | None = option(None, "stop after N evaluated epochs in a row without a "
+                                  "better validation score (early stopping; recorded in "
+                                  "metrics.json as early_stop; never stops a run without any "
+                                  "validation score); 0 = off", metavar="N",
+                                  show_default=auto_shown("patience"))
     eval_batch_edges: int = option(4_000_000, "edges per chunk of layer-wise inference")
     eval_scope: str = option("auto", "which vertices exact evaluation computes: all (every "
                              "layer for all N vertices) | scored (the validation and test "
@@ -404,8 +405,10 @@ class RunConfig(Section):
             positive_int(self, "epochs")
         seed_ok(self.seed)
         resolve_device(self.device)
-        for name in ("eval_every", "patience", "prefetch", "threads"):
+        for name in ("eval_every", "prefetch", "threads"):
             int_at_least(self, name, 0)
+        if self.patience is not None:  # None: by graph size (TrainConfig.resolved)
+            int_at_least(self, "patience", 0)
         positive_int(self, "eval_batch_edges")
         one_of(self, "eval_scope", EVAL_SCOPES)
         one_of(self, "select", SELECT_MODES)
