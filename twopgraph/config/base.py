@@ -90,8 +90,8 @@ class Config:
 
     def resolved(self, num_nodes: int) -> tuple[Self, dict]:
         """This config with the size-based options left at None (``fanouts``, ``lr``,
-        ``epochs``, ``patience``, those of them it has) set from :data:`SIZE_DEFAULTS` for a graph of
-        ``num_nodes`` vertices (:func:`size_profile`), and the record of what was chosen
+        ``epochs``, ``patience``, those of them it has) set from :data:`SIZE_DEFAULTS` for a
+        graph of ``num_nodes`` vertices (:func:`size_profile`), and the record of what was chosen
         (``metrics.json``: ``defaults``): ``{"profile", "num_nodes", "small_below"
         (:data:`SMALL_GRAPH_NODES`), "chosen": {name: value} (the options that were None),
         "explicit": {name: value} (the ones given)}``. Given values always win; ``self`` is

@@ -1,6 +1,7 @@
 """Defaults chosen by graph size: what ``--fanouts``, ``--lr``, ``--epochs`` and ``--patience``
-left at None become once the number of vertices is known (:meth:`~twopgraph.config.Config.resolved`), the
-rule ``--help`` shows, and the log line of what was chosen."""
+left at None become once the number of vertices is known
+(:meth:`~twopgraph.config.Config.resolved`), the rule ``--help`` shows, and the log line of
+what was chosen."""
 
 from __future__ import annotations
 
