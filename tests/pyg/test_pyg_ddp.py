@@ -56,8 +56,13 @@ WORKER = textwrap.dedent("""
     w = torch.cat([p.detach().flatten() for p in model.parameters()])
     print(json.dumps({"rank": dist.get_rank(), "steps": len(loader), "seeds": seeds,
                       "losses": losses, "w": w[:50].tolist(),
-                      "train": train.nonzero().view(-1).tolist()}))
+                      "train": train.nonzero().view(-1).tolist()}), flush=True)
     dist.destroy_process_group()
+    # leave without the interpreter's teardown: one full-suite run in three under load saw a
+    # rank abort there ("terminate called without an active exception", SIGABRT) after its
+    # result was complete; not reproduced in 12 runs alone (see the issue 41 note)
+    import os
+    os._exit(0)
 """)
 
 
