@@ -58,6 +58,7 @@ from __future__ import annotations
 import argparse
 import copy
 import csv
+import functools
 import io
 import json
 import logging
@@ -430,12 +431,12 @@ def auto_sampler(s, data: GraphData, seed: int, threads: int) -> str:
     if s.sampler != "auto":
         return s.sampler
     from twopgraph.locality import make_scheduler
+    from twopgraph.pipeline.assemble import host_sampler
     from twopgraph.pipeline.loader import ThreadPlan
-    from twopgraph.sampler import choose_sampler, make_sampler, sampler_options
+    from twopgraph.sampler import choose_sampler
     sched = make_scheduler("random", data.train_idx, s.batch_size, seed=seed)
-    choice = choose_sampler(lambda n: make_sampler(n, data.graph, s.fanouts, seed=seed,
-                                                   **sampler_options(n, s)),
-                            sched, workers=ThreadPlan.for_threads(threads).total)
+    choice = choose_sampler(functools.partial(host_sampler, s, data.graph, seed), sched,
+                            workers=ThreadPlan.for_threads(threads).total)
     log.info("%s", choice.describe())
     return choice.sampler
 

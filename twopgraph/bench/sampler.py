@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import json
 import logging
 import statistics
@@ -67,7 +68,7 @@ def run(cfg: BenchSamplerConfig) -> dict:
     graph's size."""
     from twopgraph.locality import make_scheduler
     from twopgraph.locality.auto import choose_schedule
-    from twopgraph.pipeline.assemble import locality_for
+    from twopgraph.pipeline.assemble import host_sampler, locality_for
     from twopgraph.pipeline.loader import Loader, ThreadPlan
     from twopgraph.sampler import choose_sampler, make_sampler, sampler_options
     cfg.validate()
@@ -94,10 +95,8 @@ def run(cfg: BenchSamplerConfig) -> dict:
                            balance=s.balance, labels=data.label, parts=parts)
     sampler_choice = None
     if s.sampler == "auto":
-        sampler_choice = choose_sampler(
-            lambda n: make_sampler(n, data.graph, s.fanouts, seed=b.seed,
-                                   **sampler_options(n, s)),
-            sched, workers=ThreadPlan.for_threads(b.threads).total)
+        sampler_choice = choose_sampler(functools.partial(host_sampler, s, data.graph, b.seed),
+                                        sched, workers=ThreadPlan.for_threads(b.threads).total)
         log.info("%s", sampler_choice.describe())
         name = sampler_choice.sampler
         sampler = make_sampler(name, data.graph, s.fanouts, seed=b.seed,

@@ -30,7 +30,6 @@ Example::
 
 from __future__ import annotations
 
-import itertools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -38,9 +37,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from twopgraph.core.protocols import Graph, Sampler, Scheduler
+from twopgraph.core.protocols import Graph, Sampler
 from twopgraph.locality.schedule import make_scheduler
-from twopgraph.sampler.stream import sampled_batches
+from twopgraph.sampler.auto import input_vertices  # noqa: F401  (also this module's name)
 
 if TYPE_CHECKING:
     from twopgraph.graph.data import CSRGraph
@@ -123,21 +122,6 @@ class ScheduleChoice:
                 f"{self.threshold:.2f}), measured on {self.batches} "
                 f"batch{'' if self.batches == 1 else 'es'} in "
                 f"{self.seconds:.1f} s")
-
-
-def input_vertices(scheduler: Scheduler, sampler: Sampler, batches: int = AUTO_BATCHES,
-                   workers: int = 1) -> tuple[int, int]:
-    """``(input vertices summed, batches)`` over the first ``batches`` batches of epoch 0 of
-    ``scheduler`` expanded by ``sampler`` (with the keys training uses: the same batches)."""
-    stream = sampled_batches(scheduler, sampler, 0, workers)
-    total, n = 0, 0
-    try:
-        for mb, _ in itertools.islice(stream, batches):
-            total += int(mb.input_nodes.shape[0])
-            n += 1
-    finally:
-        stream.close()
-    return total, n
 
 
 def measure(sampler: Sampler, train_idx: np.ndarray, batch_size: int, seed: int = 0, *,

@@ -375,7 +375,9 @@ def make_loader(cfg: TrainConfig, data: GraphData, device: torch.device | str, *
     threads = cfg.run.threads if threads is None else threads
     warn_ignored_flags(cfg, sampler_flags=sampler is None)
     auto = sampler is None and s.sampler == "auto"
-    make = sampler_factory or functools.partial(host_sampler, s, data.graph, seed)
+    # each candidate built once: the schedule's probe sampler is also auto's neighbor
+    make = functools.cache(sampler_factory or functools.partial(host_sampler, s, data.graph,
+                                                                 seed))
     sampler_name = s.sampler if sampler is None else type(sampler).__name__
     if auto:
         sampler = make(SAMPLER_CANDIDATES[0])  # what --schedule auto measures with

@@ -35,6 +35,7 @@ Example::
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -88,18 +89,17 @@ class SamplerChoice:
                 f"batch{'' if self.batches == 1 else 'es'} in {self.seconds:.1f} s")
 
 
-def input_vertices(scheduler: Scheduler, sampler: Sampler, batches: int,
+def input_vertices(scheduler: Scheduler, sampler: Sampler, batches: int = AUTO_BATCHES,
                    workers: int = 1) -> tuple[int, int]:
     """``(input vertices summed, batches)`` over the first ``batches`` batches of epoch 0 of
-    ``scheduler`` expanded by ``sampler`` (with the keys training uses: the same batches)."""
+    ``scheduler`` expanded by ``sampler`` (with the keys training uses: the same batches).
+    ``--schedule auto`` measures with it too."""
     stream = sampled_batches(scheduler, sampler, 0, workers)
     total, n = 0, 0
     try:
-        for mb, _ in stream:
+        for mb, _ in itertools.islice(stream, batches):
             total += int(mb.input_nodes.shape[0])
             n += 1
-            if n >= batches:
-                break
     finally:
         stream.close()
     return total, n
@@ -112,10 +112,9 @@ def measure(make: Callable[[str], Sampler], scheduler: Scheduler,
     ``seconds``. Figures of several processes add up key by key (``seconds``: the largest)."""
     t = time.perf_counter()
     out: dict = {}
-    n = min(batches, max(1, int(getattr(scheduler, "num_batches", batches) or batches)))
     for name in CANDIDATES:
         out[f"{name}_inputs"], out[f"{name}_batches"] = input_vertices(
-            scheduler, make(name), n, workers)
+            scheduler, make(name), min(batches, scheduler.num_batches), workers)
     out["seconds"] = time.perf_counter() - t
     return out
 
