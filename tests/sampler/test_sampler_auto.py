@@ -159,3 +159,32 @@ def test_labor_flags_under_auto_are_not_reported_as_ignored():
     assert ignored_flags(cfg) == []
     cfg = TrainConfig.of(sampler="neighbor", labor_iterations=2).validate()
     assert any("--labor-iterations" in ln for ln in ignored_flags(cfg))
+
+
+def test_a_resumed_auto_run_keeps_the_checkpoints_sampler(tmp_path, caplog):
+    """``sampler`` is not in the resume signature while it is the default ``auto``: a resumed
+    run goes on with the sampler its checkpoint was trained with (recorded in the checkpoint;
+    a checkpoint written before that key: its config's sampler, ``neighbor`` when it was the
+    default) instead of deciding again."""
+    from twopgraph.run.checkpoint import CHECKPOINT, resumed_sampler
+    data = _dense_community()
+    common = dict(fanouts="5,5", batch_size=64, threads=1, progress=False, schedule="random",
+                  hidden=16)
+    out = tmp_path / "run"
+    train(TrainConfig.of(out=str(out), epochs=1, **common), data)
+    ckpt = torch.load(out / CHECKPOINT, weights_only=False)
+    assert ckpt["sampler"] == "labor" and resumed_sampler(ckpt) == "labor"
+    train(TrainConfig.of(out=str(out), epochs=2, resume=True, **common), data)
+    assert json.loads((out / "metrics.json").read_text())["sampler"] == "labor"
+    # a checkpoint of the time neighbour sampling was the default
+    ckpt = torch.load(out / CHECKPOINT, weights_only=False)
+    del ckpt["sampler"]
+    ckpt["config"]["sampler"] = "neighbor"
+    torch.save(ckpt, out / CHECKPOINT)
+    with caplog.at_level(logging.INFO, logger="twopgraph"):
+        train(TrainConfig.of(out=str(out), epochs=3, resume=True, **common), data)
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["sampler"] == "neighbor" and len(m["epochs"]) == 3
+    assert any("resuming with the checkpoint's sampler, neighbor" in r.message
+               for r in caplog.records)
+    assert resumed_sampler({"config": {"sampler": "auto"}}) is None

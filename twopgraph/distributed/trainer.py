@@ -106,6 +106,7 @@ from twopgraph.run.checkpoint import (
     dataset_record,
     model_record,
     read_checkpoint,
+    resume_sampler,
     run_signature,
 )
 from twopgraph.run.loop import Rank, Training, train_epochs
@@ -396,6 +397,7 @@ def _run(cfg: TrainConfig, folder: Path, meta: dict, env: DistEnv, device, backe
     model, opt, epochs_log, start_epoch = build_training(cfg, data, device, ckpt)
     if ckpt is not None:
         log.info("resuming from %s after epoch %d", out / CHECKPOINT, start_epoch)
+        cfg = resume_sampler(cfg, ckpt)
     ddp = DDP(model)
 
     local_bs = -(-cfg.sampling.batch_size // world)

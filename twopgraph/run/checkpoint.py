@@ -6,7 +6,8 @@ and the model and optimiser restored from it.
 epoch by :func:`save_checkpoint`) holds ``format``, ``kind`` (``single`` | ``distributed``),
 ``signature`` (:func:`run_signature`), ``epochs_done``, ``model`` and ``optimizer`` state,
 ``epochs_log`` and what the caller adds (``torch_rng``, ``config``, ``selected``,
-``model_spec``: :func:`model_record`, ``dataset``: :func:`dataset_record`); with ``torch_rng``
+``model_spec``: :func:`model_record`, ``dataset``: :func:`dataset_record`, ``sampler``: the
+sampler the batches were drawn with, ``--sampler auto`` resolved); with ``torch_rng``
 also ``cuda_rng`` (:data:`CUDA_RNG`: every GPU's generator state, when this process has
 initialised CUDA), restored by :func:`build_training` (:func:`restore_cuda_rng`); older
 checkpoints without it still load. docs/formats.md lists every key.
@@ -20,6 +21,7 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import io
 import logging
@@ -114,6 +116,27 @@ def read_checkpoint(path: Path, signature: dict, epochs: int, kind: str = "singl
         raise ConfigError(f"--resume: checkpoint already has {ckpt['epochs_done']} epochs, "
                           f"more than --epochs {epochs}")
     return ckpt
+
+
+def resumed_sampler(ckpt: dict) -> str | None:
+    """The sampler ``ckpt``'s batches were drawn with: its ``sampler`` (``--sampler auto``
+    resolved), else, for a checkpoint written before that key, its config's ``sampler`` (the
+    default then was ``neighbor``, recorded by name); None when unknown. A resumed ``--sampler
+    auto`` run goes on with it rather than deciding again (``sampler`` is not in the
+    signature while it is the default ``auto``)."""
+    name = ckpt.get("sampler") or (ckpt.get("config") or {}).get("sampler")
+    return None if name in (None, "auto") else str(name)
+
+
+def resume_sampler(cfg: TrainConfig, ckpt: dict) -> TrainConfig:
+    """``cfg`` to resume ``ckpt`` with: under ``--sampler auto``, the sampler the checkpoint
+    was trained with (:func:`resumed_sampler`, logged), so that a resumed run draws its
+    batches as the run it continues did; otherwise ``cfg`` itself."""
+    name = resumed_sampler(ckpt)
+    if cfg.sampling.sampler != "auto" or name is None:
+        return cfg
+    log.info("--sampler auto: resuming with the checkpoint's sampler, %s", name)
+    return dataclasses.replace(cfg, sampling=dataclasses.replace(cfg.sampling, sampler=name))
 
 
 def _data_change(ckpt: dict, signature: dict, partitions: str | None,

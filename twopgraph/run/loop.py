@@ -219,6 +219,7 @@ def _train_epochs(t: Training, rank: Rank, progress: bool, logs: EpochLogs | Non
                     rank.log_epoch(t, rec)
                     save_checkpoint(t.out, t.model, t.opt, t.signature, t.epochs_log,
                                     config=cfg.flat(), selected=t.sel.record(),
+                                    sampler=t.loader.sampler_name,
                                     **rank.checkpoint_options(), **t.rebuild)
                     _write(t, rank)
                     logs.epoch(t.epochs_log)

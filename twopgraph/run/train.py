@@ -94,6 +94,7 @@ from twopgraph.run.checkpoint import (
     dataset_record,
     model_record,
     read_checkpoint,
+    resume_sampler,
     run_signature,
 )
 from twopgraph.run.loop import Rank, Training, train_epochs
@@ -284,6 +285,7 @@ def _train(cfg: TrainConfig, data: GraphData | None, device,
     if ckpt is not None:
         torch.set_rng_state(ckpt["torch_rng"])
         log.info("resuming from %s after epoch %d", out / CHECKPOINT, start_epoch)
+        cfg = resume_sampler(cfg, ckpt)
     metric = resolve_metric(run.metric, data.num_classes)
     sel = Selection.resumed(run.select, metric, ckpt, out / CHECKPOINT)
 
