@@ -43,47 +43,66 @@ def _row_pass(indptr, nodes, lo, hi, fanout, starts, degs, counts, dist):
     return maxd
 
 
+#: Up to this many neighbours per row, Floyd's duplicate check scans the positions taken so far
+#: (in registers / L1, branch-free: cheaper than a bitmap for the fanouts GNNs use); above it,
+#: a bitmap of the row's positions.
+SCAN_FANOUT = 32
+
+
 @njit(inline="always", cache=True)
-def _positions(key, v, start, d, k, pos, o, bits):
-    """CSR positions of the ``k`` of ``d`` neighbours of ``v`` (row at ``start``) that are
-    taken, into ``pos[o:o + k]``: the whole row when ``k == d``, else Floyd's algorithm (for
-    j in d-k..d-1 pick t in [0, j]; take t unless taken, else j) in CSR positions. ``bits``
-    (uint64 words, at least d bits, all zero) marks the positions taken and is left all zero.
-    """
+def _take_row(key, v, start, d, k, indices, nbrs, o, tpos, bits):
+    """The ``k`` of ``d`` neighbours of ``v`` (row at ``start``) that are taken, into
+    ``nbrs[o:o + k]``: the whole row when ``k == d``, else Floyd's algorithm over CSR
+    positions (for j in d-k..d-1 pick t in [0, j]; take t unless taken, else j), the
+    neighbours read as soon as the row's positions are drawn (the row was prefetched).
+    ``tpos`` (int64, at least k) is scratch for the positions; ``bits`` (uint64 words, at
+    least d bits, all zero) marks them when ``k > SCAN_FANOUT`` and is left all zero."""
     if k == d:
         for j in range(d):
-            pos[o + j] = start + j
+            nbrs[o + j] = indices[start + j]
         return
     base = vertex_base(v)
-    c = 0
-    for j in range(d - k, d):
-        t = np.int64(draw_at(key, base, j) % np.uint64(j + 1))
-        w = t >> 6
-        b = np.uint64(1) << np.uint64(t & 63)
-        if bits[w] & b:
-            t = j
+    if k <= SCAN_FANOUT:
+        for c in range(k):
+            j = d - k + c
+            t = np.int64(draw_at(key, base, j) % np.uint64(j + 1))
+            hit = False
+            for q in range(c):
+                hit |= tpos[q] == t
+            if hit:
+                t = j
+            tpos[c] = t
+    else:
+        for c in range(k):
+            j = d - k + c
+            t = np.int64(draw_at(key, base, j) % np.uint64(j + 1))
             w = t >> 6
             b = np.uint64(1) << np.uint64(t & 63)
-        bits[w] |= b
-        pos[o + c] = t
-        c += 1
+            if bits[w] & b:
+                t = j
+                w = t >> 6
+                b = np.uint64(1) << np.uint64(t & 63)
+            bits[w] |= b
+            tpos[c] = t
+        for q in range(k):
+            bits[tpos[q] >> 6] = 0
     for q in range(k):
-        t = pos[o + q]
-        bits[t >> 6] = 0
-        pos[o + q] = start + t
+        nbrs[o + q] = indices[start + tpos[q]]
 
 
 @njit(inline="always", cache=True)
-def _gather(indices, pos, lo, hi, nbrs, dist):
-    """``nbrs[e] = indices[pos[e]]`` for e in [lo, hi), the entry ``dist`` edges ahead
-    prefetched (the rows of a hop lie anywhere in the CSR: every read is a miss)."""
-    for e in range(lo, hi):
-        if e + dist < hi:
-            prefetch(indices, pos[e + dist])
-        nbrs[e] = indices[pos[e]]
+def _take_rows(key, indices, nodes, lo, hi, starts, degs, offsets, nbrs, tpos, bits, dist):
+    """:func:`_take_row` for the dsts ``nodes[lo:hi]``, the first and last cache line of the
+    row ``dist`` dsts ahead prefetched (the rows of a hop lie anywhere in the CSR)."""
+    for i in range(lo, hi):
+        if i + dist < hi:
+            prefetch(indices, starts[i + dist])
+            prefetch(indices, starts[i + dist] + max(degs[i + dist] - 1, 0))
+        _take_row(key, nodes[i], starts[i], degs[i], offsets[i + 1] - offsets[i], indices,
+                  nbrs, offsets[i], tpos, bits)
 
 
-#: dsts per task of the parallel kernel's row and position passes.
+#: dsts per task of the parallel kernel.
 _CHUNK = 1024
 
 
@@ -97,10 +116,10 @@ def sample_neighbors(indptr, indices, nodes, fanout, key):
     distinct ones, each neighbour being taken with probability ``fanout / d`` (Floyd's
     algorithm, positions in CSR order).
 
-    Three passes, each prefetching ``PREFETCH_DIST`` iterations ahead (sampling is bound by
-    memory latency): the dsts' rows (start, count), the positions taken (draws only, no
-    memory), the neighbours at those positions. Scratch: 8 bytes per sampled edge (the
-    positions) and a bitmap of the largest sampled degree per task.
+    Two passes, each prefetching ``PREFETCH_DIST`` iterations ahead (sampling is bound by
+    memory latency): the dsts' rows (start, count), then each row's draws and the
+    neighbours they pick, read straight into ``nbrs``. Scratch: ``fanout`` positions and,
+    above ``SCAN_FANOUT``, a bitmap of the largest sampled degree per task.
     Parallel over chunks of vertices; :func:`sample_neighbors_serial` is the same on one
     thread.
     """
@@ -117,19 +136,13 @@ def sample_neighbors(indptr, indices, nodes, fanout, key):
         maxds[c] = _row_pass(indptr, nodes, lo, min(n, lo + _CHUNK), fanout, starts, degs,
                              counts, dist)
     offsets = np.cumsum(counts)
-    m = offsets[n]
-    pos = np.empty(m, dtype=np.int64)
-    words = (maxds.max() >> 6) + 1
+    nbrs = np.empty(offsets[n], dtype=indices.dtype)
+    words = (maxds.max() >> 6) + 1 if fanout > SCAN_FANOUT else 1
     for c in prange(nchunks):
+        tpos = np.empty(max(fanout, 1), dtype=np.int64)
         bits = np.zeros(words, dtype=np.uint64)
-        for i in range(c * _CHUNK, min(n, (c + 1) * _CHUNK)):
-            _positions(key, nodes[i], starts[i], degs[i], offsets[i + 1] - offsets[i], pos,
-                       offsets[i], bits)
-    nbrs = np.empty(m, dtype=indices.dtype)
-    echunks = (m + 16 * _CHUNK - 1) // (16 * _CHUNK)
-    for c in prange(echunks):
-        lo = c * 16 * _CHUNK
-        _gather(indices, pos, lo, min(m, lo + 16 * _CHUNK), nbrs, dist)
+        _take_rows(key, indices, nodes, c * _CHUNK, min(n, (c + 1) * _CHUNK), starts, degs,
+                   offsets, nbrs, tpos, bits, dist)
     return offsets, nbrs
 
 
@@ -145,14 +158,10 @@ def sample_neighbors_serial(indptr, indices, nodes, fanout, key):
     counts[0] = 0
     maxd = _row_pass(indptr, nodes, 0, n, fanout, starts, degs, counts, dist)
     offsets = np.cumsum(counts)
-    m = offsets[n]
-    pos = np.empty(m, dtype=np.int64)
-    bits = np.zeros((maxd >> 6) + 1, dtype=np.uint64)
-    for i in range(n):
-        _positions(key, nodes[i], starts[i], degs[i], offsets[i + 1] - offsets[i], pos,
-                   offsets[i], bits)
-    nbrs = np.empty(m, dtype=indices.dtype)
-    _gather(indices, pos, 0, m, nbrs, dist)
+    nbrs = np.empty(offsets[n], dtype=indices.dtype)
+    tpos = np.empty(max(fanout, 1), dtype=np.int64)
+    bits = np.zeros((maxd >> 6) + 1 if fanout > SCAN_FANOUT else 1, dtype=np.uint64)
+    _take_rows(key, indices, nodes, 0, n, starts, degs, offsets, nbrs, tpos, bits, dist)
     return offsets, nbrs
 
 
