@@ -127,6 +127,8 @@ def test_a_window_source_refuses_an_unannounced_gather():
 
 
 def test_closing_an_epoch_early_stops_its_threads():
+    """An epoch closed early stops its pipeline threads; only the loader's sampling workers
+    stay (idle, kept for the next epoch), and :meth:`Loader.close` stops them."""
     g = _graph()
     before = threading.active_count()
     loader = Loader(RandomScheduler(np.arange(600), 20, seed=0), NeighborSampler(g, [4, 4]),
@@ -134,4 +136,34 @@ def test_closing_an_epoch_early_stops_its_threads():
     it = loader.epoch(0)
     next(it)
     it.close()
+    kept = {t for t in threading.enumerate() if t.name.startswith("twopgraph-sampler")}
+    assert threading.active_count() == before + len(kept)
+    assert len(kept) <= loader.plan.workers
+    loader.close()
     assert threading.active_count() == before
+
+
+def test_sampling_workers_are_kept_across_epochs():
+    """The second epoch samples on the threads of the first (their relabelling state and
+    heap are warm), and its batches are the same as a fresh loader's."""
+    g = _graph()
+    seen = []
+
+    class Recording(NeighborSampler):
+        def sample(self, seeds, key=None, parallel=True):
+            seen.append(threading.current_thread())
+            return super().sample(seeds, key, parallel)
+
+    def fresh():
+        return Loader(RandomScheduler(np.arange(600), 20, seed=0), Recording(g, [4, 4]),
+                      None, threads=4, prefetch=0)
+    loader = fresh()
+    loader.sample_epoch(0)
+    first = set(seen)
+    seen.clear()
+    again = loader.input_stream(1)
+    assert set(seen) <= first and len(first) > 1
+    loader.close()
+    other = fresh()
+    assert all(np.array_equal(a, b) for a, b in zip(again, other.input_stream(1), strict=True))
+    other.close()

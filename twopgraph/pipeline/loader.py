@@ -71,7 +71,7 @@ from twopgraph.core.protocols import FeatureSource, Sampler, Scheduler
 from twopgraph.runtime.gputime import gpu_span
 from twopgraph.runtime.heap import BatchHeap
 from twopgraph.runtime.jit import configure_threading, thread_count
-from twopgraph.sampler.stream import sampled_batches, use_device
+from twopgraph.sampler.stream import SamplerThreads, sampled_batches, use_device
 from twopgraph.store import mapped as livemap
 
 
@@ -234,6 +234,8 @@ class Loader:
         self.sampler_device = with_index(sampler_device(sampler))
         self.torch_sampler = hasattr(sampler, "device")
         self._depth = int(prefetch)
+        #: The sampling workers, kept from epoch to epoch (warm relabelling state and heap).
+        self.sampler_threads = SamplerThreads()
         self.use_plan(threads if isinstance(threads, ThreadPlan)
                       else ThreadPlan.for_threads(threads, prefetch))
         #: Set by whoever budgets the run's memory (twopgraph.run.train): it watches the
@@ -304,6 +306,11 @@ class Loader:
                 q.maxsize = max(1, self.prefetch)
         return True
 
+    def close(self) -> None:
+        """Stop the sampling workers kept between epochs (they also end when the loader is
+        collected); a later epoch starts new ones."""
+        self.sampler_threads.close()
+
     def sample_epoch(self, epoch: int = 0) -> EpochStats:
         """Sampling only (no features, no prefetch thread: every thread samples); the figures
         of ``twopgraph bench sampler``."""
@@ -312,7 +319,8 @@ class Loader:
         # freed
         with thread_count(1), BatchHeap() as heap:
             for mb, secs in sampled_batches(self.scheduler, self._sampling(), epoch,
-                                            self._all_workers(), self.thread_device):
+                                            self._all_workers(), self.thread_device,
+                                            self.sampler_threads):
                 _count_sampled(stats, mb, secs)
                 stats.feature_rows += int(mb.input_nodes.shape[0])
                 heap.step()
@@ -325,7 +333,8 @@ class Loader:
         with thread_count(1), BatchHeap():
             return [mb.input_nodes.numpy() for mb, _ in
                     sampled_batches(self.scheduler, self._sampling(), epoch,
-                                    self._all_workers(), self.thread_device)]
+                                    self._all_workers(), self.thread_device,
+                                    self.sampler_threads)]
 
     def _all_workers(self) -> int:
         """Sampling workers when sampling is all there is: every thread (numba), or one
@@ -347,7 +356,7 @@ class Loader:
             sampler = AdvisingSampler(sampler, self.features.advise)
             before = ra.counts()
         for mb, secs in sampled_batches(self.scheduler, sampler, epoch, self.plan.workers,
-                                        self.thread_device):
+                                        self.thread_device, self.sampler_threads):
             _count_sampled(stats, mb, secs)
             if ra is not None:
                 now = ra.counts()

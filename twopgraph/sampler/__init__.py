@@ -9,8 +9,8 @@ from twopgraph.core.protocols import SAMPLERS
 from twopgraph.sampler.auto import SamplerChoice, choose_sampler
 from twopgraph.sampler.build import make_sampler, sampler_options
 from twopgraph.sampler.neighbor import NeighborSampler, parse_fanouts
-from twopgraph.sampler.stream import sampled_batches
+from twopgraph.sampler.stream import SamplerThreads, sampled_batches
 
 __all__ = ["Block", "MiniBatch", "SAMPLERS", "make_sampler", "sampler_options",
-           "NeighborSampler", "parse_fanouts", "sampled_batches", "SamplerChoice",
+           "NeighborSampler", "parse_fanouts", "sampled_batches", "SamplerThreads", "SamplerChoice",
            "choose_sampler"]

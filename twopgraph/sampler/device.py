@@ -299,7 +299,7 @@ def _rows(offsets: torch.Tensor, total: int) -> torch.Tensor:
 
 def _floyd(nodes: torch.Tensor, deg: torch.Tensor, f: int, key: int) -> torch.Tensor:
     """CSR positions chosen by Floyd's algorithm for vertices of degree ``d > f``, ``(n, f)``
-    int64, as in :func:`twopgraph.sampler.kernels._sample_one`: column ``c`` draws
+    int64, as in :func:`twopgraph.sampler.kernels._draw_row`: column ``c`` draws
     ``t_c = draw(key, v, j_c) mod (j_c + 1)`` with ``j_c = d - f + c`` and takes ``t_c``
     unless it was taken already ("collides"), else ``j_c``.
 

@@ -49,18 +49,20 @@ def _row_pass(indptr, nodes, lo, hi, fanout, starts, degs, counts, dist):
 SCAN_FANOUT = 32
 
 
+#: Rows drawn ahead of the row being read: a row's positions are drawn (and their cache lines
+#: prefetched) this many rows before its neighbours are read, so that the draws of the rows
+#: in between cover the misses.
+RING_ROWS = 8
+
+
 @njit(inline="always", cache=True)
-def _take_row(key, v, start, d, k, indices, nbrs, o, tpos, bits):
-    """The ``k`` of ``d`` neighbours of ``v`` (row at ``start``) that are taken, into
-    ``nbrs[o:o + k]``: the whole row when ``k == d``, else Floyd's algorithm over CSR
-    positions (for j in d-k..d-1 pick t in [0, j]; take t unless taken, else j), the
-    neighbours read as soon as the row's positions are drawn (the row was prefetched).
-    ``tpos`` (int64, at least k) is scratch for the positions; ``bits`` (uint64 words, at
-    least d bits, all zero) marks them when ``k > SCAN_FANOUT`` and is left all zero."""
-    if k == d:
-        for j in range(d):
-            nbrs[o + j] = indices[start + j]
-        return
+def _draw_row(key, v, d, k, ring, o, bits):
+    """Floyd's algorithm for the ``k < d`` neighbours of ``v`` taken from its ``d``: for j in
+    d-k..d-1 pick t in [0, j] (the draw ``(v, j)`` mod j + 1); take t unless taken, else
+    j. The row positions go to
+    ``ring[o:o + k]``; duplicates are found by scanning the positions so far when ``k <=
+    SCAN_FANOUT`` (branch-free, in L1), else in ``bits`` (uint64 words, at least d bits, all
+    zero; left all zero)."""
     base = vertex_base(v)
     if k <= SCAN_FANOUT:
         for c in range(k):
@@ -68,38 +70,63 @@ def _take_row(key, v, start, d, k, indices, nbrs, o, tpos, bits):
             t = np.int64(draw_at(key, base, j) % np.uint64(j + 1))
             hit = False
             for q in range(c):
-                hit |= tpos[q] == t
+                hit |= ring[o + q] == t
             if hit:
                 t = j
-            tpos[c] = t
-    else:
-        for c in range(k):
-            j = d - k + c
-            t = np.int64(draw_at(key, base, j) % np.uint64(j + 1))
+            ring[o + c] = t
+        return
+    for c in range(k):
+        j = d - k + c
+        t = np.int64(draw_at(key, base, j) % np.uint64(j + 1))
+        w = t >> 6
+        b = np.uint64(1) << np.uint64(t & 63)
+        if bits[w] & b:
+            t = j
             w = t >> 6
             b = np.uint64(1) << np.uint64(t & 63)
-            if bits[w] & b:
-                t = j
-                w = t >> 6
-                b = np.uint64(1) << np.uint64(t & 63)
-            bits[w] |= b
-            tpos[c] = t
-        for q in range(k):
-            bits[tpos[q] >> 6] = 0
+        bits[w] |= b
+        ring[o + c] = t
     for q in range(k):
-        nbrs[o + q] = indices[start + tpos[q]]
+        bits[ring[o + q] >> 6] = 0
 
 
 @njit(inline="always", cache=True)
-def _take_rows(key, indices, nodes, lo, hi, starts, degs, offsets, nbrs, tpos, bits, dist):
-    """:func:`_take_row` for the dsts ``nodes[lo:hi]``, the first and last cache line of the
-    row ``dist`` dsts ahead prefetched (the rows of a hop lie anywhere in the CSR)."""
+def _stage_row(key, indices, v, start, d, k, ring, o, bits):
+    """Ready a row to be read: a sampled row's positions drawn into ``ring[o:o + k]`` and
+    each of their cache lines prefetched; a row taken whole (``k == d``) prefetched at its
+    first and last entry."""
+    if k == d:
+        prefetch(indices, start)
+        prefetch(indices, start + max(d - 1, 0))
+        return
+    _draw_row(key, v, d, k, ring, o, bits)
+    for q in range(k):
+        prefetch(indices, start + ring[o + q])
+
+
+@njit(inline="always", cache=True)
+def _take_rows(key, indices, nodes, lo, hi, starts, degs, offsets, nbrs, ring, bits):
+    """The sampled neighbours of the dsts ``nodes[lo:hi]`` into ``nbrs`` (see
+    :func:`sample_neighbors`), software-pipelined: row ``i + RING_ROWS`` is drawn and
+    prefetched (:func:`_stage_row`) just after row ``i`` is read, from the ``ring`` slot
+    (``RING_ROWS`` x max(fanout, 1) int64) its positions were drawn into."""
+    width = ring.shape[0] // RING_ROWS
+    for i in range(lo, min(hi, lo + RING_ROWS)):
+        _stage_row(key, indices, nodes[i], starts[i], degs[i], offsets[i + 1] - offsets[i],
+                   ring, ((i - lo) % RING_ROWS) * width, bits)
     for i in range(lo, hi):
-        if i + dist < hi:
-            prefetch(indices, starts[i + dist])
-            prefetch(indices, starts[i + dist] + max(degs[i + dist] - 1, 0))
-        _take_row(key, nodes[i], starts[i], degs[i], offsets[i + 1] - offsets[i], indices,
-                  nbrs, offsets[i], tpos, bits)
+        o, st, k = offsets[i], starts[i], offsets[i + 1] - offsets[i]
+        slot = ((i - lo) % RING_ROWS) * width
+        if k == degs[i]:
+            for j in range(k):
+                nbrs[o + j] = indices[st + j]
+        else:
+            for q in range(k):
+                nbrs[o + q] = indices[st + ring[slot + q]]
+        nx = i + RING_ROWS
+        if nx < hi:
+            _stage_row(key, indices, nodes[nx], starts[nx], degs[nx],
+                       offsets[nx + 1] - offsets[nx], ring, slot, bits)
 
 
 #: dsts per task of the parallel kernel.
@@ -116,10 +143,11 @@ def sample_neighbors(indptr, indices, nodes, fanout, key):
     distinct ones, each neighbour being taken with probability ``fanout / d`` (Floyd's
     algorithm, positions in CSR order).
 
-    Two passes, each prefetching ``PREFETCH_DIST`` iterations ahead (sampling is bound by
-    memory latency): the dsts' rows (start, count), then each row's draws and the
-    neighbours they pick, read straight into ``nbrs``. Scratch: ``fanout`` positions and,
-    above ``SCAN_FANOUT``, a bitmap of the largest sampled degree per task.
+    Two passes (sampling is bound by memory latency): the dsts' rows (start, count),
+    ``indptr`` prefetched ``PREFETCH_DIST`` dsts ahead; then the neighbours, each row's
+    positions drawn and their cache lines prefetched ``RING_ROWS`` rows before they are read
+    (:func:`_take_rows`). Scratch per task: ``RING_ROWS x fanout`` positions and, above
+    ``SCAN_FANOUT``, a bitmap of the largest sampled degree.
     Parallel over chunks of vertices; :func:`sample_neighbors_serial` is the same on one
     thread.
     """
@@ -139,10 +167,10 @@ def sample_neighbors(indptr, indices, nodes, fanout, key):
     nbrs = np.empty(offsets[n], dtype=indices.dtype)
     words = (maxds.max() >> 6) + 1 if fanout > SCAN_FANOUT else 1
     for c in prange(nchunks):
-        tpos = np.empty(max(fanout, 1), dtype=np.int64)
+        ring = np.empty(RING_ROWS * max(fanout, 1), dtype=np.int64)
         bits = np.zeros(words, dtype=np.uint64)
         _take_rows(key, indices, nodes, c * _CHUNK, min(n, (c + 1) * _CHUNK), starts, degs,
-                   offsets, nbrs, tpos, bits, dist)
+                   offsets, nbrs, ring, bits)
     return offsets, nbrs
 
 
@@ -159,9 +187,9 @@ def sample_neighbors_serial(indptr, indices, nodes, fanout, key):
     maxd = _row_pass(indptr, nodes, 0, n, fanout, starts, degs, counts, dist)
     offsets = np.cumsum(counts)
     nbrs = np.empty(offsets[n], dtype=indices.dtype)
-    tpos = np.empty(max(fanout, 1), dtype=np.int64)
+    ring = np.empty(RING_ROWS * max(fanout, 1), dtype=np.int64)
     bits = np.zeros((maxd >> 6) + 1 if fanout > SCAN_FANOUT else 1, dtype=np.uint64)
-    _take_rows(key, indices, nodes, 0, n, starts, degs, offsets, nbrs, tpos, bits, dist)
+    _take_rows(key, indices, nodes, 0, n, starts, degs, offsets, nbrs, ring, bits)
     return offsets, nbrs
 
 
@@ -195,9 +223,14 @@ def relabel(nbrs, node_map, num_known, frontier_out):
 
     ``node_map`` (length N, int32 or int64, -1 = unseen) maps global -> local id and is
     updated in place (the entry ``PREFETCH_DIST`` neighbours ahead prefetched);
-    ``num_known`` local ids are already used. New vertices are appended to ``frontier_out`` in
-    order of first appearance and get ids ``num_known, num_known+1, ...``. Returns
-    ``(local_nbrs, num_new)`` where ``local_nbrs[e] = node_map[nbrs[e]]`` (int64).
+    ``num_known`` local ids are already used. New vertices are appended to ``frontier_out``
+    (at least ``len(nbrs)`` entries; those past the new vertices are scratch) in order of
+    first appearance and get ids ``num_known, num_known+1, ...``. Returns ``(local_nbrs,
+    num_new)`` where ``local_nbrs[e] = node_map[nbrs[e]]`` (int64).
+
+    Branch-free: whether a neighbour is new is about as likely as not in a sampled hop, so a
+    branch would be mispredicted often; every entry writes its map entry and the frontier
+    slot after the last new vertex, and the count advances by 0 or 1.
     """
     m = nbrs.shape[0]
     local = np.empty(m, dtype=np.int64)
@@ -207,12 +240,13 @@ def relabel(nbrs, node_map, num_known, frontier_out):
         if e + dist < m:
             prefetch(node_map, nbrs[e + dist])
         g = nbrs[e]
-        x = node_map[g]
-        if x < 0:
+        x = np.int64(node_map[g])
+        new = x < 0
+        if new:
             x = nxt
-            node_map[g] = x
-            frontier_out[x - num_known] = g
-            nxt += 1
+        node_map[g] = x
+        frontier_out[nxt - num_known] = g
+        nxt += np.int64(new)
         local[e] = x
     return local, nxt - num_known
 

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import functools
 import itertools
+import threading
 import time
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Iterator
 
 import torch
@@ -29,17 +30,53 @@ from twopgraph.core.protocols import Sampler, Scheduler
 from twopgraph.core.rng import batch_key
 
 
+class SamplerThreads:
+    """Sampling worker threads kept from one epoch to the next (what a
+    :class:`~twopgraph.pipeline.loader.Loader` holds): a thread keeps what its first batches
+    built -- the sampler's per-thread relabelling state (grown to the largest batch, or the
+    N-sized map it settles to) and the pages of its malloc arena -- which fresh threads would
+    build again every epoch (measured: the first two batches of a fresh thread take 2-3x a
+    warm one's time on a 200,000-vertex graph, a quarter of a 16-batch epoch). One pool per
+    ``(workers, device)``; :meth:`close` stops them (idle threads also end when this object
+    is collected)."""
+
+    def __init__(self) -> None:
+        self._pools: dict[tuple[int, str], ThreadPoolExecutor] = {}
+        self._lock = threading.Lock()
+
+    def pool(self, workers: int, device: torch.device | str | None) -> ThreadPoolExecutor:
+        """The pool of ``workers`` threads whose current CUDA device is ``device``
+        (:func:`use_device`), made on first use."""
+        key = (int(workers), str(device))
+        with self._lock:
+            pool = self._pools.get(key)
+            if pool is None:
+                pool = self._pools[key] = ThreadPoolExecutor(
+                    workers, thread_name_prefix="twopgraph-sampler",
+                    initializer=functools.partial(_worker_setup, device))
+            return pool
+
+    def close(self) -> None:
+        """Stop every pool's threads (after their current batch)."""
+        with self._lock:
+            pools, self._pools = list(self._pools.values()), {}
+        for pool in pools:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
 def sampled_batches(scheduler: Scheduler, sampler: Sampler, epoch: int,
-                    workers: int = 1, device: torch.device | str | None = None
+                    workers: int = 1, device: torch.device | str | None = None,
+                    threads: SamplerThreads | None = None
                     ) -> Iterator[tuple[MiniBatch, float]]:
     """``(batch, seconds spent sampling it)`` for every batch of ``epoch``, in schedule order;
     ``batch.batch_id`` is its position in the epoch.
 
-    ``workers`` <= 1 samples on the calling thread; more start that many threads (numba's
-    thread count set to 1 inside each: their kernels are serial), ``2 x workers`` batches in
-    flight, stopped when the iterator is closed. Each of them makes ``device`` (default: the
-    sampler's ``device``, if it has one) its current CUDA device first (:func:`use_device`;
-    nothing for a CPU device).
+    ``workers`` <= 1 samples on the calling thread; more sample on that many threads
+    (numba's thread count set to 1 inside each: their kernels are serial), ``2 x workers``
+    batches in flight, stopped when the iterator is closed: the threads of ``threads``
+    (kept for the next epoch), or, without it, threads started here and stopped at the end.
+    Each of them makes ``device`` (default: the sampler's ``device``, if it has one) its
+    current CUDA device first (:func:`use_device`; nothing for a CPU device).
     """
     jobs = ((b, seeds, batch_key(epoch, b))
             for b, seeds in enumerate(scheduler.batches(epoch)))
@@ -56,8 +93,8 @@ def sampled_batches(scheduler: Scheduler, sampler: Sampler, epoch: int,
         return
     if device is None:
         device = getattr(sampler, "device", None)
-    pool = ThreadPoolExecutor(workers, thread_name_prefix="twopgraph-sampler",
-                              initializer=functools.partial(_worker_setup, device))
+    own = threads is None
+    pool = (SamplerThreads() if own else threads).pool(workers, device)
     pending: deque = deque(pool.submit(timed, *job) for job in itertools.islice(jobs, 2 * workers))
     try:
         while pending:
@@ -69,7 +106,10 @@ def sampled_batches(scheduler: Scheduler, sampler: Sampler, epoch: int,
     finally:
         for fut in pending:
             fut.cancel()
-        pool.shutdown(wait=True)
+        if own:
+            pool.shutdown(wait=True)
+        else:  # the batches being sampled finish before the caller goes on
+            wait(pending)
 
 
 def use_device(device: torch.device | str | None) -> bool:
