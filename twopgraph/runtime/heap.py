@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import logging
 import os
 
@@ -81,7 +82,11 @@ def configure_heap(mmap_threshold: int = MMAP_THRESHOLD, arenas: int = ARENAS) -
     return ok
 
 
+@functools.cache
 def _libc():
+    """glibc's handle with ``mallopt``, ``malloc_trim`` and ``mallinfo2``, or None; looked up
+    once (``find_library`` runs ``ldconfig`` in a subprocess: a millisecond per call, once per
+    epoch otherwise)."""
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
         libc.mallopt, libc.malloc_trim, libc.mallinfo2  # glibc >= 2.33

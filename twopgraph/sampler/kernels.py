@@ -14,7 +14,7 @@ from numba import njit, prange
 
 from twopgraph.core.rng import draw_at, draw_ref, vertex_base
 from twopgraph.runtime.jit import register
-from twopgraph.runtime.prefetch import PREFETCH_DIST, prefetch
+from twopgraph.runtime.prefetch import MAP_PREFETCH_DIST, PREFETCH_DIST, prefetch
 
 # -- neighbour sampling (uniform, without replacement; Floyd's algorithm) -------------------------
 
@@ -222,7 +222,7 @@ def relabel(nbrs, node_map, num_known, frontier_out):
     """Assign local ids to the vertices of ``nbrs`` not seen yet in this batch.
 
     ``node_map`` (length N, int32 or int64, -1 = unseen) maps global -> local id and is
-    updated in place (the entry ``PREFETCH_DIST`` neighbours ahead prefetched);
+    updated in place (the entry ``MAP_PREFETCH_DIST`` neighbours ahead prefetched);
     ``num_known`` local ids are already used. New vertices are appended to ``frontier_out``
     (at least ``len(nbrs)`` entries; those past the new vertices are scratch) in order of
     first appearance and get ids ``num_known, num_known+1, ...``. Returns ``(local_nbrs,
@@ -235,7 +235,7 @@ def relabel(nbrs, node_map, num_known, frontier_out):
     m = nbrs.shape[0]
     local = np.empty(m, dtype=np.int64)
     nxt = num_known
-    dist = PREFETCH_DIST
+    dist = MAP_PREFETCH_DIST
     for e in range(m):
         if e + dist < m:
             prefetch(node_map, nbrs[e + dist])
@@ -354,8 +354,8 @@ def reset_map_serial(node_map, nodes):
     """:func:`reset_map` on the calling thread only."""
     n = nodes.shape[0]
     for i in range(n):
-        if i + PREFETCH_DIST < n:
-            prefetch(node_map, nodes[i + PREFETCH_DIST])
+        if i + MAP_PREFETCH_DIST < n:
+            prefetch(node_map, nodes[i + MAP_PREFETCH_DIST])
         node_map[nodes[i]] = -1
 
 
@@ -369,13 +369,13 @@ def reset_map_ref(node_map: np.ndarray, nodes: np.ndarray) -> None:
 
 @njit(nogil=True, cache=True)
 def take(values, idx):
-    """``values[idx]`` (1-D) with the entry ``PREFETCH_DIST`` ahead prefetched: a batch's
+    """``values[idx]`` (1-D) with the entry ``MAP_PREFETCH_DIST`` ahead prefetched: a batch's
     vertices lie anywhere in the graph, and NumPy's fancy indexing waits for each miss."""
     m = idx.shape[0]
     out = np.empty(m, dtype=values.dtype)
     for e in range(m):
-        if e + PREFETCH_DIST < m:
-            prefetch(values, idx[e + PREFETCH_DIST])
+        if e + MAP_PREFETCH_DIST < m:
+            prefetch(values, idx[e + MAP_PREFETCH_DIST])
         out[e] = values[idx[e]]
     return out
 
