@@ -268,29 +268,6 @@ def test_tf32_on_for_a_cuda_run_and_restored(caplog):
         torch.set_float32_matmul_precision("highest")
 
 
-def test_denormals_flushed_in_the_epochs_and_restored(cdata, tmp_path, monkeypatch):
-    """The epochs run with denormals read as zero (the optimizer's tiny second moments are
-    25-30x slower otherwise); the mode before the run is restored after it."""
-    from twopgraph.pipeline.epoch import denormals_flushed, flush_denormals
-    assert not denormals_flushed()
-    with flush_denormals() as ok:
-        assert ok and denormals_flushed()
-        with flush_denormals():  # nested: the outer mode is kept
-            pass
-        assert denormals_flushed()
-    assert not denormals_flushed()
-    seen = []
-    real = ep.train_epoch
-
-    def spy(*a, **k):
-        seen.append(denormals_flushed())
-        return real(*a, **k)
-    import twopgraph.run.loop as loop
-    monkeypatch.setattr(loop, "train_epoch", spy)
-    train(_cfg(tmp_path / "o", tmp_path / "data", epochs=2), data=cdata)
-    assert seen == [True, True] and not denormals_flushed()
-
-
 # ----------------------------------------------------------------------------------------------
 # CUDA
 # ----------------------------------------------------------------------------------------------

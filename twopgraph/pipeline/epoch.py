@@ -137,29 +137,6 @@ def tf32(device: torch.device | str) -> Iterator[bool]:
         torch.set_float32_matmul_precision(before)
 
 
-def denormals_flushed() -> bool:
-    """Whether this thread's CPU float arithmetic reads denormal float32 values as zero
-    (torch has no getter for :func:`torch.set_flush_denormal`: a denormal times one)."""
-    return float(torch.tensor([1e-40], dtype=torch.float32).mul(1.0)) == 0.0
-
-
-@contextlib.contextmanager
-def flush_denormals() -> Iterator[bool]:
-    """Inside the block, CPU float arithmetic treats denormals (float32 magnitudes below
-    1.2e-38) as zero (``torch.set_flush_denormal(True)``: the FTZ/DAZ flags); the previous
-    mode is restored after it. Adam's second-moment estimates of small gradients fall into
-    that range, and x86 cores take 25-30x longer per denormal (microcode assists): on the
-    2M-vertex graph the optimizer's ``sqrt`` alone took 12 % of the step, and the epoch's
-    compute 15.4 s instead of 13.1 s, with the same losses and accuracy to four decimals.
-    Yields whether the CPU supports the mode."""
-    before = denormals_flushed()
-    ok = torch.set_flush_denormal(True)
-    try:
-        yield ok
-    finally:
-        torch.set_flush_denormal(before)
-
-
 def train_epoch(model: torch.nn.Module, opt: torch.optim.Optimizer, loader: Loader,
                 epoch: int, progress: bool = True, stop_on_nonfinite: bool = True,
                 amp: str = "off", profiler=None) -> dict:

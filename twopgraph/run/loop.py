@@ -19,10 +19,8 @@ epoch's checkpoint stays) and propagates; a run error writes status ``failed``; 
 writes the diverged record. At the end the final ``metrics.json`` and the summary line.
 
 On CUDA the epochs run with TF32 float32 matmuls (:func:`~twopgraph.pipeline.epoch.tf32`: set
-at the start with one log line, restored at the end), and on every device the host's float
-arithmetic flushes denormals to zero (:func:`~twopgraph.pipeline.epoch.flush_denormals`: the
-optimizer's tiny second moments cost 25-30x per value otherwise); with ``--profile DIR`` the
-first epoch the run trains is profiled (:mod:`twopgraph.run.profile`; the main process only).
+at the start with one log line, restored at the end); with ``--profile DIR`` the first epoch
+the run trains is profiled (:mod:`twopgraph.run.profile`; the main process only).
 """
 
 from __future__ import annotations
@@ -40,12 +38,7 @@ import torch
 from twopgraph.config import TrainConfig
 from twopgraph.errors import OutputError, Stopped, TrainingDiverged, TwopgraphError
 from twopgraph.inference import ScoredLogits
-from twopgraph.pipeline.epoch import (
-    check_finite_weights,
-    flush_denormals,
-    tf32,
-    train_epoch,
-)
+from twopgraph.pipeline.epoch import check_finite_weights, tf32, train_epoch
 from twopgraph.pipeline.loader import Loader
 from twopgraph.run.checkpoint import save_checkpoint
 from twopgraph.run.logs import EpochLogs, write_epochs_csv
@@ -197,7 +190,7 @@ def _profiled(t: Training, rank: Rank, epoch: int) -> Iterator[StepProfiler | No
 def _train_epochs(t: Training, rank: Rank, progress: bool, logs: EpochLogs | None) -> None:
     cfg, run = t.cfg, t.cfg.run
     try:
-        with t.loader.plan.applied(), tf32(t.device), flush_denormals():
+        with t.loader.plan.applied(), tf32(t.device):
             for epoch in range(t.start_epoch, run.epochs):
                 if patience_exhausted(t.epochs_log, run.patience):  # --patience: stop early
                     break
