@@ -26,6 +26,7 @@ import math
 import numpy as np
 from numba import njit, prange
 
+from twopgraph.core.rng import draw
 from twopgraph.runtime.jit import register
 from twopgraph.runtime.prefetch import PREFETCH_DIST, prefetch
 from twopgraph.sampler.labor_pi import (
@@ -356,6 +357,28 @@ def labor_sample(indptr, indices, nodes, c, pi, cand, rv, key0, key1, ca, cb, sm
     return offsets, nbrs, weights
 
 
+@njit(inline="always", cache=True)
+def _keep_row_uniform(indices, start, d, p, key0, nbrs, weights, o):
+    """LABOR-0's row of ``d`` neighbours at ``start`` whose dst keeps each with probability
+    ``p`` (< 1 or 1): neighbour ``t`` is kept iff its variate ``(draw(key0, t, 0) >> 11) /
+    2**53 <= p``, decided exactly in integers as ``draw >> 11 <= floor(p 2**53)`` (the
+    variate is a 53-bit integer over a power of two); kept ones go to ``nbrs[o:]`` with weight
+    ``1 / p`` in ``weights``. Returns how many and the sum of their weights (summed one by
+    one, as the general path does)."""
+    thr = np.uint64(math.floor(p * 9007199254740992.0))
+    w = 1.0 / p
+    m = 0
+    total = 0.0
+    for j in range(d):
+        t = indices[start + j]
+        if (draw(key0, t, 0) >> np.uint64(11)) <= thr:
+            nbrs[o + m] = t
+            weights[o + m] = w
+            total += w
+            m += 1
+    return m, total
+
+
 @njit(nogil=True, cache=True)
 def labor_sample_serial(indptr, indices, nodes, c, pi, cand, rv, key0, key1, ca, cb,
                         smooth):
@@ -380,19 +403,24 @@ def labor_sample_serial(indptr, indices, nodes, c, pi, cand, rv, key0, key1, ca,
         ci = c[i]
         m = 0
         total = 0.0
-        for j in range(d):
-            t = indices[start + j]
-            if ci == np.inf:
-                p = 1.0
-            else:
-                p = _prob(ci, pi, cand, ce0 + j)
-                if _edge_variate(rv, cand, ce0 + j, key0, key1, ca, cb, smooth, t) > p:
-                    continue
-            nbrs[o + m] = t
-            w = 1.0 / p
-            weights[o + m] = w
-            total += w
-            m += 1
+        if ci != np.inf and pi.shape[0] == 0 and rv.shape[0] == 0 and not smooth:
+            # LABOR-0: one probability for the whole row, compared in integers
+            m, total = _keep_row_uniform(indices, start, d, min(ci, 1.0), key0, nbrs, weights,
+                                         o)
+        else:
+            for j in range(d):
+                t = indices[start + j]
+                if ci == np.inf:
+                    p = 1.0
+                else:
+                    p = _prob(ci, pi, cand, ce0 + j)
+                    if _edge_variate(rv, cand, ce0 + j, key0, key1, ca, cb, smooth, t) > p:
+                        continue
+                nbrs[o + m] = t
+                w = 1.0 / p
+                weights[o + m] = w
+                total += w
+                m += 1
         for q in range(o, o + m):
             weights[q] = weights[q] / total
         o += m
