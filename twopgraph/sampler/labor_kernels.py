@@ -54,6 +54,22 @@ def _room(nbrs, weights, o, d):
     return grown, grown_w
 
 
+@njit(inline="always", cache=True)
+def _keep(nbrs, weights, at, t, w, total):
+    """Kept neighbour ``t`` with weight ``w`` written at ``at``; returns the row's weight sum
+    ``total`` plus ``w`` (the rows' weights are divided by it: :func:`_normalise`)."""
+    nbrs[at] = t
+    weights[at] = w
+    return total + w
+
+
+@njit(inline="always", cache=True)
+def _normalise(weights, o, m, total):
+    """A row's ``m`` weights from ``o`` on divided by their sum ``total`` (they sum to 1)."""
+    for q in range(o, o + m):
+        weights[q] = weights[q] / total
+
+
 # -- LABOR-1 from each vertex's smallest dst degree (no candidate numbering) -----------------------
 # One fixed-point round from pi = 1, where c_s = k / d_s, gives pi_t = max_s min(1, k / d_s) =
 # min(1, k / (min_s d_s)): the smallest degree among t's dsts decides it. Kept per vertex in
@@ -187,17 +203,14 @@ def labor_sample_dense(indptr, indices, nodes, fanout, dmin, key0, key1, ca, cb,
         for j in range(indptr[v + 1] - st):
             if kept[ce0 + j]:
                 t = indices[st + j]
-                nbrs[o + m] = t
                 if ci == np.inf:
                     w = 1.0
                 else:
                     p = ci * _pi_of(dmin, t, fanout)
                     w = 1.0 / (p if p < 1.0 else 1.0)
-                weights[o + m] = w
-                total += w
+                total = _keep(nbrs, weights, o + m, t, w, total)
                 m += 1
-        for q in range(m):
-            weights[o + q] = weights[o + q] / total
+        _normalise(weights, o, m, total)
     return offsets, nbrs, weights
 
 
@@ -237,13 +250,9 @@ def labor_sample_dense_serial(indptr, indices, nodes, fanout, dmin, key0, key1, 
                     p = 1.0
                 elif variate(key0, key1, ca, cb, smooth, t) > p:
                     continue
-            nbrs[o + m] = t
-            w = 1.0 / p
-            weights[o + m] = w
-            total += w
+            total = _keep(nbrs, weights, o + m, t, 1.0 / p, total)
             m += 1
-        for q in range(o, o + m):
-            weights[q] = weights[q] / total
+        _normalise(weights, o, m, total)
         o += m
         offsets[i + 1] = o
     return offsets, nbrs[:o], weights[:o]
@@ -317,13 +326,10 @@ def _fill_row(indptr, indices, v, ci, pi, cand, ce0, kept, nbrs, weights, o):
     total = 0.0
     for j in range(indptr[v + 1] - start):
         if kept[ce0 + j]:
-            nbrs[o + m] = indices[start + j]
             w = 1.0 / (1.0 if ci == np.inf else _prob(ci, pi, cand, ce0 + j))
-            weights[o + m] = w
-            total += w
+            total = _keep(nbrs, weights, o + m, indices[start + j], w, total)
             m += 1
-    for q in range(m):
-        weights[o + q] = weights[o + q] / total
+    _normalise(weights, o, m, total)
 
 
 @njit(parallel=True, nogil=True, cache=True)
@@ -372,9 +378,7 @@ def _keep_row_uniform(indices, start, d, p, key0, nbrs, weights, o):
     for j in range(d):
         t = indices[start + j]
         if (draw(key0, t, 0) >> np.uint64(11)) <= thr:
-            nbrs[o + m] = t
-            weights[o + m] = w
-            total += w
+            total = _keep(nbrs, weights, o + m, t, w, total)
             m += 1
     return m, total
 
@@ -416,13 +420,9 @@ def labor_sample_serial(indptr, indices, nodes, c, pi, cand, rv, key0, key1, ca,
                     p = _prob(ci, pi, cand, ce0 + j)
                     if _edge_variate(rv, cand, ce0 + j, key0, key1, ca, cb, smooth, t) > p:
                         continue
-                nbrs[o + m] = t
-                w = 1.0 / p
-                weights[o + m] = w
-                total += w
+                total = _keep(nbrs, weights, o + m, t, 1.0 / p, total)
                 m += 1
-        for q in range(o, o + m):
-            weights[q] = weights[q] / total
+        _normalise(weights, o, m, total)
         o += m
         offsets[i + 1] = o
         ce0 += d
