@@ -58,11 +58,10 @@ RING_ROWS = 8
 @njit(inline="always", cache=True)
 def _draw_row(key, v, d, k, ring, o, bits):
     """Floyd's algorithm for the ``k < d`` neighbours of ``v`` taken from its ``d``: for j in
-    d-k..d-1 pick t in [0, j] (the draw ``(v, j)`` mod j + 1); take t unless taken, else
-    j. The row positions go to
-    ``ring[o:o + k]``; duplicates are found by scanning the positions so far when ``k <=
-    SCAN_FANOUT`` (branch-free, in L1), else in ``bits`` (uint64 words, at least d bits, all
-    zero; left all zero)."""
+    d-k..d-1 pick t in [0, j] (the draw ``(v, j)`` mod j + 1); take t unless taken, else j.
+    The row positions go to ``ring[o:o + k]``; duplicates are found by scanning the positions
+    so far when ``k <= SCAN_FANOUT`` (branch-free, in L1), else in ``bits`` (uint64 words, at
+    least d bits, all zero; left all zero)."""
     base = vertex_base(v)
     if k <= SCAN_FANOUT:
         for c in range(k):
