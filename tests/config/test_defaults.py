@@ -15,6 +15,7 @@ from conftest import community_data, run_cli
 
 from twopgraph.bench.config import BenchSamplerConfig
 from twopgraph.config import (
+    RACE_RECIPES,
     SIZE_DEFAULTS,
     SMALL_GRAPH_NODES,
     TrainConfig,
@@ -107,20 +108,29 @@ def _metrics(tmp_path, name) -> dict:
 
 
 def test_small_graph_trains_with_the_small_profile_logged_and_recorded(tmp_path, caplog):
+    """Every race option left to the defaults: the recipe race (twopgraph.run.race) picks one
+    of RACE_RECIPES; the run is that recipe's, logged and recorded as chosen by size."""
     data = community_data(300)
     with caplog.at_level(logging.INFO, logger="twopgraph"):
         res = train(_cfg(tmp_path, "run"), data)
-    assert len(res.epochs) == SMALL["epochs"]
     m = _metrics(tmp_path, "run")
-    assert {k: m["config"][k] for k in SMALL} == SMALL
+    name = m["defaults"]["recipe"]
+    recipe = RACE_RECIPES[name]
+    assert len(res.epochs) == recipe["epochs"]  # evaluated at the end only: no early stop
+    assert {k: m["config"][k] for k in recipe} == recipe
+    race = m["defaults"].pop("race")
+    assert race["chosen"] == name and set(race["candidates"]) == set(RACE_RECIPES)
     assert m["defaults"] == {"profile": "small", "num_nodes": 300, "small_below": 50_000,
-                             "chosen": SMALL, "explicit": {}}
+                             "chosen": recipe, "explicit": {}, "recipe": name}
     ckpt = torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=False)
-    assert ckpt["model_spec"]["num_layers"] == len(SMALL["fanouts"])
-    assert ckpt["config"]["fanouts"] == SMALL["fanouts"] and ckpt["config"]["lr"] == SMALL["lr"]
+    assert ckpt["model_spec"]["num_layers"] == len(recipe["fanouts"])
+    assert ckpt["config"]["fanouts"] == recipe["fanouts"]
+    assert ckpt["config"]["lr"] == recipe["lr"]
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("defaults")]
-    assert lines == [("defaults for 300 vertices (small graph, < 50,000): --fanouts 15,10,5 "
-                      "--lr 0.003 --epochs 100 --patience 10")]
+    shown = ",".join(map(str, recipe["fanouts"]))
+    assert lines == [(f"defaults for 300 vertices (small graph, < 50,000, recipe {name} of the "
+                      f"recipe race): --fanouts {shown} --lr {recipe['lr']:g} --epochs "
+                      f"{recipe['epochs']} --patience {recipe['patience']}")]
     # the same run resumed with the same (default) options: accepted, nothing left to train
     again = train(_cfg(tmp_path, "run", resume=True), data)
     assert [e["loss"] for e in again.epochs] == [e["loss"] for e in res.epochs]

@@ -62,6 +62,9 @@ RECIPES: dict[str, dict] = {
     # standard until the validation score stops improving: at most 100 epochs, stopped after
     # 10 evaluated epochs without a better one (--patience)
     "standard-es": {"fanouts": [15, 10, 5], "lr": 0.003, "epochs": 100, "patience": 10},
+    # train's own defaults, nothing given: on a small graph the recipe race of standard-es
+    # and two-layer (twopgraph.run.race)
+    "race": {"fanouts": None, "lr": None, "epochs": None, "patience": None},
 }
 #: the shared real datasets (NAME.npz in ``--dataset-dir``)
 DATASETS = ("cora", "citeseer", "amazon_photo", "coauthor_cs", "coauthor_physics",
@@ -101,12 +104,14 @@ class DefaultsBenchmark(Benchmark):
     hold when every gap is at most 0.5).
 
     Rows: dataset, recipe, seed. Figures: val_score, test_score (in metric: acc or rocauc),
-    selected_epoch, epochs_trained, wall_s."""
+    selected_epoch, epochs_trained, wall_s (the whole run, a race's probes included); for the
+    ``race`` recipe on a small graph also race_chosen (the recipe the race continued) and
+    race_other_s (the seconds of the other probes: the race's cost)."""
 
     help = "candidate recipes for the size-based defaults on real datasets, leave-one-out"
     default_graph = None
     columns = ("metric", "val_score", "test_score", "selected_epoch", "epochs_trained",
-               "wall_s")
+               "wall_s", "race_chosen", "race_other_s")
 
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
         p.add_argument("--datasets", default=",".join(DATASETS),
@@ -118,9 +123,7 @@ class DefaultsBenchmark(Benchmark):
                             "the repository)")
         p.add_argument("--recipes", default=",".join(RECIPES),
                        help="comma-separated candidates: "
-                            + "; ".join(f"{k} = fanouts {','.join(map(str, v['fanouts']))}, "
-                                        f"lr {v['lr']:g}, {v['epochs']} epochs"
-                                        for k, v in RECIPES.items())
+                            + "; ".join(_recipe_help(k, v) for k, v in RECIPES.items())
                             + f" (default: {','.join(RECIPES)})")
         p.add_argument("--seeds", default="0", help="comma-separated training seeds; the "
                        "leave-one-out uses their means (default: 0)")
@@ -182,6 +185,14 @@ class DefaultsBenchmark(Benchmark):
             print("\n".join(loo_lines(records)))
 
 
+def _recipe_help(name: str, r: dict) -> str:
+    if r["fanouts"] is None:
+        return f"{name} = train's defaults (the recipe race on a small graph)"
+    es = f" (stop after {r['patience']} without a better one)" if r.get("patience") else ""
+    return (f"{name} = fanouts {','.join(map(str, r['fanouts']))}, lr {r['lr']:g}, "
+            f"{r['epochs']} epochs{es}")
+
+
 def train_recipe(a: argparse.Namespace, ctx: Context, data: GraphData, path: str,
                  recipe: str, seed: int, out: Path) -> dict:
     """One run of ``recipe`` on ``data`` (loaded from ``path``) with ``seed`` into ``out``,
@@ -189,15 +200,30 @@ def train_recipe(a: argparse.Namespace, ctx: Context, data: GraphData, path: str
     from twopgraph.config import TrainConfig
     from twopgraph.run.train import train
     r = RECIPES[recipe]
-    cfg = TrainConfig.of(dataset=path, data_root=ctx.data_root, fanouts=list(r["fanouts"]),
-                         lr=r["lr"], epochs=r["epochs"], patience=r.get("patience", 0),
-                         seed=seed, out=str(out),
-                         progress=False, threads=a.threads, device=a.device)
+    given = {k: (list(v) if isinstance(v, list) else v) for k, v in r.items()}
+    if given["fanouts"] is not None:
+        given["patience"] = r.get("patience") or 0
+    cfg = TrainConfig.of(dataset=path, data_root=ctx.data_root, **given, seed=seed,
+                         out=str(out), progress=False, threads=a.threads, device=a.device)
     t = time.perf_counter()
     res = train(cfg, data)
-    return {"val_score": res.val_score, "test_score": res.test_score, "metric": res.metric,
-            "selected_epoch": res.selected_epoch, "epochs_trained": len(res.epochs),
-            "wall_s": time.perf_counter() - t}
+    fig = {"val_score": res.val_score, "test_score": res.test_score, "metric": res.metric,
+           "selected_epoch": res.selected_epoch, "epochs_trained": len(res.epochs),
+           "wall_s": time.perf_counter() - t}
+    race = _race_record(out)
+    if race is not None:  # the race's winner and what its other probes cost
+        fig["race_chosen"] = race["chosen"]
+        fig["race_other_s"] = sum(c["wall_s"] for n, c in race["candidates"].items()
+                                  if n != race["chosen"])
+    return fig
+
+
+def _race_record(out: Path) -> dict | None:
+    import json
+    try:
+        return json.loads((out / "metrics.json").read_text())["defaults"].get("race")
+    except (OSError, ValueError, KeyError, AttributeError):
+        return None
 
 
 # -- the leave-one-out -----------------------------------------------------------------------------

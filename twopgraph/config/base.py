@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from twopgraph.config.arguments import add_section_arguments
 from twopgraph.config.defaults import (
+    RACE_RECIPES,
     SIZE_DEFAULTS,
     SIZE_SECTIONS,
     SMALL_GRAPH_NODES,
@@ -80,22 +81,24 @@ class Config:
         for sec in cls.sections().values():
             add_section_arguments(parser, sec, exclude=exclude, required=required)
 
-    def resolved_logged(self, num_nodes: int) -> tuple[Self, dict]:
+    def resolved_logged(self, num_nodes: int, recipe: str | None = None) -> tuple[Self, dict]:
         """:meth:`resolved`, with the line saying what the size-based defaults became
         (:func:`describe_defaults`) logged at INFO when any was left to them."""
-        out, rec = self.resolved(num_nodes)
+        out, rec = self.resolved(num_nodes, recipe)
         if (line := describe_defaults(rec)) is not None:
             logging.getLogger("twopgraph").info("%s", line)
         return out, rec
 
-    def resolved(self, num_nodes: int) -> tuple[Self, dict]:
+    def resolved(self, num_nodes: int, recipe: str | None = None) -> tuple[Self, dict]:
         """This config with the size-based options left at None (``fanouts``, ``lr``,
         ``epochs``, ``patience``, those of them it has) set from :data:`SIZE_DEFAULTS` for a
         graph of ``num_nodes`` vertices (:func:`size_profile`), and the record of what was chosen
         (``metrics.json``: ``defaults``): ``{"profile", "num_nodes", "small_below"
         (:data:`SMALL_GRAPH_NODES`), "chosen": {name: value} (the options that were None),
         "explicit": {name: value} (the ones given)}``. Given values always win; ``self`` is
-        not changed.
+        not changed. ``recipe`` (a name of :data:`RACE_RECIPES`: the recipe race's winner,
+        :mod:`twopgraph.run.race`) takes the options left at None from that recipe instead,
+        recorded as ``recipe`` in the record.
 
         Example::
 
@@ -110,13 +113,18 @@ class Config:
         profile = size_profile(num_nodes)
         rec = {"profile": profile, "num_nodes": int(num_nodes),
                "small_below": SMALL_GRAPH_NODES, "chosen": {}, "explicit": {}}
+        if recipe is not None:
+            if recipe not in RACE_RECIPES:
+                raise ConfigError(f"unknown recipe {recipe!r}: one of {', '.join(RACE_RECIPES)}")
+            rec["recipe"] = recipe
+        values = SIZE_DEFAULTS[profile] if recipe is None else RACE_RECIPES[recipe]
         have = self.sections()
         for name, section in SIZE_SECTIONS.items():
             if section not in have:
                 continue
             sec = getattr(out, section)
             if getattr(sec, name) is None:
-                value = copy.copy(SIZE_DEFAULTS[profile][name])
+                value = copy.copy(values[name])
                 setattr(sec, name, value)
                 rec["chosen"][name] = copy.copy(value)
             else:

@@ -1,7 +1,8 @@
 """A run, from its flags to its files: :func:`train` (:mod:`.train`), :func:`predict` and
 :func:`load_model` (:mod:`.predict`), checkpoints (:mod:`.checkpoint`), the output folder
-(:mod:`.outdir`), model selection (:mod:`.selection`) and the records a run writes
-(:mod:`.records`) and ``--profile``'s trace of a few training steps (:mod:`.profile`).
+(:mod:`.outdir`), model selection (:mod:`.selection`), the recipe race of small graphs
+(:mod:`.race`), the records a run writes (:mod:`.records`) and ``--profile``'s trace of a
+few training steps (:mod:`.profile`).
 """
 
 from twopgraph.imports import lazy_exports
@@ -12,6 +13,7 @@ _EXPORTS = {
     "save_checkpoint": "checkpoint", "read_checkpoint": "checkpoint",
     "RunDir": "outdir", "check_out": "outdir",
     "Selection": "selection",
+    "RecipeRace": "race",
     "StepProfiler": "profile", "profile_steps": "profile",
     "write_metrics": "records", "result_record": "records",
 }

@@ -56,6 +56,7 @@ Example::
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 from dataclasses import dataclass, field
@@ -99,6 +100,13 @@ from twopgraph.run.checkpoint import (
 )
 from twopgraph.run.loop import Rank, Training, train_epochs
 from twopgraph.run.outdir import RunDir
+from twopgraph.run.race import (
+    RACE_KEY,
+    RecipeRace,
+    race_applies,
+    race_pending,
+    recorded_race,
+)
 from twopgraph.run.selection import (
     Selection,
     early_stop_record,
@@ -254,17 +262,40 @@ def train(cfg: TrainConfig, data: GraphData | None = None) -> TrainResult:
         reserve_host_bytes(0)
 
 
+def _probe(cfg: TrainConfig, data: GraphData, device, governor: MemoryGovernor | None,
+           named: bool) -> TrainResult:
+    """One probe of the recipe race: a run of its own in ``cfg.run.out`` (OUT/race/NAME) on
+    the run's loaded ``data`` (``named``: the dataset of ``cfg``, as the run's own)."""
+    with RunDir(cfg.run.out, resume=cfg.run.resume, overwrite=cfg.run.overwrite):
+        return _train(cfg, data, device, governor, named=named)
+
+
 def _train(cfg: TrainConfig, data: GraphData | None, device,
-           governor: MemoryGovernor | None = None) -> TrainResult:
+           governor: MemoryGovernor | None = None, named: bool | None = None) -> TrainResult:
     run = cfg.run
-    named = data is None  # the dataset of cfg, which `twopgraph predict` can load again
+    if named is None:  # the dataset of cfg, which `twopgraph predict` can load again
+        named = data is None
     if data is None:
         data = cfg.data.load(progress=run.progress)  # validated, --symmetrize applied
-    else:  # a caller's GraphData: checked like a file (dtypes, labels, undirected graph)
+    elif not named:  # a caller's GraphData: checked like a file (dtypes, labels, undirected)
         data.validate()
-    # --fanouts/--lr/--epochs left at None: by graph size; before the signature, so that a
-    # resumed run resolves (and fingerprints) them the same
-    cfg, defaults = cfg.resolved_logged(data.num_nodes)
+    # --fanouts/--lr/--epochs left at None: by graph size, or the recipe race's winner on a
+    # small graph (run.race); before the signature, so that a resumed run resolves (and
+    # fingerprints) them the same
+    race = None
+    if race_applies(cfg, data):
+        # a --resume continues the race its checkpoint records (none: a run from before the
+        # race, standard-es), or the race's probes when it stopped during them
+        race = recorded_race(Path(run.out)) if run.resume else None
+        if race is None and race_pending(Path(run.out), run.resume):
+            race = RecipeRace(cfg, Path(run.out),
+                              lambda c: _probe(c, data, device, governor, named)).run()[1]
+            cfg = copy.deepcopy(cfg)
+            cfg.run.resume = True  # continue the winner's checkpoint, now in OUT
+    cfg, defaults = cfg.resolved_logged(data.num_nodes,
+                                        None if race is None else race["chosen"])
+    if race is not None:
+        defaults["race"] = race
     run = cfg.run
     if (line := data.class_problem()) is not None:
         log.warning("%s", line)
@@ -277,6 +308,8 @@ def _train(cfg: TrainConfig, data: GraphData | None, device,
                                          cfg.data.data_root, cfg.data.symmetrize, data.name,
                                          data.fingerprint(), data.num_nodes,
                                          store_dtype_of(data, cfg.data.store_dtype))}
+    if race is not None:  # kept by every checkpoint: a --resume continues the winner
+        rebuild[RACE_KEY] = race
     ckpt = read_checkpoint(out / CHECKPOINT, signature, run.epochs) if run.resume else None
     if cfg.sampling.batch_size > data.train_idx.shape[0]:
         log.warning("batch size %d exceeds the %d training vertices: one batch per epoch",

@@ -1,0 +1,209 @@
+"""The recipe race of small graphs: ``train`` picks between candidate recipes on the
+validation split, within a bounded share of the run (issue 41, item 4).
+
+On a graph of fewer than :data:`~twopgraph.config.SMALL_GRAPH_NODES` vertices whose
+``--fanouts``, ``--epochs`` and ``--patience`` are all left to the defaults, each recipe of
+:data:`~twopgraph.config.RACE_RECIPES` is trained for
+:data:`~twopgraph.config.RACE_PROBE_EPOCHS` epochs (at most its own ``epochs``) in
+``OUT/race/NAME``; the one with the best validation score so far wins (ties: the first
+listed), its files move to ``OUT`` and the run continues it to its own end from its
+checkpoint -- exactly the run that recipe alone would have been (a resumed run equals an
+uninterrupted one). The loser's probe epochs are the race's whole cost, and it is recorded.
+
+What a race leaves: ``metrics.json``'s ``defaults`` names the ``recipe`` and holds the
+``race`` record (``chosen``, ``probe_epochs``, per candidate ``val_score``,
+``epochs_trained``, ``wall_s``); the checkpoint keeps the same record (key ``race``), so a
+``--resume`` of the run continues the winner instead of racing again. A race stopped during
+its probes is resumed probe by probe (``OUT/race/NAME`` holds each probe's checkpoint).
+
+No race when any of the three options is given (the remaining ones take ``standard-es``'s
+values, :data:`~twopgraph.config.SIZE_DEFAULTS`), on graphs of 50,000 vertices or more, for
+a dataset without validation vertices, and in distributed runs (``--partitions``), which take
+``standard-es``. ``--profile`` and ``--tensorboard`` are off during the probes.
+
+Example::
+
+    >>> race = RecipeRace(cfg, Path("runs/x"), probe=lambda c: train_one(c))  # doctest: +SKIP
+    >>> name, record = race.run()                                              # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable
+
+import torch
+
+from twopgraph.config import (
+    RACE_OPTIONS,
+    RACE_PROBE_EPOCHS,
+    RACE_RECIPES,
+    TrainConfig,
+    size_profile,
+)
+from twopgraph.core.files import atomic_write_bytes, writing
+from twopgraph.run.checkpoint import CHECKPOINT, CHECKPOINT_READ_ERRORS
+from twopgraph.run.outdir import RUN_FILES, RUN_LOGS
+
+if TYPE_CHECKING:
+    from twopgraph.graph.data import GraphData
+
+log = logging.getLogger("twopgraph")
+
+#: the folder of ``OUT`` that holds the probes, one subfolder per recipe
+RACE_DIR = "race"
+#: the checkpoint key of the race record
+RACE_KEY = "race"
+
+
+def race_applies(cfg: TrainConfig, data: "GraphData") -> bool:
+    """Whether ``train`` races recipes for ``cfg`` on ``data``: a small graph, the race's
+    options (:data:`~twopgraph.config.RACE_OPTIONS`) all left to the defaults, and
+    validation vertices to score the probes on."""
+    if size_profile(data.num_nodes) != "small":
+        return False
+    if any(_option(cfg, name) is not None for name in RACE_OPTIONS):
+        return False
+    val = getattr(data, "val_idx", None)
+    return val is not None and len(val) > 0
+
+
+def _option(cfg: TrainConfig, name: str):
+    for sec in (cfg.sampling, cfg.model, cfg.run):
+        if hasattr(sec, name):
+            return getattr(sec, name)
+    raise AttributeError(name)
+
+
+def recorded_race(out: Path) -> dict | None:
+    """The race record of ``OUT``'s checkpoint (None when there is no readable checkpoint or
+    it holds no race): what a ``--resume`` continues."""
+    path = Path(out) / CHECKPOINT
+    if not path.is_file():
+        return None
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=False)
+    except CHECKPOINT_READ_ERRORS:
+        return None  # read_checkpoint says what is wrong with it
+    rec = ckpt.get(RACE_KEY) if isinstance(ckpt, dict) else None
+    return rec if isinstance(rec, dict) and rec.get("chosen") in RACE_RECIPES else None
+
+
+def race_pending(out: Path, resume: bool) -> bool:
+    """Whether a run into ``out`` races now: a new run, or a ``--resume`` of a race that
+    stopped during its probes (``OUT/race`` there, no checkpoint in ``OUT`` yet). A resumed
+    run with a checkpoint continues it (:func:`recorded_race`); one with neither is left to
+    say that there is nothing to resume."""
+    out = Path(out)
+    if not resume:
+        return True
+    return not (out / CHECKPOINT).is_file() and (out / RACE_DIR).is_dir()
+
+
+class RecipeRace:
+    """The race of :data:`~twopgraph.config.RACE_RECIPES` for a run into ``out``.
+
+    ``probe(cfg) -> TrainResult`` trains one probe: a :class:`~twopgraph.config.TrainConfig`
+    with the recipe's options given, ``epochs`` cut to the probe's and ``out`` in
+    ``OUT/race/NAME`` (resumed where the probe's checkpoint is there and the run is a
+    ``--resume``). :meth:`run` trains them, picks the winner and moves its files to ``out``."""
+
+    def __init__(self, cfg: TrainConfig, out: Path,
+                 probe: Callable[[TrainConfig], object],
+                 probe_epochs: int | None = None) -> None:
+        self.cfg, self.out, self.probe = cfg, Path(out), probe
+        #: epochs of each probe (default :data:`~twopgraph.config.RACE_PROBE_EPOCHS`)
+        self.probe_epochs = RACE_PROBE_EPOCHS if probe_epochs is None else int(probe_epochs)
+
+    def probe_config(self, name: str) -> TrainConfig:
+        """The probe of recipe ``name``: its options given (``--lr`` kept when the run gives
+        it), at most :attr:`probe_epochs` epochs, in ``OUT/race/NAME``."""
+        recipe = RACE_RECIPES[name]
+        cfg = copy.deepcopy(self.cfg)
+        cfg.sampling.fanouts = list(recipe["fanouts"])
+        if cfg.model.lr is None:
+            cfg.model.lr = recipe["lr"]
+        cfg.run.epochs = min(self.probe_epochs, recipe["epochs"])
+        cfg.run.patience = recipe["patience"]
+        folder = self.out / RACE_DIR / name
+        cfg.run.out = str(folder)
+        cfg.run.resume = bool(self.cfg.run.resume) and (folder / CHECKPOINT).is_file()
+        cfg.run.overwrite = not cfg.run.resume
+        cfg.run.profile = None
+        cfg.run.tensorboard = None
+        return cfg
+
+    def run(self) -> tuple[str, dict]:
+        """Train every probe, keep the best validation score (ties: the first recipe);
+        ``(winner, record)`` with the winner's files in ``out``."""
+        names = list(RACE_RECIPES)
+        log.info("recipe race on a small graph: %s, %d epochs each; the best validation "
+                 "score goes on (the others stop there)", " and ".join(
+                     f"{n} ({_recipe_text(RACE_RECIPES[n])})" for n in names),
+                 self.probe_epochs)
+        candidates: dict[str, dict] = {}
+        for name in names:
+            cfg = self.probe_config(name)
+            start = time.perf_counter()
+            res = self.probe(cfg)
+            scores = [e["val_score"] for e in res.epochs if e.get("val_score") is not None]
+            candidates[name] = {"val_score": max(scores) if scores else None,
+                                "epochs_trained": len(res.epochs),
+                                "wall_s": round(time.perf_counter() - start, 3)}
+            log.info("recipe race: %s reached validation %s in %d epochs (%.1f s)", name,
+                     _score(candidates[name]["val_score"]), len(res.epochs),
+                     candidates[name]["wall_s"])
+        winner = pick(candidates)
+        record = {"chosen": winner, "probe_epochs": self.probe_epochs,
+                  "candidates": candidates}
+        others = ", ".join(f"{n} {_score(c['val_score'])}" for n, c in candidates.items()
+                           if n != winner)
+        log.info("recipe race -> %s: validation %s (%s); continuing it", winner,
+                 _score(candidates[winner]["val_score"]), others)
+        self.install(winner, record)
+        return winner, record
+
+    def install(self, winner: str, record: dict) -> None:
+        """Move the winner's run files to ``out`` (its checkpoint with the race record added),
+        then remove ``OUT/race``."""
+        src = self.out / RACE_DIR / winner
+        ckpt = torch.load(src / CHECKPOINT, map_location="cpu", weights_only=False)
+        ckpt[RACE_KEY] = record
+        data = _serialised(ckpt)
+        with writing(self.out / CHECKPOINT):
+            atomic_write_bytes(self.out / CHECKPOINT, lambda f: f.write(data))
+        for name in (*RUN_FILES, *RUN_LOGS):
+            if name != CHECKPOINT and (src / name).is_file():
+                os.replace(src / name, self.out / name)
+        shutil.rmtree(self.out / RACE_DIR, ignore_errors=True)
+
+
+def pick(candidates: dict[str, dict]) -> str:
+    """The candidate with the best ``val_score`` (None ranks last; ties: the first)."""
+    best, best_score = None, None
+    for name, c in candidates.items():
+        s = c["val_score"]
+        if best is None or (s is not None and (best_score is None or s > best_score)):
+            best, best_score = name, s
+    return best
+
+
+def _serialised(obj) -> memoryview:
+    import io
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return buf.getbuffer()
+
+
+def _recipe_text(r: dict) -> str:
+    es = f", stop after {r['patience']} without a better one" if r["patience"] else ""
+    return f"{','.join(map(str, r['fanouts']))} / lr {r['lr']:g} / {r['epochs']} epochs{es}"
+
+
+def _score(s) -> str:
+    return "n/a" if s is None else f"{s:.4f}"
