@@ -63,8 +63,8 @@ def auto_shown(name: str) -> str:
     if name in RACE_OPTIONS:
         other = " or ".join(f"{_shown(r[name])} ({n})" for n, r in RACE_RECIPES.items()
                             if n != "standard-es")
-        race = (f"; or {other} when the recipe race on a small graph picks it (--fanouts, "
-                f"--epochs and --patience all unset)")
+        race = (f"; or {other} when the recipe race on a small graph picks it (fanouts, "
+                f"epochs and patience all left unset)")
     return (f"by graph size: {_shown(small)} on graphs of < {SMALL_GRAPH_NODES:,} vertices, "
             f"else {_shown(large)}{race}; logged and recorded in metrics.json")
 
