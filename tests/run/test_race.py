@@ -25,7 +25,7 @@ GOOD = {"fanouts": [5, 3], "lr": 0.02, "epochs": 6, "patience": 3}
 
 @pytest.fixture
 def recipes(monkeypatch):
-    monkeypatch.setattr(race_mod, "RACE_PROBE_EPOCHS", 3)
+    monkeypatch.setattr(race_mod, "RACE_PATIENCE", 2)
     saved = dict(RACE_RECIPES)  # restored in its order (the first wins ties)
     RACE_RECIPES.clear()
     RACE_RECIPES.update(slow=SLOW, good=GOOD)
@@ -55,7 +55,7 @@ def test_the_race_continues_the_better_recipe_as_its_run_alone(tmp_path, recipes
     with caplog.at_level(logging.INFO, logger="twopgraph"):
         raced = train(_cfg(tmp_path, "race"), data)
     alone = train(_cfg(tmp_path, "alone", **GOOD), data)
-    slow = train(_cfg(tmp_path, "slow", **{**SLOW, "epochs": 3}), data)
+    slow = train(_cfg(tmp_path, "slow", **SLOW), data)
 
     assert _losses(raced) == _losses(alone)  # the winner's run, epoch for epoch
     assert (raced.val_score, raced.test_score, raced.selected_epoch) == \
@@ -64,12 +64,16 @@ def test_the_race_continues_the_better_recipe_as_its_run_alone(tmp_path, recipes
     d = m["defaults"]
     assert d["recipe"] == "good" and d["chosen"] == GOOD and d["explicit"] == {}
     rec = d["race"]
-    assert rec["chosen"] == "good" and rec["probe_epochs"] == 3
+    assert rec["chosen"] == "good" and rec["patience"] == 2
     cands = rec["candidates"]
     assert list(cands) == ["slow", "good"]
-    assert all(c["epochs_trained"] == 3 for c in cands.values())
-    assert cands["slow"]["val_score"] == max(e["val_score"] for e in slow.epochs)
-    assert cands["good"]["val_score"] == max(e["val_score"] for e in alone.epochs[:3])
+    # each probe: its recipe's run until 2 evaluated epochs bring no better val score
+    for c, run in ((cands["slow"], slow), (cands["good"], alone)):
+        vals = [e["val_score"] for e in run.epochs]
+        n = c["epochs_trained"]
+        assert c["val_score"] == max(vals[:n])
+        assert n == len(vals) or max(vals[:n - 2]) >= max(vals[n - 2:n])
+    assert cands["slow"]["epochs_trained"] < SLOW["epochs"]  # stopped by the race's patience
     assert cands["good"]["val_score"] > cands["slow"]["val_score"]
     assert m["config"]["fanouts"] == GOOD["fanouts"] and m["config"]["lr"] == GOOD["lr"]
     out = tmp_path / "race"
@@ -81,7 +85,8 @@ def test_the_race_continues_the_better_recipe_as_its_run_alone(tmp_path, recipes
     lines = [r.getMessage() for r in caplog.records
              if r.getMessage().startswith("recipe race")]
     assert lines[0].startswith("recipe race on a small graph: slow (4,4 / lr 1e-07 / 5 "
-                               "epochs) and good (5,3 / lr 0.02 / 6 epochs, stop after 3")
+                               "epochs) and good (5,3 / lr 0.02 / 6 epochs, stop after 3 "
+                               "without a better one), each until 2 evaluated epochs")
     assert lines[-1].startswith("recipe race -> good: validation")
 
     # --resume continues the recorded winner: no second race, the same run
@@ -148,9 +153,9 @@ def test_pick_takes_the_best_score_and_the_first_on_ties():
 
 
 def test_the_race_recipes_are_the_defaults_and_two_layer():
-    from twopgraph.config import RACE_PROBE_EPOCHS, SIZE_DEFAULTS
+    from twopgraph.config import RACE_PATIENCE, SIZE_DEFAULTS
     assert RACE_RECIPES["standard-es"] == SIZE_DEFAULTS["small"]
     assert RACE_RECIPES["two-layer"] == {"fanouts": [15, 10], "lr": 0.003, "epochs": 30,
                                          "patience": 0}
     assert list(RACE_RECIPES)[0] == "standard-es"  # ties keep the defaults
-    assert 0 < RACE_PROBE_EPOCHS
+    assert RACE_PATIENCE == SIZE_DEFAULTS["small"]["patience"]  # standard-es: its whole run

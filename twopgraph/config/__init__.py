@@ -35,7 +35,7 @@ from twopgraph.config.base import Config
 from twopgraph.config.checks import csv_list, resolve_device, tensorboard_ok
 from twopgraph.config.defaults import (
                                   RACE_OPTIONS,
-                                  RACE_PROBE_EPOCHS,
+                                  RACE_PATIENCE,
                                   RACE_RECIPES,
                                   SIZE_DEFAULTS,
                                   SMALL_GRAPH_NODES,
@@ -68,7 +68,7 @@ from twopgraph.core.names import (
 )
 
 __all__ = ["AMP_MODES", "CLUSTER_METHODS", "EVAL_SCOPES", "FEAT_DTYPE_NAMES", "METRICS",
-           "RACE_OPTIONS", "RACE_PROBE_EPOCHS", "RACE_RECIPES",
+           "RACE_OPTIONS", "RACE_PATIENCE", "RACE_RECIPES",
            "READAHEAD_MODES", "REPRESENTATIONS", "SAMPLER_DEVICES", "SELECT_MODES",
            "SIZE_DEFAULTS", "SMALL_GRAPH_NODES", "STORE_DTYPES", "STORE_DTYPE_CHOICES",
            "TRAIN_ONLY_SAMPLING", "CacheConfig", "Config", "DataConfig", "DistConfig",

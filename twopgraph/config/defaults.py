@@ -27,18 +27,21 @@ SIZE_DEFAULTS = {
 }
 #: The recipe race of small graphs: when ``--fanouts``, ``--epochs`` and ``--patience`` are all
 #: left to the defaults on a graph of fewer than :data:`SMALL_GRAPH_NODES` vertices, ``train``
-#: trains each of these recipes for :data:`RACE_PROBE_EPOCHS` epochs (at most its own epochs),
-#: keeps the one with the best validation score so far (ties: the first) and continues it to
-#: its end; ``--lr``, when given, applies to both. ``standard-es`` is ``SIZE_DEFAULTS["small"]``
-#: (what a small graph gets when the race does not run); ``two-layer`` is the bench's
-#: candidate of that name (15,10 / lr 0.003 / 30 epochs), the one recipe that beat it by more
-#: than half a point on a shared dataset (coauthor_cs, issue 41).
+#: trains each of these recipes until its validation score has not improved for
+#: :data:`RACE_PATIENCE` evaluated epochs (at most its own epochs), keeps the one with the best
+#: validation score (ties: the first) and continues it to its own end; ``--lr``, when given,
+#: applies to both. ``standard-es`` is ``SIZE_DEFAULTS["small"]`` (what a small graph gets
+#: when the race does not run); ``two-layer`` is the bench's candidate of that name (15,10 /
+#: lr 0.003 / 30 epochs), the one recipe that beat it by more than half a point on a shared
+#: dataset (coauthor_cs, issue 41).
 RACE_RECIPES = {
     "standard-es": SIZE_DEFAULTS["small"],
     "two-layer": {"fanouts": [15, 10], "lr": 0.003, "epochs": 30, "patience": 0},
 }
-#: epochs each recipe of the race is trained before the better one is kept: the loser's cost
-RACE_PROBE_EPOCHS = 15
+#: evaluated epochs without a better validation score after which a recipe's probe stops
+#: (``standard-es``'s own patience: its probe is its whole run); the loser's probe is the
+#: race's cost
+RACE_PATIENCE = 10
 #: the options that must all be left to the defaults for the race to run
 RACE_OPTIONS = ("fanouts", "epochs", "patience")
 #: the section of a config that holds each size-based option

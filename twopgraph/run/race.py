@@ -3,15 +3,17 @@ validation split, within a bounded share of the run (issue 41, item 4).
 
 On a graph of fewer than :data:`~twopgraph.config.SMALL_GRAPH_NODES` vertices whose
 ``--fanouts``, ``--epochs`` and ``--patience`` are all left to the defaults, each recipe of
-:data:`~twopgraph.config.RACE_RECIPES` is trained for
-:data:`~twopgraph.config.RACE_PROBE_EPOCHS` epochs (at most its own ``epochs``) in
-``OUT/race/NAME``; the one with the best validation score so far wins (ties: the first
-listed), its files move to ``OUT`` and the run continues it to its own end from its
-checkpoint -- exactly the run that recipe alone would have been (a resumed run equals an
-uninterrupted one). The loser's probe epochs are the race's whole cost, and it is recorded.
+:data:`~twopgraph.config.RACE_RECIPES` is trained in ``OUT/race/NAME`` until its validation
+score has not improved for :data:`~twopgraph.config.RACE_PATIENCE` evaluated epochs (at most
+its own ``epochs``: the probe is the recipe's run with that patience); the one with the best
+validation score wins (ties: the first listed), its files move to ``OUT`` and the run
+continues it to its own end from its checkpoint with its own patience -- exactly the run
+that recipe alone would have been (a resumed run equals an uninterrupted one, and the
+patience only decides where a run stops). The loser's probe is the race's whole cost, and it
+is recorded.
 
 What a race leaves: ``metrics.json``'s ``defaults`` names the ``recipe`` and holds the
-``race`` record (``chosen``, ``probe_epochs``, per candidate ``val_score``,
+``race`` record (``chosen``, ``patience``, per candidate ``val_score``,
 ``epochs_trained``, ``wall_s``); the checkpoint keeps the same record (key ``race``), so a
 ``--resume`` of the run continues the winner instead of racing again. A race stopped during
 its probes is resumed probe by probe (``OUT/race/NAME`` holds each probe's checkpoint).
@@ -41,7 +43,7 @@ import torch
 
 from twopgraph.config import (
     RACE_OPTIONS,
-    RACE_PROBE_EPOCHS,
+    RACE_PATIENCE,
     RACE_RECIPES,
     TrainConfig,
     size_profile,
@@ -109,27 +111,28 @@ class RecipeRace:
     """The race of :data:`~twopgraph.config.RACE_RECIPES` for a run into ``out``.
 
     ``probe(cfg) -> TrainResult`` trains one probe: a :class:`~twopgraph.config.TrainConfig`
-    with the recipe's options given, ``epochs`` cut to the probe's and ``out`` in
-    ``OUT/race/NAME`` (resumed where the probe's checkpoint is there and the run is a
-    ``--resume``). :meth:`run` trains them, picks the winner and moves its files to ``out``."""
+    with the recipe's options given, ``patience`` the race's and ``out`` in ``OUT/race/NAME``
+    (resumed where the probe's checkpoint is there and the run is a ``--resume``). :meth:`run`
+    trains them, picks the winner and moves its files to ``out``."""
 
     def __init__(self, cfg: TrainConfig, out: Path,
                  probe: Callable[[TrainConfig], object],
-                 probe_epochs: int | None = None) -> None:
+                 patience: int | None = None) -> None:
         self.cfg, self.out, self.probe = cfg, Path(out), probe
-        #: epochs of each probe (default :data:`~twopgraph.config.RACE_PROBE_EPOCHS`)
-        self.probe_epochs = RACE_PROBE_EPOCHS if probe_epochs is None else int(probe_epochs)
+        #: the probes' ``--patience`` (default :data:`~twopgraph.config.RACE_PATIENCE`)
+        self.patience = RACE_PATIENCE if patience is None else int(patience)
 
     def probe_config(self, name: str) -> TrainConfig:
         """The probe of recipe ``name``: its options given (``--lr`` kept when the run gives
-        it), at most :attr:`probe_epochs` epochs, in ``OUT/race/NAME``."""
+        it), stopped after :attr:`patience` evaluated epochs without a better validation
+        score, in ``OUT/race/NAME``."""
         recipe = RACE_RECIPES[name]
         cfg = copy.deepcopy(self.cfg)
         cfg.sampling.fanouts = list(recipe["fanouts"])
         if cfg.model.lr is None:
             cfg.model.lr = recipe["lr"]
-        cfg.run.epochs = min(self.probe_epochs, recipe["epochs"])
-        cfg.run.patience = recipe["patience"]
+        cfg.run.epochs = recipe["epochs"]
+        cfg.run.patience = self.patience
         folder = self.out / RACE_DIR / name
         cfg.run.out = str(folder)
         cfg.run.resume = bool(self.cfg.run.resume) and (folder / CHECKPOINT).is_file()
@@ -142,10 +145,10 @@ class RecipeRace:
         """Train every probe, keep the best validation score (ties: the first recipe);
         ``(winner, record)`` with the winner's files in ``out``."""
         names = list(RACE_RECIPES)
-        log.info("recipe race on a small graph: %s, %d epochs each; the best validation "
-                 "score goes on (the others stop there)", " and ".join(
+        log.info("recipe race on a small graph: %s, each until %d evaluated epochs bring no "
+                 "better validation score; the best goes on to its end", " and ".join(
                      f"{n} ({_recipe_text(RACE_RECIPES[n])})" for n in names),
-                 self.probe_epochs)
+                 self.patience)
         candidates: dict[str, dict] = {}
         for name in names:
             cfg = self.probe_config(name)
@@ -159,8 +162,7 @@ class RecipeRace:
                      _score(candidates[name]["val_score"]), len(res.epochs),
                      candidates[name]["wall_s"])
         winner = pick(candidates)
-        record = {"chosen": winner, "probe_epochs": self.probe_epochs,
-                  "candidates": candidates}
+        record = {"chosen": winner, "patience": self.patience, "candidates": candidates}
         others = ", ".join(f"{n} {_score(c['val_score'])}" for n, c in candidates.items()
                            if n != winner)
         log.info("recipe race -> %s: validation %s (%s); continuing it", winner,
