@@ -778,6 +778,26 @@ def check_labor_sample_dense(kernel, twin):
                         np.testing.assert_array_equal(a, b)
                     assert got[1].dtype == g.indices.dtype and got[2].dtype == np.float64
 
+def check_labor_sample_dense_onepass(kernel, twin):
+    for dtype in (None, np.int64):
+        for g, nodes, cand, num_cand, seed in _labor_layers(dtype):
+            for fanout in (1, 3, 10):
+                for smooth in (False, True):
+                    k0, k1 = mix_key(seed, fanout, 0), mix_key(seed, fanout, 1)
+                    d1 = np.zeros(g.num_nodes, dtype=np.int32)
+                    d2 = np.zeros(g.num_nodes, dtype=np.int32)
+                    got = kernel(g.indptr, g.indices, nodes, fanout, d1, np.uint64(k0),
+                                 np.uint64(k1), 0.6, 0.8, smooth)
+                    want = twin(g.indptr, g.indices, nodes, fanout, d2, k0, k1, 0.6, 0.8,
+                                smooth)
+                    for a, b in zip(got[:3], want[:3]):
+                        np.testing.assert_array_equal(a, b)
+                    np.testing.assert_array_equal(np.sort(got[3]), np.sort(want[3]))
+                    assert not d1.any() and not d2.any()  # zero again on return
+                    assert got[1].dtype == got[3].dtype == g.indices.dtype
+                    assert got[2].dtype == np.float64
+
+
 CHECKS = {
     "twopgraph.core.rng.splitmix64": check_splitmix64,
     "twopgraph.core.rng.draw": check_draw,
@@ -808,6 +828,8 @@ CHECKS = {
     "twopgraph.sampler.labor_kernels.labor_min_degree": check_labor_min_degree,
     "twopgraph.sampler.labor_kernels.labor_sample_dense": check_labor_sample_dense,
     "twopgraph.sampler.labor_kernels.labor_sample_dense_serial": check_labor_sample_dense,
+    "twopgraph.sampler.labor_kernels.labor_sample_dense_onepass":
+        check_labor_sample_dense_onepass,
     "twopgraph.cache.kernels.window_announce": check_window_announce,
     "twopgraph.cache.kernels.window_consume": check_window_consume,
     "twopgraph.locality.kernels.cluster_bfs_order": check_cluster_bfs_order,

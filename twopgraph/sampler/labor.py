@@ -262,16 +262,20 @@ class LaborSampler(NeighborSampler):
 
     def _draw_dense(self, nodes, fanout, dmin, parallel, key0, key1, ca, cb):
         """One LABOR-1 layer through the vertex-indexed scratch (:func:`~.labor_kernels.
-        labor_min_degree`, :func:`~.labor_kernels.labor_sample_dense`): the same kept edges
+        labor_min_degree` then :func:`~.labor_kernels.labor_sample_dense` in parallel,
+        :func:`~.labor_kernels.labor_sample_dense_onepass` on one thread): the same kept edges
         and weights as the numbered path. The scratch is zeroed again afterwards; if anything
         fails in between, the thread drops it (it then numbers candidates again)."""
         g, lk = self.graph, labor_kernels
-        sample = lk.labor_sample_dense if parallel else lk.labor_sample_dense_serial
         try:
-            touched = lk.labor_min_degree(g.indptr, g.indices, nodes, dmin)
-            offsets, nbrs, weights = sample(g.indptr, g.indices, nodes, fanout, dmin, key0,
-                                            key1, ca, cb, False)
-            dmin[touched] = 0
+            if parallel:
+                touched = lk.labor_min_degree(g.indptr, g.indices, nodes, dmin)
+                offsets, nbrs, weights = lk.labor_sample_dense(
+                    g.indptr, g.indices, nodes, fanout, dmin, key0, key1, ca, cb, False)
+                dmin[touched] = 0
+            else:  # one thread: each row read once (dsts by ascending degree); dmin zeroed
+                offsets, nbrs, weights, _ = lk.labor_sample_dense_onepass(
+                    g.indptr, g.indices, nodes, fanout, dmin, key0, key1, ca, cb, False)
         except BaseException:
             self._cand_tls.dense = None
             raise

@@ -28,7 +28,7 @@ from numba import njit, prange
 
 from twopgraph.core.rng import draw
 from twopgraph.runtime.jit import register
-from twopgraph.runtime.prefetch import PREFETCH_DIST, prefetch
+from twopgraph.runtime.prefetch import MAP_PREFETCH_DIST, PREFETCH_DIST, prefetch
 from twopgraph.sampler.labor_pi import (
     _ROWS_AHEAD,
     _SOLVE_CHUNK,
@@ -258,6 +258,111 @@ def labor_sample_dense_serial(indptr, indices, nodes, fanout, dmin, key0, key1, 
     return offsets, nbrs[:o], weights[:o]
 
 
+@njit(nogil=True, cache=True)
+def labor_sample_dense_onepass(indptr, indices, nodes, fanout, dmin, key0, key1, ca, cb,
+                               smooth):
+    """:func:`labor_min_degree` and :func:`labor_sample_dense_serial` in one pass over the
+    rows (``fanout >= 1``, ``dmin`` zero on entry and again on return): ``(offsets, nbrs,
+    weights, touched)``, the first three equal to theirs, ``touched`` the vertices whose
+    ``dmin`` it used (in another order than :func:`labor_min_degree`'s).
+
+    The dsts are visited by ascending degree: when dst ``s`` is reached, every dst visited
+    before has a degree at most ``d_s`` and every later one at least ``d_s``, so a neighbour
+    ``t``'s smallest dst degree is already final as far as ``s``'s ``pi_t`` goes --
+    ``min(dmin[t], d_s)``, and ``dmin[t]`` only changes on ``t``'s first visit. Each row is
+    read once (the two-pass kernels read it twice, with a random ``dmin`` access each time);
+    its kept edges go to a scratch in visiting order, then move to the dsts' order. Memory:
+    one id per in-edge (``touched``'s capacity), the kept edges twice, four int64 per dst."""
+    n = nodes.shape[0]
+    rst = np.empty(n, dtype=np.int64)
+    rdeg = np.empty(n, dtype=np.int64)
+    m_all = 0
+    maxd = 0
+    for i in range(n):
+        if i + PREFETCH_DIST < n:
+            prefetch(indptr, nodes[i + PREFETCH_DIST])
+        v = nodes[i]
+        rst[i] = indptr[v]
+        rdeg[i] = indptr[v + 1] - rst[i]
+        m_all += rdeg[i]
+        maxd = max(maxd, rdeg[i])
+    order = np.argsort(rdeg)
+    buf = np.empty(maxd, dtype=np.float64)
+    touched = np.empty(m_all, dtype=indices.dtype)
+    count = 0
+    at = np.empty(n, dtype=np.int64)  # where each dst's kept edges start in the scratch
+    kept = np.empty(n, dtype=np.int64)
+    nbrs = np.empty(16 * n + 64, dtype=indices.dtype)
+    weights = np.empty(16 * n + 64, dtype=np.float64)
+    o = 0
+    for r in range(n):
+        if r + _ROWS_AHEAD < n:
+            prefetch(indices, rst[order[r + _ROWS_AHEAD]])
+        i = order[r]
+        st = rst[i]
+        d = rdeg[i]
+        nbrs, weights = _room(nbrs, weights, o, d)
+        for j in range(d):
+            if j + PREFETCH_DIST < d:
+                prefetch(dmin, indices[st + j + PREFETCH_DIST])
+            t = indices[st + j]
+            q = dmin[t]
+            if q == 0:  # t's first dst: the smallest degree it will see
+                touched[count] = t
+                count += 1
+                dmin[t] = d
+                q = d
+            buf[j] = 1.0 if q <= fanout else fanout / q
+        ci = np.inf if d <= fanout else _saturate(buf, d, fanout)
+        m = 0
+        total = 0.0
+        for j in range(d):
+            t = indices[st + j]
+            if ci == np.inf:
+                p = 1.0
+            else:
+                p = ci * buf[j]
+                if p >= 1.0:  # a variate is below 1: a certain edge needs none
+                    p = 1.0
+                elif variate(key0, key1, ca, cb, smooth, t) > p:
+                    continue
+            total = _keep(nbrs, weights, o + m, t, 1.0 / p, total)
+            m += 1
+        _normalise(weights, o, m, total)
+        at[i] = o
+        kept[i] = m
+        o += m
+    offsets = np.empty(n + 1, dtype=np.int64)
+    offsets[0] = 0
+    for i in range(n):
+        offsets[i + 1] = offsets[i] + kept[i]
+    out_n = np.empty(o, dtype=indices.dtype)
+    out_w = np.empty(o, dtype=np.float64)
+    for i in range(n):
+        a, b = at[i], offsets[i]
+        for q in range(kept[i]):
+            out_n[b + q] = nbrs[a + q]
+            out_w[b + q] = weights[a + q]
+    for q in range(count):  # dmin zero again (the entry MAP_PREFETCH_DIST ahead prefetched)
+        if q + MAP_PREFETCH_DIST < count:
+            prefetch(dmin, touched[q + MAP_PREFETCH_DIST])
+        dmin[touched[q]] = 0
+    return offsets, out_n, out_w, touched[:count]
+
+
+def labor_sample_dense_onepass_ref(indptr: np.ndarray, indices: np.ndarray, nodes: np.ndarray,
+                                   fanout: int, dmin: np.ndarray, key0: int, key1: int,
+                                   ca: float, cb: float, smooth: bool):
+    """Twin of :func:`labor_sample_dense_onepass`: :func:`labor_min_degree_ref` into ``dmin``,
+    then :func:`labor_sample_dense_ref`, then ``dmin`` zeroed; ``touched`` in order of first
+    appearance (the kernel's comes in another order: compare them as sets)."""
+    touched = labor_min_degree_ref(indptr, indices, nodes, dmin)
+    out = labor_sample_dense_ref(indptr, indices, nodes, fanout, dmin, key0, key1, ca, cb,
+                                 smooth)
+    dmin[touched] = 0
+    return (*out, touched)
+
+
 def _numbered(indptr, indices, nodes):
     """``(cand, distinct)`` of a layer: the candidate of every in-edge of ``nodes`` (their
     distinct neighbours numbered in order of first appearance) and the candidates' ids."""
@@ -466,3 +571,4 @@ register(labor_sample_serial, labor_sample_ref, name="labor_sample_serial")
 register(labor_min_degree, labor_min_degree_ref)
 register(labor_sample_dense, labor_sample_dense_ref)
 register(labor_sample_dense_serial, labor_sample_dense_ref, name="labor_sample_dense_serial")
+register(labor_sample_dense_onepass, labor_sample_dense_onepass_ref)
