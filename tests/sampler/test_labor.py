@@ -373,7 +373,7 @@ def test_flags_reach_the_sampler():
     assert (built.iterations, built.layer_dependency, built.batch_dependency) == (2, True, 4)
     assert make_sampler("labor", g, [3]).iterations == 0
     d = TrainConfig.of(sampler="labor").sampling
-    assert (d.labor_iterations, d.labor_layer_dependency, d.labor_batch_dependency) == (0, False, 1)
+    assert (d.labor_iterations, d.labor_layer_dependency, d.labor_batch_dependency) == (1, False, 1)
     for bad in ({"labor_iterations": -1}, {"labor_batch_dependency": 0},
                 {"labor_layer_dependency": 1}):
         with pytest.raises(ConfigError):

@@ -188,3 +188,20 @@ def test_a_resumed_auto_run_keeps_the_checkpoints_sampler(tmp_path, caplog):
     assert any("resuming with the checkpoint's sampler, neighbor" in r.message
                for r in caplog.records)
     assert resumed_sampler({"config": {"sampler": "auto"}}) is None
+
+
+def test_resume_keeps_a_checkpoints_labor_iterations_from_before_the_default_changed():
+    """--labor-iterations' default became 1 (LABOR-1); a checkpoint of a run trained at the
+    old default (0, left out of the signature either way) goes on with 0; a value given
+    now, or a checkpoint without the key, changes nothing."""
+    from twopgraph.config import TrainConfig
+    from twopgraph.run.checkpoint import resume_sampler
+    cfg = TrainConfig.of(sampler="labor")
+    assert cfg.sampling.labor_iterations == 1
+    old = {"config": {"sampler": "labor", "labor_iterations": 0}}
+    assert resume_sampler(cfg, old).sampling.labor_iterations == 0
+    assert resume_sampler(TrainConfig.of(sampler="labor", labor_iterations=2),
+                          old).sampling.labor_iterations == 2
+    assert resume_sampler(cfg, {"config": {"sampler": "labor"}}) is cfg
+    auto = resume_sampler(TrainConfig.of(), {"sampler": "labor", **old})
+    assert (auto.sampling.sampler, auto.sampling.labor_iterations) == ("labor", 0)

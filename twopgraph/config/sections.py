@@ -156,9 +156,11 @@ class SamplingConfig(Section):
                                          "take, in (0, 1]")
     # --sampler labor's options (twopgraph/sampler/labor.py reads them as its keywords).
     labor_iterations: int = option(
-        0, "--sampler labor: fixed-point rounds of the vertex importances pi (LABOR-*: shared "
-           "neighbours get kept more, fewer vertices per batch); 0 = LABOR-0 (uniform pi); at "
-           f"most {MAX_LABOR_ITERATIONS}",
+        1, "--sampler labor (and auto): fixed-point rounds of the vertex importances pi "
+           "(LABOR-*: shared neighbours get kept more, fewer vertices per batch); 0 = LABOR-0 "
+           "(uniform pi), 1 = LABOR-1 (the default since issue 41: about 0.4-0.5x neighbour "
+           "sampling's input vertices where LABOR-0 keeps 0.6-0.7x); at most "
+           f"{MAX_LABOR_ITERATIONS}",
         result=True, fingerprint_default=False)
     labor_layer_dependency: bool = option(
         False, "--sampler labor: the same random variates in every layer (a vertex kept in "

@@ -128,15 +128,30 @@ def resumed_sampler(ckpt: dict) -> str | None:
     return None if name in (None, "auto") else str(name)
 
 
+#: Sampler options whose default changed (``labor_iterations``: 0 until issue 41, then 1) and
+#: that the signature leaves out at their default: a checkpoint's own value is kept on resume.
+KEPT_SAMPLER_OPTIONS = ("labor_iterations",)
+
+
 def resume_sampler(cfg: TrainConfig, ckpt: dict) -> TrainConfig:
     """``cfg`` to resume ``ckpt`` with: under ``--sampler auto``, the sampler the checkpoint
     was trained with (:func:`resumed_sampler`, logged), so that a resumed run draws its
-    batches as the run it continues did; otherwise ``cfg`` itself."""
+    batches as the run it continues did; and the checkpoint's value of each of
+    :data:`KEPT_SAMPLER_OPTIONS` where ``cfg`` has that option's default (a run from before
+    the default changed goes on as it was trained; logged); otherwise ``cfg`` itself."""
+    sampling = cfg.sampling
+    old = ckpt.get("config") or {}
+    defaults = {f.name: f.default for f in dataclasses.fields(sampling)}
+    for key in KEPT_SAMPLER_OPTIONS:
+        was = old.get(key)
+        if was is not None and getattr(sampling, key) == defaults[key] and was != defaults[key]:
+            log.info("resuming with the checkpoint's --%s %s", key.replace("_", "-"), was)
+            sampling = dataclasses.replace(sampling, **{key: was})
     name = resumed_sampler(ckpt)
-    if cfg.sampling.sampler != "auto" or name is None:
-        return cfg
-    log.info("--sampler auto: resuming with the checkpoint's sampler, %s", name)
-    return dataclasses.replace(cfg, sampling=dataclasses.replace(cfg.sampling, sampler=name))
+    if cfg.sampling.sampler == "auto" and name is not None:
+        log.info("--sampler auto: resuming with the checkpoint's sampler, %s", name)
+        sampling = dataclasses.replace(sampling, sampler=name)
+    return cfg if sampling is cfg.sampling else dataclasses.replace(cfg, sampling=sampling)
 
 
 def _data_change(ckpt: dict, signature: dict, partitions: str | None,

@@ -1,8 +1,9 @@
 """``--sampler auto``: LABOR where it cuts the input vertices of a batch, else neighbour sampling.
 
-LABOR-0 (:mod:`.labor`) keeps as many neighbours per vertex as neighbour sampling does, in
-expectation, but draws one variate per candidate vertex for all the dsts of a layer, so dsts
-with overlapping neighbourhoods keep the same vertices: a batch needs fewer input vertices
+LABOR (:mod:`.labor`, with the ``--labor-*`` options: LABOR-1 by default) keeps as many
+neighbours per vertex as neighbour sampling does, in expectation, but draws one variate per
+candidate vertex for all the dsts of a layer, so dsts with overlapping neighbourhoods keep the
+same vertices: a batch needs fewer input vertices
 (fewer feature rows to gather, fewer vertices in the next hop, a smaller first layer). That
 pays where the sampled neighbourhoods of a batch overlap without covering the graph. Where a
 batch reaches nearly every vertex anyway (a small graph), LABOR saves nothing, while reading
