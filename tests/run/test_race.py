@@ -14,7 +14,7 @@ from conftest import community_data
 import twopgraph.run.race as race_mod
 import twopgraph.run.train as train_mod
 from twopgraph.config import RACE_RECIPES, TrainConfig
-from twopgraph.run.race import RACE_DIR, pick, race_applies, race_pending
+from twopgraph.run.race import RACE_DIR, margin, pick, race_applies, race_pending
 from twopgraph.run.train import train
 
 # two recipes whose ranking is certain: a learning rate that learns nothing, listed first
@@ -64,7 +64,8 @@ def test_the_race_continues_the_better_recipe_as_its_run_alone(tmp_path, recipes
     d = m["defaults"]
     assert d["recipe"] == "good" and d["chosen"] == GOOD and d["explicit"] == {}
     rec = d["race"]
-    assert rec["chosen"] == "good" and rec["patience"] == 2
+    assert rec["chosen"] == "good" and rec["patience"] == 2 and rec["val_vertices"] == 100
+    assert rec["margin"] == margin(rec["candidates"]["slow"]["val_score"], 100)
     cands = rec["candidates"]
     assert list(cands) == ["slow", "good"]
     # each probe: its recipe's run until 2 evaluated epochs bring no better val score
@@ -145,11 +146,22 @@ def test_no_race_on_large_graphs_or_without_validation_vertices():
     assert not race_applies(cfg, Large())
 
 
-def test_pick_takes_the_best_score_and_the_first_on_ties():
-    assert pick({"a": {"val_score": 0.5}, "b": {"val_score": 0.6}}) == "b"
-    assert pick({"a": {"val_score": 0.6}, "b": {"val_score": 0.6}}) == "a"
-    assert pick({"a": {"val_score": None}, "b": {"val_score": 0.1}}) == "b"
-    assert pick({"a": {"val_score": None}, "b": {"val_score": None}}) == "a"
+def _c(*scores):
+    return {name: {"val_score": s} for name, s in zip("abc", scores)}
+
+
+def test_pick_keeps_the_default_unless_beaten_by_more_than_a_standard_error():
+    assert pick(_c(0.5, 0.6)) == "b"  # no validation size given: no margin
+    assert pick(_c(0.6, 0.6)) == "a" and pick(_c(0.6, 0.5)) == "a"
+    assert pick(_c(None, 0.1)) == "b" and pick(_c(None, None)) == "a"
+    assert pick(_c(0.5, 0.6, 0.7)) == "c" and pick(_c(0.5, 0.7, 0.7)) == "b"
+    # squirrel_filtered (718 val vertices): 0.3760 vs 0.3802 is noise (SE 1.8 points)
+    assert margin(0.376, 718) == pytest.approx(0.01808, abs=1e-5)
+    assert pick(_c(0.3760, 0.3802), 718) == "a"
+    # coauthor_cs (3,666): 0.9471 vs 0.9523 is more than its SE (0.37 points)
+    assert margin(0.9471, 3666) == pytest.approx(0.00370, abs=1e-5)
+    assert pick(_c(0.9471, 0.9523), 3666) == "b"
+    assert margin(None, 10) == margin(0.5, 0) == 0.0
 
 
 def test_the_race_recipes_are_the_defaults_and_two_layer():

@@ -28,12 +28,13 @@ SIZE_DEFAULTS = {
 #: The recipe race of small graphs: when ``--fanouts``, ``--epochs`` and ``--patience`` are all
 #: left to the defaults on a graph of fewer than :data:`SMALL_GRAPH_NODES` vertices, ``train``
 #: trains each of these recipes until its validation score has not improved for
-#: :data:`RACE_PATIENCE` evaluated epochs (at most its own epochs), keeps the one with the best
-#: validation score (ties: the first) and continues it to its own end; ``--lr``, when given,
-#: applies to both. ``standard-es`` is ``SIZE_DEFAULTS["small"]`` (what a small graph gets
-#: when the race does not run); ``two-layer`` is the bench's candidate of that name (15,10 /
-#: lr 0.003 / 30 epochs), the one recipe that beat it by more than half a point on a shared
-#: dataset (coauthor_cs, issue 41).
+#: :data:`RACE_PATIENCE` evaluated epochs (at most its own epochs), keeps the first unless
+#: another's best validation score beats it by more than one standard error
+#: (:func:`twopgraph.run.race.margin`) and continues the kept one to its own end; ``--lr``,
+#: when given, applies to both. ``standard-es`` is ``SIZE_DEFAULTS["small"]`` (what a small
+#: graph gets when the race does not run); ``two-layer`` is the bench's candidate of that
+#: name (15,10 / lr 0.003 / 30 epochs), the one recipe that beat it by more than half a point
+#: on a shared dataset (coauthor_cs, issue 41).
 RACE_RECIPES = {
     "standard-es": SIZE_DEFAULTS["small"],
     "two-layer": {"fanouts": [15, 10], "lr": 0.003, "epochs": 30, "patience": 0},

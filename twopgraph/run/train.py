@@ -289,7 +289,8 @@ def _train(cfg: TrainConfig, data: GraphData | None, device,
         race = recorded_race(Path(run.out)) if run.resume else None
         if race is None and race_pending(Path(run.out), run.resume):
             race = RecipeRace(cfg, Path(run.out),
-                              lambda c: _probe(c, data, device, governor, named)).run()[1]
+                              lambda c: _probe(c, data, device, governor, named),
+                              val_vertices=len(data.val_idx)).run()[1]
             cfg = copy.deepcopy(cfg)
             cfg.run.resume = True  # continue the winner's checkpoint, now in OUT
     cfg, defaults = cfg.resolved_logged(data.num_nodes,
