@@ -162,7 +162,9 @@ def test_sampling_workers_are_kept_across_epochs():
     first = set(seen)
     seen.clear()
     again = loader.input_stream(1)
-    assert set(seen) <= first and len(first) > 1
+    # the kept pool's threads sample again (a new pool has new Thread objects); the pool may
+    # also start a thread epoch 0 did not need, so no subset check
+    assert set(seen) & first and len(first) > 1
     loader.close()
     other = fresh()
     assert all(np.array_equal(a, b) for a, b in zip(again, other.input_stream(1), strict=True))
