@@ -152,3 +152,14 @@ def test_one_record_per_dataset_recipe_and_seed(tmp_path, monkeypatch):
         assert 0 <= f["val_score"] <= 1 and f["wall_s"] > 0 and f["selected_epoch"] in (0, 1)
         assert "datasets" not in r["params"] and r["params"]["epochs"] == 2
     assert "needs two datasets" in text  # one dataset: no leave-one-out
+
+
+def test_the_defaults_table_compares_race_with_the_best_other_candidate():
+    recs = [rec("a", "standard-es", 0.8, 0.80), rec("a", "two-layer", 0.7, 0.79),
+            rec("a", "race", 0.8, 0.80), rec("b", "standard-es", 0.6, 0.60),
+            rec("b", "two-layer", 0.7, 0.70), rec("b", "race", 0.6, 0.60)]
+    text = "\n".join(bd.loo_lines(recs))
+    assert "| a | acc | 0.8000 | standard-es | 0.8000 | 0.00 |" in text
+    assert "| b | acc | 0.6000 | two-layer | 0.7000 | 10.00 |" in text
+    assert "every dataset: **no** (largest 10.00 on b)" in text
+    assert not any("defaults" in line for line in bd.loo_lines(recs[:2] + recs[3:5]))

@@ -315,7 +315,8 @@ def loo_lines(records: list[dict]) -> list[str]:
     datasets that have every recipe."""
     scores = mean_scores(records)
     _, partial = common(scores)
-    out = _loo_block(scores, "")
+    out = _defaults_block(scores)
+    out += _loo_block(scores, "")
     missing = [d for d in DATASETS if d not in scores]
     if missing and any(d in scores for d in DATASETS):
         out += ["", (f"Not measured: {', '.join(missing)} (of the {len(DATASETS)} shared "
@@ -327,6 +328,33 @@ def loo_lines(records: list[dict]) -> list[str]:
         if len(full) >= 2:
             out += [""] + _loo_block(full, f" (the datasets with {', '.join(partial)} too)")
     return out
+
+
+def _defaults_block(scores: dict[str, dict[str, dict]]) -> list[str]:
+    """``train``'s own defaults (the recipe ``race``) against the best other candidate on
+    each dataset where both are measured: the table and whether every gap is within
+    :data:`TOLERANCE_PT`; no lines without a ``race`` record. The defaults choose by each
+    run's validation split, so nothing is learned from the other datasets: the leave-one-out
+    below compares fixed recipes."""
+    rows = []
+    for d, by in scores.items():
+        others = [r for r in by if r != "race"]
+        if "race" not in by or not others:
+            continue
+        best = max(others, key=lambda r: (by[r]["test"], -_order(r)))
+        gap = max(0.0, 100.0 * (by[best]["test"] - by["race"]["test"]))
+        rows.append((d, by["race"]["metric"], by["race"]["test"], best, by[best]["test"], gap))
+    if not rows:
+        return []
+    out = ["`train`'s defaults (recipe `race`: the recipe race on a small graph) against the "
+           "best other candidate measured on each dataset:", "",
+           "| dataset | metric | defaults' test score | best other candidate | its test score "
+           "| gap (points) |", "| --- | --- | ---: | --- | ---: | ---: |"]
+    out += [f"| {d} | {m} | {t:.4f} | {b} | {bt:.4f} | {g:.2f} |" for d, m, t, b, bt, g in rows]
+    worst = max(rows, key=lambda r: r[5])
+    held = "yes" if all(r[5] <= TOLERANCE_PT for r in rows) else "no"
+    return out + ["", f"Defaults within {TOLERANCE_PT} point on every dataset: **{held}** "
+                      f"(largest {worst[5]:.2f} on {worst[0]}).", ""]
 
 
 def _loo_block(scores: dict[str, dict[str, dict]], what: str) -> list[str]:
