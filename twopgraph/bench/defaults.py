@@ -36,6 +36,7 @@ Example::
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import statistics
 import tempfile
@@ -219,7 +220,7 @@ def train_recipe(a: argparse.Namespace, ctx: Context, data: GraphData, path: str
 
 
 def _race_record(out: Path) -> dict | None:
-    import json
+    """The race record of the run in ``out`` (its metrics.json), None when it did not race."""
     try:
         return json.loads((out / "metrics.json").read_text())["defaults"].get("race")
     except (OSError, ValueError, KeyError, AttributeError):

@@ -215,12 +215,18 @@ def save_checkpoint(out: Path, model: torch.nn.Module, opt: torch.optim.Optimize
     state = {"format": CHECKPOINT_FORMAT, "signature": signature,
              "epochs_done": len(epochs_log), "model": model.state_dict(),
              "optimizer": opt.state_dict(), "epochs_log": epochs_log, **extra}
+    write_checkpoint(out / CHECKPOINT, state)
+
+
+def write_checkpoint(path: Path, state: dict) -> None:
+    """``state`` (a checkpoint's dict) to ``path``, atomically; a failed write is one
+    :class:`~twopgraph.errors.TwopgraphError` line and the previous file stays."""
     # Serialised in memory first: torch.save reports a full disk as a RuntimeError from its
     # zip writer, a plain write reports it as the OSError it is (see rundir.writing).
     buf = io.BytesIO()
     torch.save(state, buf)
-    with writing(out / CHECKPOINT):
-        atomic_write_bytes(out / CHECKPOINT, lambda f: f.write(buf.getbuffer()))
+    with writing(path):
+        atomic_write_bytes(path, lambda f: f.write(buf.getbuffer()))
 
 
 def model_record(cfg: TrainConfig, num_features: int, num_classes: int) -> dict:

@@ -50,8 +50,8 @@ from twopgraph.config import (
     TrainConfig,
     size_profile,
 )
-from twopgraph.core.files import atomic_write_bytes, writing
-from twopgraph.run.checkpoint import CHECKPOINT, CHECKPOINT_READ_ERRORS
+from twopgraph.core.files import writing
+from twopgraph.run.checkpoint import CHECKPOINT, CHECKPOINT_READ_ERRORS, write_checkpoint
 from twopgraph.run.outdir import RUN_FILES, RUN_LOGS
 
 if TYPE_CHECKING:
@@ -71,17 +71,11 @@ def race_applies(cfg: TrainConfig, data: "GraphData") -> bool:
     validation vertices to score the probes on."""
     if size_profile(data.num_nodes) != "small":
         return False
-    if any(_option(cfg, name) is not None for name in RACE_OPTIONS):
+    flat = cfg.flat()
+    if any(flat[name] is not None for name in RACE_OPTIONS):
         return False
     val = getattr(data, "val_idx", None)
     return val is not None and len(val) > 0
-
-
-def _option(cfg: TrainConfig, name: str):
-    for sec in (cfg.sampling, cfg.model, cfg.run):
-        if hasattr(sec, name):
-            return getattr(sec, name)
-    raise AttributeError(name)
 
 
 def recorded_race(out: Path) -> dict | None:
@@ -183,12 +177,11 @@ class RecipeRace:
         src = self.out / RACE_DIR / winner
         ckpt = torch.load(src / CHECKPOINT, map_location="cpu", weights_only=False)
         ckpt[RACE_KEY] = record
-        data = _serialised(ckpt)
-        with writing(self.out / CHECKPOINT):
-            atomic_write_bytes(self.out / CHECKPOINT, lambda f: f.write(data))
+        write_checkpoint(self.out / CHECKPOINT, ckpt)
         for name in (*RUN_FILES, *RUN_LOGS):
             if name != CHECKPOINT and (src / name).is_file():
-                os.replace(src / name, self.out / name)
+                with writing(self.out / name):
+                    os.replace(src / name, self.out / name)
         shutil.rmtree(self.out / RACE_DIR, ignore_errors=True)
 
 
@@ -221,13 +214,6 @@ def pick(candidates: dict[str, dict], val_vertices: int = 0) -> str:
     if base is None or best_score - base > margin(base, val_vertices):
         return best
     return first
-
-
-def _serialised(obj) -> memoryview:
-    import io
-    buf = io.BytesIO()
-    torch.save(obj, buf)
-    return buf.getbuffer()
 
 
 def _recipe_text(r: dict) -> str:

@@ -77,10 +77,39 @@ def _normalise(weights, o, m, total):
 # relabelling pass) and half the bytes of a float64 pi.
 
 @njit(inline="always", cache=True)
-def _pi_of(dmin, t, k):
-    """LABOR-1's ``pi_t`` from ``t``'s smallest dst degree (the float :func:`labor_pi` gets)."""
-    dm = dmin[t]
+def _pi_deg(dm, k):
+    """LABOR-1's ``pi`` of a vertex whose smallest dst degree is ``dm`` (the float
+    :func:`labor_pi` gets)."""
     return 1.0 if dm <= k else k / dm
+
+
+@njit(inline="always", cache=True)
+def _pi_of(dmin, t, k):
+    """LABOR-1's ``pi_t`` from ``t``'s smallest dst degree in ``dmin``."""
+    return _pi_deg(dmin[t], k)
+
+
+@njit(inline="always", cache=True)
+def _keep_row_dense(indices, st, d, ci, buf, key0, key1, ca, cb, smooth, nbrs, weights, o):
+    """Keep the row ``indices[st:st+d]``'s neighbours with scale ``ci`` and the row's ``pi``
+    in ``buf`` (a certain edge draws no variate), writing them and their normalised inverse
+    probabilities from ``o`` on; returns how many were kept."""
+    m = 0
+    total = 0.0
+    for j in range(d):
+        t = indices[st + j]
+        if ci == np.inf:
+            p = 1.0
+        else:
+            p = ci * buf[j]
+            if p >= 1.0:  # a variate is below 1: a certain edge needs none
+                p = 1.0
+            elif variate(key0, key1, ca, cb, smooth, t) > p:
+                continue
+        total = _keep(nbrs, weights, o + m, t, 1.0 / p, total)
+        m += 1
+    _normalise(weights, o, m, total)
+    return m
 
 
 @njit(nogil=True, cache=True)
@@ -238,21 +267,8 @@ def labor_sample_dense_serial(indptr, indices, nodes, fanout, dmin, key0, key1, 
         d = indptr[v + 1] - st
         nbrs, weights = _room(nbrs, weights, o, d)
         ci = _solve_dense(dmin, indices, st, d, fanout, buf)
-        m = 0
-        total = 0.0
-        for j in range(d):
-            t = indices[st + j]
-            if ci == np.inf:
-                p = 1.0
-            else:
-                p = ci * buf[j]
-                if p >= 1.0:  # a variate is below 1: a certain edge needs none
-                    p = 1.0
-                elif variate(key0, key1, ca, cb, smooth, t) > p:
-                    continue
-            total = _keep(nbrs, weights, o + m, t, 1.0 / p, total)
-            m += 1
-        _normalise(weights, o, m, total)
+        m = _keep_row_dense(indices, st, d, ci, buf, key0, key1, ca, cb, smooth, nbrs,
+                            weights, o)
         o += m
         offsets[i + 1] = o
     return offsets, nbrs[:o], weights[:o]
@@ -312,23 +328,10 @@ def labor_sample_dense_onepass(indptr, indices, nodes, fanout, dmin, key0, key1,
                 count += 1
                 dmin[t] = d
                 q = d
-            buf[j] = 1.0 if q <= fanout else fanout / q
+            buf[j] = _pi_deg(q, fanout)
         ci = np.inf if d <= fanout else _saturate(buf, d, fanout)
-        m = 0
-        total = 0.0
-        for j in range(d):
-            t = indices[st + j]
-            if ci == np.inf:
-                p = 1.0
-            else:
-                p = ci * buf[j]
-                if p >= 1.0:  # a variate is below 1: a certain edge needs none
-                    p = 1.0
-                elif variate(key0, key1, ca, cb, smooth, t) > p:
-                    continue
-            total = _keep(nbrs, weights, o + m, t, 1.0 / p, total)
-            m += 1
-        _normalise(weights, o, m, total)
+        m = _keep_row_dense(indices, st, d, ci, buf, key0, key1, ca, cb, smooth, nbrs,
+                            weights, o)
         at[i] = o
         kept[i] = m
         o += m
