@@ -21,9 +21,11 @@ from twopgraph.graph.data import CSRGraph, GraphData
 from twopgraph.locality.auto import (
     AUTO_BATCHES,
     AUTO_THRESHOLD,
+    LABEL_SKEW_THRESHOLD,
     ScheduleChoice,
     choose_schedule,
     decide,
+    label_tv,
     measure,
 )
 from twopgraph.pipeline.assemble import make_loader
@@ -85,8 +87,11 @@ def test_clustered_graph_chooses_locality():
     rec = c.as_dict()
     assert set(rec) == {"schedule", "ratio", "locality_inputs_per_batch",
                         "random_inputs_per_batch", "batches", "threshold", "seconds", "basis",
-                        "balls"}
+                        "balls", "label_skew", "label_threshold"}
     assert rec["basis"] == "clusters" and rec["balls"] is None
+    # label-balanced pairs of communities of 4 classes: 2 classes per batch, TV 0.5 less
+    # random batches' noise floor
+    assert 0.3 < c.label_skew <= LABEL_SKEW_THRESHOLD == c.label_threshold
     json.dumps(rec)  # recorded in metrics.json as it is
 
 
@@ -126,6 +131,51 @@ def test_decide_threshold_and_summed_figures():
     line = c.describe()
     assert line.startswith("schedule auto -> locality:") and "ratio 0.60 <= 0.60" in line
     assert "10 batches" in line
+
+
+def test_skewed_labels_keep_random_order():
+    """Communities of one class each, 8 classes, batches of two communities: locality batches
+    cut the input vertices as before but see 2 of 8 classes -- random order is kept."""
+    d = clustered_data()
+    parts = np.arange(d.num_nodes) // SIZE
+    labels = (np.arange(d.num_nodes) // SIZE % 8).astype(np.int64)
+    c = choose_schedule(NeighborSampler(d.graph, [3, 3]), np.arange(d.num_nodes), 50,
+                        seed=0, parts=parts, labels=labels)
+    assert c.ratio <= AUTO_THRESHOLD  # the inputs alone would take locality
+    assert c.label_skew > LABEL_SKEW_THRESHOLD and c.schedule == "random"
+    line = c.describe()
+    assert "schedule auto -> random:" in line and "too few classes" in line
+    # without labels the guard does not apply
+    c = choose_schedule(NeighborSampler(d.graph, [3, 3]), np.arange(d.num_nodes), 50,
+                        seed=0, parts=parts, labels=None)
+    assert c.schedule == "locality" and c.label_skew is None and c.label_threshold is None
+
+
+def test_label_tv_of_batches():
+    from twopgraph.locality.schedule import LocalityScheduler, RandomScheduler
+    labels = np.repeat(np.arange(4), 25)  # 4 classes of 25 vertices
+    parts = np.arange(100) // 25  # one class per cluster
+    tv, n = label_tv(LocalityScheduler(np.arange(100), 25, parts=parts, balance=1),
+                     np.arange(100), labels)
+    assert n == 4 and tv == pytest.approx(4 * 0.75)  # one class of 4 per batch
+    tv, n = label_tv(RandomScheduler(np.arange(100), 100), np.arange(100), labels)
+    assert (tv, n) == (0.0, 1)  # the whole training set: its own mix
+    assert label_tv(RandomScheduler(np.arange(10), 5), np.arange(10), None) is None
+    assert label_tv(RandomScheduler(np.arange(10), 5), np.arange(10),
+                    np.full(10, -1)) is None
+    assert label_tv(RandomScheduler(np.arange(10), 5), np.arange(10),
+                    np.zeros((10, 2), dtype=np.int64)) is None
+
+
+def test_decide_label_skew():
+    f = {"locality_inputs": 500, "locality_batches": 10, "random_inputs": 1000,
+         "random_batches": 10, "seconds": 0.5, "locality_label_tv": 6.0,
+         "locality_label_batches": 10, "random_label_tv": 1.0, "random_label_batches": 10}
+    c = decide(f)  # skew 0.6 - 0.1 = 0.5 > 0.46
+    assert c.schedule == "random" and c.label_skew == pytest.approx(0.5)
+    assert decide({**f, "locality_label_tv": 5.5}).schedule == "locality"  # 0.45
+    assert decide(f, label_threshold=0.5).schedule == "locality"
+    assert "label skew 0.50 > 0.46" in c.describe()
 
 
 # -- training draws the explicit schedule's batches -----------------------------------------------

@@ -10,11 +10,19 @@ the mean number of distinct input vertices (layer-0 sources) of the first
 
     locality inputs per batch / random inputs per batch <= :data:`AUTO_THRESHOLD`,
 
-else ``random``. Those batches are sampled with the keys training uses for them (the
+else ``random`` -- unless the locality batches' labels are skewed (below). Those batches are sampled with the keys training uses for them (the
 sampler's randomness depends only on (seed, epoch, batch, layer, vertex)), and no global
 random state (numpy's, torch's) is read or advanced, so training afterwards draws exactly the
 batches of the explicit ``--schedule`` with the same seed. The decision is deterministic for
 a seed.
+
+**Labels.** A locality batch holds a few whole clusters, and on a homophilous graph a cluster
+is nearly one class: such batches see a few classes each, and the gradient steps they make
+cost accuracy per epoch that fewer input vertices do not buy back. With ``labels``, the
+decision also measures the *label skew* of the locality scheduler's batches (every batch of
+epoch 0, label-balanced as training draws them): the mean total-variation distance between
+a batch's label mix and the training set's, less that of random batches (the noise floor of a
+batch of that size), and keeps ``random`` when it exceeds :data:`LABEL_SKEW_THRESHOLD`.
 
 Example::
 
@@ -50,6 +58,15 @@ if TYPE_CHECKING:
 #: of ../shared/datasets with their defaults (a 2-hop batch of 1024 seeds reaches half the
 #: graph or more: locality saves little there and its less diverse batches can cost accuracy)
 AUTO_THRESHOLD = 0.6
+#: locality needs a label skew of at most this (mean total-variation distance of a locality
+#: batch's label mix from the training set's, less random batches'; 0 = as mixed as random
+#: batches, 1 = disjoint classes). Chosen on two generated graphs (batches of 1024, LABOR, 2
+#: epochs; skew: test points lost against random order): scaled:2000000 (47 classes) 4
+#: clusters per batch 0.54: 3.1, 8 per batch 0.44: 0.2, 16 per batch 0.31: 0.1; a 1.2M-vertex
+#: graph of 100 classes with weaker communities 8 per batch 0.60: 14.1, 16 per batch 0.49:
+#: 1.6, 32 per batch 0.35: 0.2 -- the threshold sits between 0.44 (kept) and 0.49 (lost).
+#: Checked on synthetic-products (not used to choose it): docs/architecture.md.
+LABEL_SKEW_THRESHOLD = 0.46
 #: batches of epoch 0 measured per scheduler (fewer when an epoch has fewer)
 AUTO_BATCHES = 8
 #: The probe before clustering (:func:`probe_locality`): batches of seeds that are close in
@@ -100,6 +117,10 @@ class ScheduleChoice:
     basis: str = "clusters"
     #: ``probe``: BFS balls per batch (:func:`probe_balls`); None for ``clusters``
     balls: int | None = None
+    #: the locality batches' label skew (see the module doc; None: not measured -- no labels,
+    #: or the probe) and the threshold it was compared with
+    label_skew: float | None = None
+    label_threshold: float | None = None
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -107,6 +128,8 @@ class ScheduleChoice:
     def describe(self) -> str:
         """The log line of the decision."""
         op = "<=" if self.ratio <= self.threshold else ">"
+        skewed = (self.label_skew is not None and self.label_threshold is not None
+                  and self.label_skew > self.label_threshold)
         if self.basis == "probe":
             what = "nearby seeds (BFS balls)" if (self.balls or 1) == 1 else \
                 f"{self.balls} BFS balls of nearby seeds (as many as a locality batch has clusters)"
@@ -116,10 +139,16 @@ class ScheduleChoice:
                     f"{self.ratio:.2f} {op} {self.threshold:.2f}: clusters cannot pay), "
                     f"measured on {self.batches} batch{'' if self.batches == 1 else 'es'} in "
                     f"{self.seconds:.1f} s")
+        labels = ""
+        if self.label_skew is not None:
+            lop = ">" if skewed else "<="
+            labels = (f"; label skew {self.label_skew:.2f} {lop} {self.label_threshold:.2f}"
+                      + (" (a locality batch sees too few classes: it would cost accuracy)"
+                         if skewed and self.ratio <= self.threshold else ""))
         return (f"schedule auto -> {self.schedule}: locality batches reach "
                 f"{self.locality_inputs_per_batch:,.0f} input vertices, random "
                 f"{self.random_inputs_per_batch:,.0f} (ratio {self.ratio:.2f} {op} "
-                f"{self.threshold:.2f}), measured on {self.batches} "
+                f"{self.threshold:.2f}){labels}, measured on {self.batches} "
                 f"batch{'' if self.batches == 1 else 'es'} in "
                 f"{self.seconds:.1f} s")
 
@@ -130,8 +159,11 @@ def measure(sampler: Sampler, train_idx: np.ndarray, batch_size: int, seed: int 
     """The figures :func:`decide` reads, for one process: ``locality_inputs`` and
     ``random_inputs`` (input vertices summed over the measured batches), ``locality_batches``
     and ``random_batches`` (batches measured: ``batches``, or fewer when an epoch has fewer)
-    and ``seconds``. Figures of several processes add up key by key (``seconds``: take the
-    largest)."""
+    and ``seconds``; with integer ``labels``, also ``NAME_label_tv`` and
+    ``NAME_label_batches`` for NAME ``locality`` and ``random``: the total-variation distances
+    of every batch of epoch 0 from the training set's label mix, summed, and the batches
+    (:func:`label_tv`). Figures of several processes add up key by key (``seconds``: take
+    the largest)."""
     t = time.perf_counter()
     out = {}
     for name in ("locality", "random"):
@@ -139,23 +171,65 @@ def measure(sampler: Sampler, train_idx: np.ndarray, batch_size: int, seed: int 
                                labels=labels, balance=balance)
         out[f"{name}_inputs"], out[f"{name}_batches"] = input_vertices(
             sched, sampler, min(batches, sched.num_batches), workers)
+        tv = label_tv(sched, train_idx, labels)
+        if tv is not None:
+            out[f"{name}_label_tv"], out[f"{name}_label_batches"] = tv
     out["seconds"] = time.perf_counter() - t
     return out
 
 
-def decide(figures: dict, threshold: float = AUTO_THRESHOLD) -> ScheduleChoice:
+def label_tv(scheduler, train_idx: np.ndarray,
+             labels: np.ndarray | None) -> tuple[float, int] | None:
+    """``(sum, batches)``: the total-variation distance between each batch of epoch 0 of
+    ``scheduler`` and the label mix of ``train_idx`` (half the L1 distance of the class
+    shares: 0 = the same mix, 1 = no class in common), summed over the epoch's batches, and
+    their number. None where ``labels`` are not one integer class per vertex (no labels,
+    multi-label targets) or a training vertex has none (a negative label). Reads only the
+    labels of training vertices; O(training vertices + batches x classes)."""
+    if labels is None:
+        return None
+    lab = np.asarray(labels)
+    if lab.ndim != 1 or not np.issubdtype(lab.dtype, np.integer):
+        return None
+    lab = lab[np.asarray(train_idx, dtype=np.int64)]
+    if lab.shape[0] == 0 or lab.min() < 0:
+        return None
+    k = int(lab.max()) + 1
+    share = np.bincount(lab, minlength=k) / lab.shape[0]
+    full = np.asarray(labels)
+    total, count = 0.0, 0
+    for b in scheduler.batches(0):
+        if len(b) == 0:
+            continue
+        h = np.bincount(full[b], minlength=k) / len(b)
+        total += 0.5 * float(np.abs(h - share).sum())
+        count += 1
+    return total, count
+
+
+def decide(figures: dict, threshold: float = AUTO_THRESHOLD,
+           label_threshold: float = LABEL_SKEW_THRESHOLD) -> ScheduleChoice:
     """The :class:`ScheduleChoice` of ``figures`` (:func:`measure`'s, possibly summed over
     processes): ``locality`` when its mean input vertices per batch are at most ``threshold``
-    x random's, else ``random``."""
+    x random's and (where the figures have labels' distances) its batches' label skew -- mean
+    label distance of a locality batch less a random batch's -- is at most
+    ``label_threshold``; else ``random``."""
     loc = figures["locality_inputs"] / max(figures["locality_batches"], 1)
     rnd = figures["random_inputs"] / max(figures["random_batches"], 1)
     ratio = loc / rnd if rnd > 0 else 1.0
-    return ScheduleChoice(schedule="locality" if ratio <= threshold else "random",
+    skew = None
+    if figures.get("locality_label_batches") and figures.get("random_label_batches"):
+        skew = (figures["locality_label_tv"] / figures["locality_label_batches"]
+                - figures["random_label_tv"] / figures["random_label_batches"])
+    local = ratio <= threshold and (skew is None or skew <= label_threshold)
+    return ScheduleChoice(schedule="locality" if local else "random",
                           ratio=ratio, locality_inputs_per_batch=loc,
                           random_inputs_per_batch=rnd,
                           batches=int(min(figures["locality_batches"],
                                           figures["random_batches"])),
-                          threshold=threshold, seconds=float(figures["seconds"]))
+                          threshold=threshold, seconds=float(figures["seconds"]),
+                          label_skew=skew,
+                          label_threshold=None if skew is None else label_threshold)
 
 
 def probe_balls(num_nodes: int, num_train: int, batch_size: int, num_clusters: int = 0) -> int:

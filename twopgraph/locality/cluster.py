@@ -57,7 +57,7 @@ log = logging.getLogger("twopgraph")
 CACHE_FORMAT = 3
 # Default cluster count (see default_num_clusters): on a graph much larger than what one batch
 # reaches, a batch is DEFAULT_CLUSTERS_PER_BATCH whole clusters ...
-DEFAULT_CLUSTERS_PER_BATCH = 4
+DEFAULT_CLUSTERS_PER_BATCH = 8
 # ... where "much larger" means at least LOCALITY_NODES_PER_SEED vertices per seed of a batch
 # (a 3-layer 15,10,5 batch of B random seeds reaches ~540 x B distinct vertices on
 # synthetic-products); on smaller graphs a batch reaches most of the graph whatever the order,
@@ -135,10 +135,12 @@ def default_num_clusters(num_nodes: int, num_train: int, batch_size: int,
 
     Large graphs (``num_nodes >= LOCALITY_NODES_PER_SEED * batch_size``): ``clusters_per_batch``
     clusters per batch, i.e. ``clusters_per_batch * ceil(num_train / batch_size)`` clusters.
-    On synthetic-products (192 batches): 768 clusters of ~255 training vertices (edge cut 25%),
-    0.38x the input vertices of random order. Measured there (3 epochs, issue 6): 2 clusters
-    per batch need 9% fewer input vertices than 4 but cost 1.05 test-accuracy points (1.2
-    below DGL's random order); 4 per batch are within 0.1 point of DGL.
+    Chosen on scaled:2000000 (157 batches, LABOR, 2 epochs; test accuracy, input vertices
+    per batch): 4 clusters per batch 0.8235 and 58,712, 8 per batch 0.8530 and 65,035, 16 per
+    batch 0.8540 and 75,934, random order 0.8547 and 214,877 (issue 41; 4 per batch were the
+    default before, chosen on synthetic-products at 3 epochs). Where even 8 per batch leave
+    a batch with too few classes, ``--schedule auto`` takes random order
+    (:data:`~twopgraph.locality.auto.LABEL_SKEW_THRESHOLD`).
 
     Small graphs: at least ``min(min_clusters, num_nodes // 8)`` clusters (and at least
     ``clusters_per_batch`` per batch). With few batches per epoch every batch must mix many

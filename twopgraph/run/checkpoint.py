@@ -154,6 +154,36 @@ def resume_sampler(cfg: TrainConfig, ckpt: dict) -> TrainConfig:
     return cfg if sampling is cfg.sampling else dataclasses.replace(cfg, sampling=sampling)
 
 
+#: Clusters per batch of ``--num-clusters 0`` before issue 41 changed the default to 8: a
+#: checkpoint without a ``num_clusters`` record resumes with its clustering.
+OLD_CLUSTERS_PER_BATCH = 4
+
+
+def resume_schedule(cfg: TrainConfig, ckpt: dict, num_nodes: int, num_train: int) -> TrainConfig:
+    """``cfg`` to resume ``ckpt`` with, so that its batches are drawn as before: under
+    ``--num-clusters 0``, the cluster count the checkpoint recorded (``num_clusters``; a
+    checkpoint from before that record: the default of then,
+    :data:`OLD_CLUSTERS_PER_BATCH` per batch, for ``num_nodes`` vertices and ``num_train``
+    training vertices). ``--schedule auto`` then decides again on those clusters (the
+    decision is deterministic; a checkpoint from before the label-skew rule may be decided
+    otherwise). The change is logged."""
+    from twopgraph.locality.cluster import default_num_clusters
+    s = cfg.sampling
+    changes: dict = {}
+    if s.num_clusters == 0:
+        if "num_clusters" in ckpt:
+            k = ckpt["num_clusters"]
+        else:
+            k = default_num_clusters(num_nodes, num_train, s.batch_size,
+                                     clusters_per_batch=OLD_CLUSTERS_PER_BATCH)
+        if k:
+            changes["num_clusters"] = int(k)
+            log.info("resuming with the checkpoint's clusters: --num-clusters %d", int(k))
+    if not changes:
+        return cfg
+    return dataclasses.replace(cfg, sampling=dataclasses.replace(s, **changes))
+
+
 def _data_change(ckpt: dict, signature: dict, partitions: str | None,
                  source_fingerprint: str | None) -> str:
     """How the data of ``ckpt`` differs from the run's (``signature["data"]``: the data's

@@ -96,6 +96,7 @@ from twopgraph.run.checkpoint import (
     model_record,
     read_checkpoint,
     resume_sampler,
+    resume_schedule,
     run_signature,
 )
 from twopgraph.run.loop import Rank, Training, train_epochs
@@ -320,6 +321,7 @@ def _train(cfg: TrainConfig, data: GraphData | None, device,
         torch.set_rng_state(ckpt["torch_rng"])
         log.info("resuming from %s after epoch %d", out / CHECKPOINT, start_epoch)
         cfg = resume_sampler(cfg, ckpt)
+        cfg = resume_schedule(cfg, ckpt, data.num_nodes, int(data.train_idx.shape[0]))
     metric = resolve_metric(run.metric, data.num_classes)
     sel = Selection.resumed(run.select, metric, ckpt, out / CHECKPOINT)
 
@@ -328,6 +330,8 @@ def _train(cfg: TrainConfig, data: GraphData | None, device,
     loader = make_loader(cfg, data, device,
                          parts=None if prep.clustering is None else prep.clustering.parts,
                          schedule_choice=prep.schedule_choice)
+    # kept by every checkpoint: a --resume draws its batches as this run does
+    rebuild["num_clusters"] = None if prep.clustering is None else prep.clustering.num_clusters
     # one budget; a step that cannot fit: exit 2
     governor = govern_memory(cfg, data, loader, governor)
     feat = eval_features(data, loader)
