@@ -5,8 +5,10 @@ edge weights (:func:`twopgraph.models._spmm`). torch's CPU kernel for a sparse C
 times a dense one runs at a few tens of MFLOP/s on this machine's torch build: 0.4-1.6 s for
 200k edges x 256 columns, where a plain loop over the rows takes 0.05-0.2 s. Where no
 gradient is needed (exact evaluation, ``torch.no_grad``) :func:`spmm` runs :func:`csr_spmm`:
-one parallel pass over the rows, each row's sum taken in its entries' order; training keeps
-torch's kernel (its autograd). The two agree to float rounding.
+one parallel pass over the rows, each row's sum taken in its entries' order. In training,
+:class:`HostSpmm` runs it forward and :func:`spmm_t` (``A^T @ g``) backward where the edge
+values are constants; torch's kernel (its autograd) where they need a gradient (GAT). They
+agree to float rounding.
 
 Example::
 
@@ -63,6 +65,55 @@ def spmm(indptr: torch.Tensor, indices: torch.Tensor, values: torch.Tensor,
         csr_spmm(indptr.numpy(), indices.numpy(), values.contiguous().numpy(), h.numpy(),
                  out.numpy())
     return out
+
+
+def spmm_t(indptr: torch.Tensor, indices: torch.Tensor, values: torch.Tensor,
+           g: torch.Tensor, num_src: int, parts: int | None = None) -> torch.Tensor:
+    """``A^T @ g`` (``num_src`` x g's columns) for the CSR matrix ``(indptr, indices,
+    values)`` of ``len(indptr) - 1`` rows (host tensors; ``values`` and ``g`` float32): the
+    gradient of :func:`spmm` with respect to its dense operand, by :func:`scatter_rows` on
+    ``parts`` workers (default: numba's thread count), each src row's sum in the entries'
+    order (deterministic)."""
+    g = g.contiguous()
+    out = torch.zeros((int(num_src), g.shape[1]), dtype=torch.float32)
+    if out.numel() and indices.numel():
+        ip = indptr.numpy()
+        dst = np.repeat(np.arange(ip.shape[0] - 1, dtype=np.int64), np.diff(ip))
+        if parts is None:
+            import numba
+            parts = numba.get_num_threads()
+        scatter_rows(indices.numpy(), dst, values.contiguous().numpy(), g.numpy(),
+                     out.numpy(), max(1, int(parts)))
+    return out
+
+
+class HostSpmm(torch.autograd.Function):
+    """``A @ h`` on the host with a gradient to ``h`` only (the edge values are constants:
+    the mean's weights, LABOR's): :func:`spmm` forward and :func:`spmm_t` backward, both
+    numba, several times faster than torch's sparse CSR product and its backward (which
+    also converts ``A`` to a transposed CSR, with a sort, at every step)."""
+
+    @staticmethod
+    def forward(ctx, indptr: torch.Tensor, indices: torch.Tensor, values: torch.Tensor,
+                h: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(indptr, indices, values)
+        ctx.num_src = h.shape[0]
+        return spmm(indptr, indices, values.detach(), h.detach())
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        indptr, indices, values = ctx.saved_tensors
+        gh = spmm_t(indptr, indices, values, grad.detach(), ctx.num_src) \
+            if ctx.needs_input_grad[3] else None
+        return None, None, None, gh
+
+
+def trainable(values: torch.Tensor, h: torch.Tensor) -> bool:
+    """Whether :class:`HostSpmm` computes this product with its gradient: host float32
+    operands, constant ``values`` (no gradient to them)."""
+    return (h.device.type == "cpu" and values.device.type == "cpu"
+            and h.dtype == torch.float32 and values.dtype == torch.float32
+            and not values.requires_grad)
 
 
 def usable(values: torch.Tensor, h: torch.Tensor) -> bool:

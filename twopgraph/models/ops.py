@@ -2,7 +2,8 @@
 
 :func:`spmm_block` is ``A @ h`` where A (num_dst x num_src) holds the block's edges with
 per-edge values: the numba kernel of :mod:`twopgraph.graph.spmm` when no gradient is needed (5-10x
-torch's CPU kernel), else torch's sparse CSR product (gradients flow to the values and to
+torch's CPU kernel) or only ``h`` needs one (:class:`~twopgraph.graph.spmm.HostSpmm`: numba
+forward and backward), else torch's sparse CSR product (gradients flow to the values and to
 ``h``), under ``--amp bf16`` in :func:`spmm_dtype`'s dtype (bfloat16 on CUDA where torch
 takes it, float32 otherwise). :func:`mean_weights` and :func:`edge_dst` are per-edge helpers.
 """
@@ -122,6 +123,8 @@ def spmm_block(block: Block, values: torch.Tensor, h_src: torch.Tensor) -> torch
     dtype = spmm_dtype(h_src.device)
     if dtype is None and spmm.usable(values, h_src):  # no gradient, no autocast:
         return spmm.spmm(block.indptr, block.indices, values, h_src)  # numba, 5-10x faster
+    if dtype is None and spmm.trainable(values, h_src):  # a gradient to h only: numba both ways
+        return spmm.HostSpmm.apply(block.indptr, block.indices, values, h_src)
     if dtype is None and h_src.dtype != values.dtype:
         dtype = torch.float32
     if dtype is not None:

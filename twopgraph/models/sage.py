@@ -60,8 +60,14 @@ class SAGEConv(Conv):
                 dst_deg: torch.Tensor) -> torch.Tensor:
         """The layer's output from the dst rows ``h_dst`` and their summed :meth:`aggregate`
         (``dst_deg``, the full-graph degrees, unused by the mean)."""
-        neigh = agg if self.in_dim > self.out_dim else self.lin_neigh(agg)
-        return self.lin_self(h_dst) + neigh
+        out = self.lin_self(h_dst)
+        if self.in_dim > self.out_dim:
+            return out + agg
+        if out.dtype == agg.dtype and not torch.is_autocast_enabled(out.device.type):
+            # W_neigh agg accumulated into the self term by the GEMM itself (beta = 1): no
+            # separate pass over the N x out sum, forward or backward
+            return out.addmm_(agg, self.lin_neigh.weight.t())
+        return out + self.lin_neigh(agg)
 
     # Exact inference over the whole graph (see inference.layerwise_inference): when in_dim >
     # out_dim, every vertex's row is projected once, then each dst range only aggregates.
