@@ -51,6 +51,7 @@ from twopgraph.sampler.auto import input_vertices  # noqa: F401  (also this modu
 
 if TYPE_CHECKING:
     from twopgraph.graph.data import CSRGraph
+    from twopgraph.locality.cluster import Clustering
 
 #: locality is chosen when its input vertices per batch are at most this share of random's
 #: (0.6: locality must cut them by at least 40%). Measured ratios (README "Recipes"): 0.40-0.42
@@ -67,6 +68,12 @@ AUTO_THRESHOLD = 0.6
 #: 1.6, 32 per batch 0.35: 0.2 -- the threshold sits between 0.44 (kept) and 0.49 (lost).
 #: Checked on synthetic-products (not used to choose it): docs/architecture.md.
 LABEL_SKEW_THRESHOLD = 0.46
+#: Clusters per batch ``--schedule auto`` tries on a large graph under ``--num-clusters 0``
+#: (:func:`choose_clusters`), in order: the first whose batches' label skew is at most
+#: :data:`LABEL_SKEW_THRESHOLD` is kept (more clusters per batch: more classes in a batch, more
+#: input vertices). On the 100-class graph of :data:`LABEL_SKEW_THRESHOLD`'s table 8 and 16
+#: per batch are too skewed and 32 per batch keep locality at 0.52x random's input vertices.
+CLUSTERS_PER_BATCH_CANDIDATES = (8, 16, 32)
 #: batches of epoch 0 measured per scheduler (fewer when an epoch has fewer)
 AUTO_BATCHES = 8
 #: The probe before clustering (:func:`probe_locality`): batches of seeds that are close in
@@ -205,6 +212,53 @@ def label_tv(scheduler, train_idx: np.ndarray,
         total += 0.5 * float(np.abs(h - share).sum())
         count += 1
     return total, count
+
+
+def label_skew(train_idx: np.ndarray, batch_size: int, seed: int, *, parts: np.ndarray,
+               labels: np.ndarray | None, balance: int = 16) -> float | None:
+    """The label skew of the locality scheduler's batches over ``parts`` (see the module
+    doc): mean :func:`label_tv` of its epoch-0 batches less the random scheduler's; None
+    where the labels give none."""
+    out = []
+    for name in ("locality", "random"):
+        sched = make_scheduler(name, train_idx, batch_size, seed=seed, parts=parts,
+                               labels=labels, balance=balance)
+        tv = label_tv(sched, train_idx, labels)
+        if tv is None or tv[1] == 0:
+            return None
+        out.append(tv[0] / tv[1])
+    return out[0] - out[1]
+
+
+def choose_clusters(num_nodes: int, train_idx: np.ndarray, labels: np.ndarray | None,
+                    batch_size: int, seed: int, cluster: Callable[[int], "Clustering"], *,
+                    balance: int = 16,
+                    candidates: Sequence[int] = CLUSTERS_PER_BATCH_CANDIDATES,
+                    threshold: float = LABEL_SKEW_THRESHOLD) -> tuple[int, list[dict]]:
+    """The cluster count of ``--num-clusters 0`` under ``--schedule auto`` on a large graph
+    (``num_nodes`` >= ``LOCALITY_NODES_PER_SEED x batch_size``): for each of ``candidates``
+    clusters per batch in order, ``cluster(k)`` (the METIS clustering into
+    :func:`~twopgraph.locality.cluster.default_num_clusters` clusters, cached by the caller)
+    and its :func:`label_skew`; the first at most ``threshold`` is kept. Returns ``(k,
+    tried)``: ``tried`` holds ``clusters_per_batch``, ``num_clusters`` and ``label_skew`` of
+    each candidate tried. Where none passes (or on a smaller graph, or without labels: one
+    candidate tried or none) ``k`` is the first candidate's, and the decision then keeps
+    random order on its skew."""
+    from twopgraph.locality.cluster import LOCALITY_NODES_PER_SEED, default_num_clusters
+    train_idx = np.asarray(train_idx, dtype=np.int64)
+    ks = [default_num_clusters(num_nodes, train_idx.shape[0], batch_size,
+                               clusters_per_batch=c) for c in candidates]
+    if num_nodes < LOCALITY_NODES_PER_SEED * batch_size or labels is None:
+        return ks[0], []
+    tried = []
+    for c, k in zip(candidates, ks):
+        skew = label_skew(train_idx, batch_size, seed, parts=cluster(k).parts, labels=labels,
+                          balance=balance)
+        tried.append({"clusters_per_batch": int(c), "num_clusters": int(k),
+                      "label_skew": skew})
+        if skew is None or skew <= threshold:
+            return k, tried
+    return ks[0], tried
 
 
 def decide(figures: dict, threshold: float = AUTO_THRESHOLD,

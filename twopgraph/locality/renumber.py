@@ -124,6 +124,8 @@ class LocalityPrep:
     renumber_s: float = 0.0
     #: a ``--schedule auto`` decision taken before clustering (pipeline.locality_for), else None
     schedule_choice: object = None
+    #: the cluster counts ``--schedule auto`` tried (locality.auto.choose_clusters), else None
+    clusters_tried: list | None = None
 
     def summary(self) -> dict:
         out = {"renumbered": self.perm is not None, "cluster_s": round(self.cluster_s, 3),
@@ -136,14 +138,16 @@ class LocalityPrep:
 def prepare_locality(data: GraphData, *, batch_size: int, num_clusters: int = 0,
                      need_clusters: bool = True, renumber_graph: bool = True,
                      cache_dir: str | os.PathLike | None = None, progress: bool = False,
-                     method: str = "auto") -> LocalityPrep:
+                     method: str = "auto",
+                     clustering: Clustering | None = None) -> LocalityPrep:
     """Cluster ``data`` (when ``need_clusters`` or ``renumber_graph``) and renumber it.
 
     ``num_clusters`` 0 picks :func:`default_num_clusters` from the training set and
     ``batch_size``. The clustering (``method``: see :func:`cluster_graph`) balances training
     vertices across clusters, uses seed 0 (so runs with different ``--seed`` share one cached
     clustering) and caches in ``cache_dir`` (with the renumbered store of data read from a
-    store: :func:`renumber`).
+    store: :func:`renumber`). ``clustering``: one computed already for ``data`` (used when
+    it has the cluster count asked for).
     """
     if not (need_clusters or renumber_graph):
         return LocalityPrep(data, None, None)
@@ -152,8 +156,9 @@ def prepare_locality(data: GraphData, *, batch_size: int, num_clusters: int = 0,
     k = num_clusters or default_num_clusters(data.num_nodes, int(data.train_idx.shape[0]),
                                              batch_size)
     t = time.perf_counter()
-    clustering = cluster_graph(data.graph, k, train_idx=data.train_idx, cache_dir=cache_dir,
-                               method=method)
+    if clustering is None or clustering.num_clusters != k:
+        clustering = cluster_graph(data.graph, k, train_idx=data.train_idx,
+                                   cache_dir=cache_dir, method=method)
     cluster_s = time.perf_counter() - t
     if not renumber_graph:
         return LocalityPrep(data, clustering, None, cluster_s)

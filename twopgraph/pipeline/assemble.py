@@ -538,19 +538,38 @@ def locality_for(data: GraphData, schedules: Collection[str], cfg: Config, *,
     from twopgraph.datasets import resolve_data_root
     from twopgraph.locality.auto import probe_schedule
     s = cfg.sampling
+    seed = getattr(getattr(cfg, "run", None), "seed", 0)
     probe = None
-    if s.schedule == "auto" and all(n == "auto" for n in schedules) and s.fanouts is not None:
-        probe = probe_schedule(data.graph, data.train_idx, s.fanouts, s.batch_size,
-                               getattr(getattr(cfg, "run", None), "seed", 0),
+    auto = s.schedule == "auto" and all(n == "auto" for n in schedules) and \
+        s.fanouts is not None
+    if auto:
+        probe = probe_schedule(data.graph, data.train_idx, s.fanouts, s.batch_size, seed,
                                num_clusters=s.num_clusters)
         if probe.schedule != "random":
             probe = None  # clusters may pay: cluster, then measure them (make_loader)
     if cache_dir is DATA_ROOT_CLUSTERS:
         cache_dir = resolve_data_root(cfg.data.data_root) / "clusters"
+    num_clusters, tried, made = s.num_clusters, None, {}
+    if auto and probe is None and num_clusters == 0:  # as many clusters as keep labels mixed
+        from twopgraph.locality.auto import choose_clusters
+        from twopgraph.locality.cluster import cluster_graph
+
+        def cluster(k: int):
+            made[k] = cluster_graph(data.graph, k, train_idx=data.train_idx,
+                                    cache_dir=cache_dir, method=s.cluster_method)
+            return made[k]
+        num_clusters, tried = choose_clusters(data.num_nodes, data.train_idx, data.label,
+                                              s.batch_size, seed, cluster, balance=s.balance)
+        if len(tried) > 1:
+            log.info("clusters: %s", ", ".join(
+                f"{t['clusters_per_batch']} per batch -> label skew "
+                + ("-" if t["label_skew"] is None else f"{t['label_skew']:.2f}")
+                for t in tried) + f"; kept {num_clusters} clusters")
     prep = prepare_locality(
-        data, batch_size=s.batch_size, num_clusters=s.num_clusters,
+        data, batch_size=s.batch_size, num_clusters=num_clusters,
         need_clusters=probe is None and any(needs_clusters(n) for n in schedules),
         renumber_graph=probe is None and s.renumber, cache_dir=cache_dir,
-        method=s.cluster_method)
+        method=s.cluster_method, clustering=made.get(num_clusters))
     prep.schedule_choice = probe
+    prep.clusters_tried = tried or None
     return prep

@@ -337,6 +337,8 @@ def _train(cfg: TrainConfig, data: GraphData | None, device,
     feat = eval_features(data, loader)
     labels = loader.labels
     summary = data.summary()
+    if prep.clusters_tried and loader.schedule_choice is not None:
+        loader.schedule_choice["clusters_tried"] = prep.clusters_tried
     static = {"dataset": summary, "schedule": loader.schedule,
               "schedule_choice": loader.schedule_choice, "sampler": loader.sampler_name,
               "sampler_choice": loader.sampler_choice, "defaults": defaults}
