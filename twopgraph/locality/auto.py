@@ -10,8 +10,9 @@ the mean number of distinct input vertices (layer-0 sources) of the first
 
     locality inputs per batch / random inputs per batch <= :data:`AUTO_THRESHOLD`,
 
-else ``random`` -- unless the locality batches' labels are skewed (below). Those batches are sampled with the keys training uses for them (the
-sampler's randomness depends only on (seed, epoch, batch, layer, vertex)), and no global
+else ``random`` -- unless the locality batches' labels are skewed (below). Those batches
+are sampled with the keys training uses for them (the sampler's randomness depends only on
+(seed, epoch, batch, layer, vertex)), and no global
 random state (numpy's, torch's) is read or advanced, so training afterwards draws exactly the
 batches of the explicit ``--schedule`` with the same seed. The decision is deterministic for
 a seed.
