@@ -117,31 +117,32 @@ def test_same_gpu_count_restores_without_warning(monkeypatch, caplog):
 
 
 # -- fused Adam ----------------------------------------------------------------------------------
-def test_adam_fused_on_cuda_only():
-    assert adam_options("cpu") == {} and adam_options(torch.device("cpu")) == {}
+def test_adam_fused_on_cpu_and_cuda():
+    assert adam_options("cpu") == {"fused": True} == adam_options(torch.device("cpu"))
     assert adam_options("cuda") == {"fused": True}
     assert adam_options(torch.device("cuda", 1)) == {"fused": True}
+    assert adam_options("meta") == {}
 
 
-def test_cpu_adam_stays_unfused_also_from_a_fused_checkpoint(tmp_path, cdata):
+def test_cpu_adam_is_fused_also_from_an_unfused_checkpoint(tmp_path, cdata):
+    """A checkpoint written before the CPU's Adam was fused (its state unfused, int steps
+    or tensors as torch's default implementation keeps them) resumes with the fused one."""
     c = _cfg(tmp_path)
     model, opt, _, _ = build_training(c, cdata, "cpu")
-    assert not opt.param_groups[0]["fused"]
-    # one step, then a state as a fused (CUDA) run would have written it
+    assert opt.param_groups[0]["fused"]
+    unfused = torch.optim.Adam(model.parameters(), lr=0.01)
     for p in model.parameters():
         p.grad = torch.ones_like(p)
-    opt.step()
-    state = opt.state_dict()
-    state["param_groups"] = [{**g, "fused": True} for g in state["param_groups"]]
-    for s in state["state"].values():
-        s["step"] = s["step"].to(torch.float32)
+    unfused.step()
+    state = unfused.state_dict()
+    assert not state["param_groups"][0].get("fused")
     _, opt2, _, _ = build_training(c, cdata, "cpu", {"model": model.state_dict(),
                                                       "optimizer": state, "epochs_log": [],
                                                       "epochs_done": 0})
-    assert not opt2.param_groups[0]["fused"]
+    assert opt2.param_groups[0]["fused"]
     for p in opt2.param_groups[0]["params"]:
         p.grad = torch.ones_like(p)
-    opt2.step()  # steps unfused
+    opt2.step()  # steps fused
 
 
 def test_build_training_passes_the_choice_to_adam(tmp_path, cdata, monkeypatch):
