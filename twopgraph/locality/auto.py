@@ -196,15 +196,14 @@ def label_tv(scheduler, train_idx: np.ndarray,
     labels of training vertices; O(training vertices + batches x classes)."""
     if labels is None:
         return None
-    lab = np.asarray(labels)
-    if lab.ndim != 1 or not np.issubdtype(lab.dtype, np.integer):
+    full = np.asarray(labels)
+    if full.ndim != 1 or not np.issubdtype(full.dtype, np.integer):
         return None
-    lab = lab[np.asarray(train_idx, dtype=np.int64)]
+    lab = full[np.asarray(train_idx, dtype=np.int64)]
     if lab.shape[0] == 0 or lab.min() < 0:
         return None
     k = int(lab.max()) + 1
     share = np.bincount(lab, minlength=k) / lab.shape[0]
-    full = np.asarray(labels)
     total, count = 0.0, 0
     for b in scheduler.batches(0):
         if len(b) == 0:
@@ -242,8 +241,8 @@ def choose_clusters(num_nodes: int, train_idx: np.ndarray, labels: np.ndarray | 
     :func:`~twopgraph.locality.cluster.default_num_clusters` clusters, cached by the caller)
     and its :func:`label_skew`; the first at most ``threshold`` is kept. Returns ``(k,
     tried)``: ``tried`` holds ``clusters_per_batch``, ``num_clusters`` and ``label_skew`` of
-    each candidate tried. Where none passes (or on a smaller graph, or without labels: one
-    candidate tried or none) ``k`` is the first candidate's, and the decision then keeps
+    each candidate tried. Where none passes (or, with nothing tried, on a smaller graph or
+    without labels) ``k`` is the first candidate's, and the decision then keeps
     random order on its skew."""
     from twopgraph.locality.cluster import LOCALITY_NODES_PER_SEED, default_num_clusters
     train_idx = np.asarray(train_idx, dtype=np.int64)

@@ -554,7 +554,8 @@ def locality_for(data: GraphData, schedules: Collection[str], cfg: Config, *,
         from twopgraph.locality.auto import choose_clusters
         from twopgraph.locality.cluster import cluster_graph
 
-        def cluster(k: int):
+        def cluster(k: int):  # only the latest is kept: one N-vector of parts at a time
+            made.clear()
             made[k] = cluster_graph(data.graph, k, train_idx=data.train_idx,
                                     cache_dir=cache_dir, method=s.cluster_method)
             return made[k]
