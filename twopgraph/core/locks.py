@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import socket
+import time
 from pathlib import Path
 from types import TracebackType
 
@@ -173,11 +174,16 @@ def sibling_lock(folder: str | os.PathLike) -> Path:
     return folder.parent / f".{folder.name}.lock"
 
 
-def _read_holder(fd: int) -> str:
-    """``pid N on host H`` from a held lock file (best effort: it may be half-written)."""
-    try:
-        os.lseek(fd, 0, os.SEEK_SET)
-        d = json.loads(os.read(fd, 4096).decode())
-        return f"pid {int(d['pid'])} on host {d['host']}"
-    except (OSError, ValueError, KeyError, TypeError):
-        return "pid unknown"
+def _read_holder(fd: int, wait_s: float = 1.0) -> str:
+    """``pid N on host H`` from a held lock file. The holder writes its name just after it
+    takes the lock, so a file read in between is empty or half-written: read again for up to
+    ``wait_s`` seconds before giving up with ``pid unknown``."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            d = json.loads(os.pread(fd, 4096, 0).decode())
+            return f"pid {int(d['pid'])} on host {d['host']}"
+        except (OSError, ValueError, KeyError, TypeError):
+            if time.monotonic() >= deadline:
+                return "pid unknown"
+            time.sleep(0.01)
