@@ -34,7 +34,7 @@ from twopgraph.sampler.labor_pi import (
     _SOLVE_CHUNK,
     _prefetch_row,
     _row_starts,
-    _saturate,
+    _saturate_from,
     labor_pi_ref,
 )
 from twopgraph.sampler.labor_variates import variate, variate_ref
@@ -168,11 +168,16 @@ def _solve_dense(dmin, indices, st, d, k, buf):
     ``buf``."""
     if k < 0 or d <= k:
         return np.inf
+    rest = 0.0
+    pmax = 0.0
     for j in range(d):
         if j + PREFETCH_DIST < d:
             prefetch(dmin, indices[st + j + PREFETCH_DIST])
-        buf[j] = _pi_of(dmin, indices[st + j], k)
-    return _saturate(buf, d, k)
+        p = _pi_of(dmin, indices[st + j], k)
+        buf[j] = p
+        rest += p
+        pmax = max(pmax, p)
+    return _saturate_from(buf, d, k, rest, pmax)
 
 
 @njit(parallel=True, nogil=True, cache=True)
@@ -318,6 +323,8 @@ def labor_sample_dense_onepass(indptr, indices, nodes, fanout, dmin, key0, key1,
         st = rst[i]
         d = rdeg[i]
         nbrs, weights = _room(nbrs, weights, o, d)
+        rest = 0.0
+        pmax = 0.0
         for j in range(d):
             if j + PREFETCH_DIST < d:
                 prefetch(dmin, indices[st + j + PREFETCH_DIST])
@@ -328,8 +335,11 @@ def labor_sample_dense_onepass(indptr, indices, nodes, fanout, dmin, key0, key1,
                 count += 1
                 dmin[t] = d
                 q = d
-            buf[j] = _pi_deg(q, fanout)
-        ci = np.inf if d <= fanout else _saturate(buf, d, fanout)
+            p = _pi_deg(q, fanout)
+            buf[j] = p
+            rest += p
+            pmax = max(pmax, p)
+        ci = np.inf if d <= fanout else _saturate_from(buf, d, fanout, rest, pmax)
         m = _keep_row_dense(indices, st, d, ci, buf, key0, key1, ca, cb, smooth, nbrs,
                             weights, o)
         at[i] = o

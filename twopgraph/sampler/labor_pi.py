@@ -5,7 +5,7 @@ Every dst ``s`` of degree ``d_s`` and fanout ``k`` keeps ``min(k, d_s)`` neighbo
 expectation when ``sum_t min(1, c_s pi_t) = k`` (:func:`_solve_row`; ``c_s = inf`` keeps every
 neighbour). LABOR-0 has ``pi = 1``; LABOR-* iterates ``pi_t = max_s min(1, c_s pi_t)`` over the
 dsts that have ``t`` as a neighbour (:func:`labor_pi`). The row helpers (:func:`_row_starts`,
-:func:`_prefetch_row`, :func:`_saturate`) serve the sampling kernels too.
+:func:`_prefetch_row`, :func:`_saturate_from`) serve the sampling kernels too.
 """
 
 from __future__ import annotations
@@ -20,21 +20,38 @@ from twopgraph.runtime.prefetch import PREFETCH_DIST, prefetch
 
 
 @njit(inline="always", cache=True)
-def _saturate(buf, d, k):
+def _saturate_from(buf, d, k, rest, pmax):
     """``c`` with ``sum_j min(1, c buf[j]) = k`` over ``buf[:d]`` (``d > k >= 0``): the
     saturated set grows monotonically, ``c = (k - |sat|) / (sum of buf outside sat)``,
-    repeated until ``sat`` (the entries with ``c buf >= 1``) stops growing."""
-    c = 0.0
-    prev = -1
-    for _ in range(d + 2):
+    repeated until ``sat`` (the entries with ``c buf >= 1``) stops growing
+    (:func:`_solve_row_ref` runs every round). The first round (``c = 0``: nothing saturated)
+    is the caller's, which fills ``buf``: ``rest`` is ``buf[:d]``'s sum in index order (from
+    0.0), ``pmax`` its largest entry. The same ``c``, bit for bit, as running every round: a
+    round whose saturated set would not change (no unsaturated entry reaches
+    ``c * p >= 1`` -- its largest does not -- and no saturated one falls below: its smallest
+    stays) is the last, so it is not run. Most rows stop after the first round: no
+    neighbour saturates at ``c = k / sum(pi)``, and the row is read once."""
+    if k <= 0 or rest <= 0.0:  # the first round breaks with c = 0
+        return 0.0
+    c = k / rest
+    prev = 0
+    umax = pmax  # largest unsaturated entry
+    smin = np.inf  # smallest saturated entry
+    for _ in range(d + 1):
+        if c * umax < 1.0 and (prev == 0 or c * smin >= 1.0):
+            break  # the next round would find the same set (sat == prev)
         sat = 0
         rest = 0.0
+        umax = 0.0
+        smin = np.inf
         for j in range(d):
             p = buf[j]
             if c * p >= 1.0:
                 sat += 1
+                smin = min(smin, p)
             else:
                 rest += p
+                umax = max(umax, p)
         if sat == prev or sat >= k or rest <= 0.0:
             break
         c = (k - sat) / rest
@@ -47,15 +64,21 @@ def _solve_row(pi, cand, e0, d, k, buf):
     """``c`` with ``sum_e min(1, c pi[cand[e]]) = k`` over the row's edges ``e0 .. e0+d-1``
     (``pi`` empty: all 1); ``inf`` when ``k < 0`` or ``d <= k`` (every neighbour kept).
     The row's ``pi`` are read once into ``buf`` (scratch of at least ``d`` floats; the
-    candidates lie anywhere in ``pi``), then :func:`_saturate` runs on the copy."""
+    candidates lie anywhere in ``pi``), summed as they are read, then :func:`_saturate_from`
+    runs on the copy."""
     if k < 0 or d <= k:
         return np.inf
     uniform = pi.shape[0] == 0
+    rest = 0.0
+    pmax = 0.0
     for j in range(d):
         if not uniform and j + PREFETCH_DIST < d:
             prefetch(pi, cand[e0 + j + PREFETCH_DIST])
-        buf[j] = 1.0 if uniform else pi[cand[e0 + j]]
-    return _saturate(buf, d, k)
+        p = 1.0 if uniform else pi[cand[e0 + j]]
+        buf[j] = p
+        rest += p
+        pmax = max(pmax, p)
+    return _saturate_from(buf, d, k, rest, pmax)
 
 
 def _solve_row_ref(pi, cand, e0, d, k):
