@@ -122,3 +122,40 @@ def test_a_torch_sampler_of_positions():
     sub = torch.utils.data.SubsetRandomSampler(list(range(10)))
     assert sorted(sum(seeds_of(NeighborLoader(data, [2], input_nodes=idx, batch_size=4,
                                               sampler=sub)), [])) == list(range(100, 110))
+
+
+def label_blocks(n: int = 65536, blocks: int = 64, reach: int = 4) -> "pyg_data.Data":
+    """A ring lattice (each node linked to the ``reach`` nodes on either side) whose labels
+    are ``blocks`` runs of consecutive nodes: METIS clusters are runs of nodes, each of one
+    label, so a batch of few clusters sees few labels."""
+    src = np.repeat(np.arange(n), 2 * reach)
+    off = np.tile(np.r_[np.arange(-reach, 0), np.arange(1, reach + 1)], n)
+    dst = (src + off) % n
+    y = torch.from_numpy(np.arange(n) * blocks // n)
+    return pyg_data.Data(x=torch.randn(n, 2), y=y,
+                         edge_index=torch.from_numpy(np.stack([src, dst])))
+
+
+def test_auto_chooses_clusters_that_keep_labels_mixed(caplog):
+    """As ``twopgraph train``: under ``auto`` with no cluster count, 8 clusters per batch
+    here give batches of ~8 of 64 labels (skew above the threshold); more clusters per batch
+    are tried until one passes, and the decision is measured on those."""
+    from twopgraph.locality.auto import LABEL_SKEW_THRESHOLD
+    data = label_blocks()
+    seeds = torch.arange(0, data.num_nodes, 8)  # 8192 seeds, 64 batches of 128
+    with caplog.at_level("INFO", logger="twopgraph"):
+        loader = NeighborLoader(data, [4, 4], batch_size=128, seed=0, schedule="auto",
+                                input_nodes=seeds)
+    tried = loader.clusters_tried
+    assert tried is not None and len(tried) >= 2, tried
+    assert tried[0]["clusters_per_batch"] == 8 and tried[0]["label_skew"] > LABEL_SKEW_THRESHOLD
+    assert tried[-1]["label_skew"] <= LABEL_SKEW_THRESHOLD
+    assert any("per batch -> label skew" in r.getMessage() for r in caplog.records)
+    choice = loader.schedule_choice  # measured on the clusters kept
+    assert choice.basis == "clusters" and loader.schedule == choice.schedule
+    assert choice.label_skew == pytest.approx(tried[-1]["label_skew"])
+    assert sorted(sum(seeds_of(loader), [])) == seeds.tolist()
+    # a cluster count given: nothing tried
+    fixed = NeighborLoader(data, [2], batch_size=128, seed=0, schedule="auto",
+                           input_nodes=seeds, num_clusters=512)
+    assert fixed.clusters_tried is None

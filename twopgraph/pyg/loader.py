@@ -79,7 +79,9 @@ class NeighborLoader:
       ``seed + epoch``), ``"locality"`` (batches of whole METIS clusters, label-balanced by
       ``data.y``: fewer distinct nodes per batch, :mod:`twopgraph.locality.schedule`) or
       ``"auto"`` (locality where it measurably cuts the sampled nodes per batch, else random;
-      :mod:`twopgraph.locality.auto`; the decision is in ``schedule_choice``). A schedule
+      :mod:`twopgraph.locality.auto`; the decision is in ``schedule_choice``, and with
+      ``num_clusters`` 0 the cluster counts it tried, 8, 16 then 32 per batch until a
+      batch's label mix is close enough to the seeds', in ``clusters_tried``). A schedule
       shuffles every epoch whatever ``shuffle`` says. ``num_clusters`` (0 = the default) or
       ``parts`` (the cluster of every node: no clustering) shape the locality batches;
     - ``sampler``: ``"neighbor"`` (uniform, PyG's) or ``"labor"`` (LABOR-0: each hop's
@@ -189,10 +191,11 @@ class NeighborLoader:
         nodes = self.input_nodes.numpy()
         self._positions = PositionSampler(self.node_sampler, nodes)
         self.schedule, self.schedule_choice, scheduler = schedule, None, None
+        self.clusters_tried: list | None = None
         if schedule is not None:
             if index_sampler is not None:
                 raise ConfigError("give either a schedule or a torch sampler, not both")
-            scheduler, self.schedule_choice = twopgraph_scheduler(
+            scheduler, self.schedule_choice, self.clusters_tried = twopgraph_scheduler(
                 schedule, undirected=self.csc.undirected, nodes=nodes,
                 labels=node_labels(data, nodes), batch_size=batch_size, drop_last=drop_last,
                 seed=self.seed, num_neighbors=self.num_neighbors, sampler=self._positions,

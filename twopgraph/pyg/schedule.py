@@ -23,6 +23,7 @@ dropped).
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Iterable
 
 import numpy as np
@@ -30,6 +31,8 @@ import torch
 
 from twopgraph.core.protocols import Scheduler
 from twopgraph.errors import ConfigError
+
+log = logging.getLogger("twopgraph")
 
 SCHEDULES = ("random", "locality", "auto")
 
@@ -126,9 +129,9 @@ def node_labels(data: Any, nodes: np.ndarray) -> np.ndarray | None:
 def twopgraph_scheduler(name: str, *, undirected: Any, nodes: np.ndarray,
                         labels: np.ndarray | None, batch_size: int, drop_last: bool, seed: int,
                         num_neighbors: list[int], sampler: Any = None, num_clusters: int = 0,
-                        parts: np.ndarray | None = None) -> tuple[Scheduler, Any]:
-    """``(scheduler over the positions of nodes, the auto decision or None)`` for ``name``
-    (:data:`SCHEDULES`).
+                        parts: np.ndarray | None = None) -> tuple[Scheduler, Any, list | None]:
+    """``(scheduler over the positions of nodes, the auto decision or None, the cluster
+    counts auto tried or None)`` for ``name`` (:data:`SCHEDULES`).
 
     ``undirected``: a callable giving the undirected :class:`~twopgraph.graph.data.CSRGraph`
     to cluster (built only when clusters are needed). ``parts`` (the cluster of every node of
@@ -137,7 +140,10 @@ def twopgraph_scheduler(name: str, *, undirected: Any, nodes: np.ndarray,
     of :func:`~twopgraph.locality.auto.probe_schedule` (random without clustering when batches
     of nearby seeds would not need fewer input nodes), then measures both schedules on
     ``sampler`` (the loader's own: ``sample(positions, key, parallel)``) and keeps the one
-    :func:`~twopgraph.locality.auto.choose_schedule` picks.
+    :func:`~twopgraph.locality.auto.choose_schedule` picks. Under ``auto`` with
+    ``num_clusters`` 0 and labels, the number of clusters is
+    :func:`~twopgraph.locality.auto.choose_clusters`' (8, 16, then 32 clusters per batch, the
+    first whose batches' label skew passes), as ``twopgraph train`` chooses it.
     """
     from twopgraph.locality import LocalityScheduler, RandomScheduler
     from twopgraph.locality.auto import choose_schedule, probe_schedule
@@ -151,7 +157,7 @@ def twopgraph_scheduler(name: str, *, undirected: Any, nodes: np.ndarray,
         return RandomScheduler(positions, batch_size, seed=seed, drop_last=drop_last)
 
     if name == "random":
-        return random(), None
+        return random(), None, None
     graph = None
     distinct = np.unique(nodes)
     if name == "auto" and parts is None:
@@ -160,11 +166,16 @@ def twopgraph_scheduler(name: str, *, undirected: Any, nodes: np.ndarray,
         probe = probe_schedule(graph, distinct, fanouts, batch_size, seed,
                                num_clusters=num_clusters)
         if probe.schedule == "random":
-            return random(), probe
+            return random(), probe, None
+    tried = None
     if parts is None:
         graph = graph if graph is not None else undirected()
         k = num_clusters or default_num_clusters(graph.num_nodes, distinct.shape[0], batch_size)
-        parts = cluster_graph(graph, k, train_idx=distinct, seed=seed).parts
+        made: dict[int, np.ndarray] = {}
+        if name == "auto" and not num_clusters and labels is not None:
+            k, tried = _auto_clusters(graph, nodes, distinct, labels, batch_size, seed, made)
+        parts = made[k] if k in made else cluster_graph(graph, k, train_idx=distinct,
+                                                         seed=seed).parts
     parts = np.asarray(parts)
     if parts.ndim != 1 or parts.shape[0] <= int(nodes.max(initial=0)):
         raise ConfigError("parts must hold the cluster of every node of the graph")
@@ -173,8 +184,32 @@ def twopgraph_scheduler(name: str, *, undirected: Any, nodes: np.ndarray,
         choice = choose_schedule(sampler, positions, batch_size, seed, parts=seed_parts,
                                  labels=labels)
         if choice.schedule == "random":
-            return random(), choice
+            return random(), choice, tried
         return LocalityScheduler(positions, batch_size, seed, parts=seed_parts, labels=labels,
-                                 drop_last=drop_last), choice
+                                 drop_last=drop_last), choice, tried
     return LocalityScheduler(positions, batch_size, seed, parts=seed_parts, labels=labels,
-                             drop_last=drop_last), None
+                             drop_last=drop_last), None, None
+
+
+def _auto_clusters(graph: Any, nodes: np.ndarray, distinct: np.ndarray, labels: np.ndarray,
+                   batch_size: int, seed: int, made: dict) -> tuple[int, list]:
+    """:func:`~twopgraph.locality.auto.choose_clusters` over the loader's seeds (positions
+    of ``nodes``, ``labels`` per position); the latest clustering's parts are left in ``made``
+    (one N-vector at a time). Logs the candidates when more than one was tried."""
+    from types import SimpleNamespace
+
+    from twopgraph.locality.auto import choose_clusters
+    from twopgraph.locality.cluster import cluster_graph
+
+    def cluster(k: int) -> SimpleNamespace:
+        made.clear()
+        made[k] = cluster_graph(graph, k, train_idx=distinct, seed=seed).parts
+        return SimpleNamespace(parts=made[k][nodes])  # per position, as the labels
+    positions = np.arange(nodes.shape[0], dtype=np.int64)
+    k, tried = choose_clusters(graph.num_nodes, positions, labels, batch_size, seed, cluster)
+    if len(tried) > 1:
+        log.info("clusters: %s", ", ".join(
+            f"{t['clusters_per_batch']} per batch -> label skew "
+            + ("-" if t["label_skew"] is None else f"{t['label_skew']:.2f}")
+            for t in tried) + f"; kept {k} clusters")
+    return k, tried
