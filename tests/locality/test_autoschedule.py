@@ -26,6 +26,7 @@ from twopgraph.locality.auto import (
     choose_clusters,
     choose_schedule,
     decide,
+    describe_clusters,
     label_skew,
     label_tv,
     measure,
@@ -188,6 +189,9 @@ def test_choose_clusters_takes_the_first_count_with_mixed_labels():
     assert skews[0] > skews[1] > LABEL_SKEW_THRESHOLD >= skews[2]
     assert skews[2] == pytest.approx(label_skew(train, batch, 0, parts=np.arange(n) * k // n,
                                                 labels=labels))
+    line = describe_clusters(k, tried)
+    assert line.startswith(f"8 per batch -> label skew {skews[0]:.2f}, 16 per batch")
+    assert line.endswith(f"32 per batch -> label skew {skews[2]:.2f}; kept {k} clusters")
     # none passes: the first count (the decision then keeps random order)
     asked.clear()
     k, tried = choose_clusters(n, train, labels, batch, 0, cluster, threshold=0.01)

@@ -261,6 +261,14 @@ def choose_clusters(num_nodes: int, train_idx: np.ndarray, labels: np.ndarray | 
     return ks[0], tried
 
 
+def describe_clusters(k: int, tried: list[dict]) -> str:
+    """One log line of :func:`choose_clusters`' result: each count tried with its skew, and
+    the count ``k`` kept."""
+    return ", ".join(f"{t['clusters_per_batch']} per batch -> label skew "
+                     + ("-" if t["label_skew"] is None else f"{t['label_skew']:.2f}")
+                     for t in tried) + f"; kept {k} clusters"
+
+
 def decide(figures: dict, threshold: float = AUTO_THRESHOLD,
            label_threshold: float = LABEL_SKEW_THRESHOLD) -> ScheduleChoice:
     """The :class:`ScheduleChoice` of ``figures`` (:func:`measure`'s, possibly summed over

@@ -551,7 +551,7 @@ def locality_for(data: GraphData, schedules: Collection[str], cfg: Config, *,
         cache_dir = resolve_data_root(cfg.data.data_root) / "clusters"
     num_clusters, tried, made = s.num_clusters, None, {}
     if auto and probe is None and num_clusters == 0:  # as many clusters as keep labels mixed
-        from twopgraph.locality.auto import choose_clusters
+        from twopgraph.locality.auto import choose_clusters, describe_clusters
         from twopgraph.locality.cluster import cluster_graph
 
         def cluster(k: int):  # only the latest is kept: one N-vector of parts at a time
@@ -562,10 +562,7 @@ def locality_for(data: GraphData, schedules: Collection[str], cfg: Config, *,
         num_clusters, tried = choose_clusters(data.num_nodes, data.train_idx, data.label,
                                               s.batch_size, seed, cluster, balance=s.balance)
         if len(tried) > 1:
-            log.info("clusters: %s", ", ".join(
-                f"{t['clusters_per_batch']} per batch -> label skew "
-                + ("-" if t["label_skew"] is None else f"{t['label_skew']:.2f}")
-                for t in tried) + f"; kept {num_clusters} clusters")
+            log.info("clusters: %s", describe_clusters(num_clusters, tried))
     prep = prepare_locality(
         data, batch_size=s.batch_size, num_clusters=num_clusters,
         need_clusters=probe is None and any(needs_clusters(n) for n in schedules),

@@ -198,7 +198,7 @@ def _auto_clusters(graph: Any, nodes: np.ndarray, distinct: np.ndarray, labels: 
     (one N-vector at a time). Logs the candidates when more than one was tried."""
     from types import SimpleNamespace
 
-    from twopgraph.locality.auto import choose_clusters
+    from twopgraph.locality.auto import choose_clusters, describe_clusters
     from twopgraph.locality.cluster import cluster_graph
 
     def cluster(k: int) -> SimpleNamespace:
@@ -208,8 +208,5 @@ def _auto_clusters(graph: Any, nodes: np.ndarray, distinct: np.ndarray, labels: 
     positions = np.arange(nodes.shape[0], dtype=np.int64)
     k, tried = choose_clusters(graph.num_nodes, positions, labels, batch_size, seed, cluster)
     if len(tried) > 1:
-        log.info("clusters: %s", ", ".join(
-            f"{t['clusters_per_batch']} per batch -> label skew "
-            + ("-" if t["label_skew"] is None else f"{t['label_skew']:.2f}")
-            for t in tried) + f"; kept {k} clusters")
+        log.info("clusters: %s", describe_clusters(k, tried))
     return k, tried
