@@ -98,6 +98,36 @@ def check_sample_neighbors(kernel, twin):
                 assert n1.dtype == n2.dtype == g.indices.dtype
 
 
+def check_sample_hops_mapped(kernel, twin):
+    """Every hop's offsets and local ids, the vertices and the per-hop sizes as the twin (the
+    twins of ``sample_neighbors`` and ``relabel`` hop by hop), both readings (in order / draw
+    ahead), int32 and int64 maps; the map all -1 again afterwards."""
+    big = random_graph(5000, 60000, seed=9, hub=True)
+    cases = [(big, [15, 10, 5]), (big, [2, 200]), (big, [40, -1])]
+    cases += [(g, f) for dtype in (None, np.int64) for _, g in graphs(dtype)
+              for f in ([3], [10, 4], [-1, 1, 2])]
+    rng = np.random.default_rng(4)
+    for trial, (g, fanouts) in enumerate(cases):
+        n = g.num_nodes
+        seeds = rng.permutation(n)[: int(rng.integers(1, min(n, 700)))].astype(np.int64)
+        hops = np.asarray(fanouts, dtype=np.int64)
+        keys = np.asarray([mix_key(trial, h) for h in range(len(fanouts))], dtype=np.uint64)
+        map_dtype = (np.int32, np.int64)[trial % 2]
+        want_map = np.full(n, -1, dtype=map_dtype)
+        want = twin(g.indptr, g.indices, seeds, hops, keys, want_map, True)
+        for resident in (True, False):
+            node_map = np.full(n, -1, dtype=map_dtype)
+            got = kernel(g.indptr, g.indices, seeds, hops, keys, node_map, resident)
+            np.testing.assert_array_equal(got[0], want[0])
+            np.testing.assert_array_equal(got[1], want[1])
+            assert got[0].dtype == np.int64 and len(got[2]) == len(got[3]) == len(fanouts)
+            for a, b in zip(got[2] + got[3], want[2] + want[3]):
+                np.testing.assert_array_equal(a, b)
+                assert a.dtype == np.int64
+            assert (node_map == -1).all()
+        np.testing.assert_array_equal(want[0][: seeds.shape[0]], seeds)
+
+
 def check_relabel(kernel, twin):
     rng = np.random.default_rng(0)
     n = 100
@@ -812,6 +842,7 @@ CHECKS = {
     "twopgraph.graph.csrbuild.compact_rows": check_compact_rows,
     "twopgraph.sampler.kernels.sample_neighbors": check_sample_neighbors,
     "twopgraph.sampler.kernels.sample_neighbors_serial": check_sample_neighbors,
+    "twopgraph.sampler.batch_kernels.sample_hops_mapped": check_sample_hops_mapped,
     "twopgraph.sampler.kernels.relabel": check_relabel,
     "twopgraph.sampler.kernels.relabel_hashed": check_relabel_hashed,
     "twopgraph.sampler.kernels.clear_table": check_clear_table,

@@ -225,3 +225,39 @@ def test_relabel_table_follows_the_batch_not_the_graph(monkeypatch):
     s = NeighborSampler(big, [10, 10])
     s.sample(np.arange(100))
     assert isinstance(s._table(), RelabelTable) and s._table().nbytes < 8 * n / 20
+
+
+@pytest.mark.parametrize("resident", [True, False])
+def test_fused_batches_equal_hop_by_hop_ones(resident, monkeypatch):
+    """On a thread whose state is the N-sized map, a batch is sampled and relabelled in one
+    compiled call (both readings of the rows); it equals the hop-by-hop batch of the
+    parallel kernels (key by key: vertices, offsets, local ids, degrees), and an interrupted
+    call leaves no map entry behind."""
+    from twopgraph.sampler import batch_kernels
+    from twopgraph.sampler.neighbor import NodeMap
+    g = random_graph(n=2000, m=40000, seed=8, hub=True)
+    fused = NeighborSampler(g, [15, 10, 5], seed=3)
+    fused._resident = resident
+    fused._tls.table = NodeMap(g.num_nodes)
+    plain = NeighborSampler(g, [15, 10, 5], seed=3)
+    rng = np.random.default_rng(1)
+    for key in range(4):
+        seeds = rng.permutation(2000)[:300]
+        a = fused.sample(seeds, key=key, parallel=False)
+        assert isinstance(fused._table(), NodeMap)
+        b = plain.sample(seeds, key=key, parallel=True)
+        assert torch.equal(a.input_nodes, b.input_nodes)
+        for x, y in zip(a.blocks, b.blocks):
+            assert x.size == y.size
+            assert torch.equal(x.indptr, y.indptr) and torch.equal(x.indices, y.indices)
+            assert torch.equal(x.src_deg, y.src_deg) and torch.equal(x.dst_deg, y.dst_deg)
+    table = fused._table()
+    table.map[:5] = 0  # as if a kernel had stopped part-way
+
+    def stopped(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(batch_kernels, "sample_hops_mapped", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        fused.sample(np.arange(10), key=0, parallel=False)
+    assert (table.map == -1).all()

@@ -84,3 +84,62 @@ else:
             return context.get_dummy_value()
 
         return sig, codegen
+
+
+#: Last-level cache assumed where the system does not say (sysfs absent: not Linux, a
+#: sandbox): 8 MiB, a small server's L3.
+DEFAULT_LLC_BYTES = 8 << 20
+
+_SIZE_UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def last_level_cache_bytes(root: str = "/sys/devices/system/cpu/cpu0/cache") -> int:
+    """Bytes of the largest data (or unified) cache of CPU 0, read from sysfs (``index*/size``
+    of the highest ``level``); :data:`DEFAULT_LLC_BYTES` when it cannot be read."""
+    import os
+    best = (0, 0)
+    try:
+        entries = sorted(os.listdir(root))
+    except OSError:
+        return DEFAULT_LLC_BYTES
+    for name in entries:
+        if not name.startswith("index"):
+            continue
+        try:
+            with open(os.path.join(root, name, "type")) as f:
+                kind = f.read().strip()
+            with open(os.path.join(root, name, "level")) as f:
+                level = int(f.read())
+            with open(os.path.join(root, name, "size")) as f:
+                text = f.read().strip()
+        except (OSError, ValueError):
+            continue
+        if kind == "Instruction" or not text:
+            continue
+        scale = _SIZE_UNITS.get(text[-1].upper(), 1)
+        try:
+            size = int(text.rstrip("KMGkmg")) * scale
+        except ValueError:
+            continue
+        best = max(best, (level, size))
+    return best[1] or DEFAULT_LLC_BYTES
+
+
+#: Share of the last-level cache a structure read at random may take and still count as
+#: cache-resident: the cache also holds the other threads' data, the node map and the batch's
+#: arrays. Chosen on synthetic-products graphs (one thread, 32 MiB L3, ms per 3-hop batch of
+#: ``sample_hops_mapped``, in order / draw-ahead): 25k vertices (5.3 MB of CSR) 2.2 / 2.6,
+#: 50k (10.5 MB) 3.3-3.8 / 3.8, 100k (21 MB) 6.5 / 5.0, 200k (42 MB) 9.5 / 6.5 -- the
+#: crossover near 10 MB, a third of the cache; a quarter keeps the in-order reading to where
+#: it wins. On the real graphs (not used for the choice): coauthor_cs (0.8 MB) 0.74 / 1.09,
+#: coauthor_physics (2.3 MB) 1.42 / 1.89.
+CACHE_SHARE = 0.25
+
+
+def fits_in_cache(nbytes: int, cache_bytes: int | None = None) -> bool:
+    """Whether a structure of ``nbytes`` that a kernel reads at random is cache-resident:
+    at most :data:`CACHE_SHARE` of the last-level cache (``cache_bytes``, default
+    :func:`last_level_cache_bytes`). Its misses are then cheap, and reading it in order beats
+    pipelines that draw ahead to prefetch (see :data:`CACHE_SHARE` for the measurements)."""
+    cache = last_level_cache_bytes() if cache_bytes is None else cache_bytes
+    return nbytes <= CACHE_SHARE * cache

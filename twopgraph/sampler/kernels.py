@@ -55,25 +55,11 @@ SCAN_FANOUT = 32
 RING_ROWS = 8
 
 
-@njit(inline="always", cache=True)
-def _draw_row(key, v, d, k, ring, o, bits):
-    """Floyd's algorithm for the ``k < d`` neighbours of ``v`` taken from its ``d``: for j in
-    d-k..d-1 pick t in [0, j] (the draw ``(v, j)`` mod j + 1); take t unless taken, else j.
-    The row positions go to ``ring[o:o + k]``; duplicates are found by scanning the positions
-    so far when ``k <= SCAN_FANOUT`` (branch-free, in L1), else in ``bits`` (uint64 words, at
-    least d bits, all zero; left all zero)."""
-    base = vertex_base(v)
-    if k <= SCAN_FANOUT:
-        for c in range(k):
-            j = d - k + c
-            t = np.int64(draw_at(key, base, j) % np.uint64(j + 1))
-            hit = False
-            for q in range(c):
-                hit |= ring[o + q] == t
-            if hit:
-                t = j
-            ring[o + c] = t
-        return
+@njit(cache=True)
+def _draw_row_bitmap(key, base, d, k, ring, o, bits):
+    """Floyd's draws of a row of more than ``SCAN_FANOUT`` taken positions (see
+    :func:`_draw_row`), duplicates found in ``bits``. Not inlined: rare, and its code in the
+    sampling loops of the common rows cost them 10-15% (measured on 34k-100k vertex graphs)."""
     for c in range(k):
         j = d - k + c
         t = np.int64(draw_at(key, base, j) % np.uint64(j + 1))
@@ -87,6 +73,40 @@ def _draw_row(key, v, d, k, ring, o, bits):
         ring[o + c] = t
     for q in range(k):
         bits[ring[o + q] >> 6] = 0
+
+
+@njit(inline="always", cache=True)
+def _draw_row(key, v, d, k, ring, o, bits):
+    """Floyd's algorithm for the ``k < d`` neighbours of ``v`` taken from its ``d``: for j in
+    d-k..d-1 pick t in [0, j] (the draw ``(v, j)`` mod j + 1); take t unless taken, else j.
+    The row positions go to ``ring[o:o + k]``. Duplicates are found in the bits of one
+    register when ``d <= 64``; else by scanning the positions so far when ``k <=
+    SCAN_FANOUT`` (branch-free, in L1); else in ``bits`` (uint64 words, at least d bits, all
+    zero; left all zero; :func:`_draw_row_bitmap`)."""
+    base = vertex_base(v)
+    if d <= 64:
+        taken = np.uint64(0)
+        for c in range(k):
+            j = d - k + c
+            t = np.int64(draw_at(key, base, j) % np.uint64(j + 1))
+            b = np.uint64(1) << np.uint64(t)
+            if taken & b:
+                t = j
+                b = np.uint64(1) << np.uint64(j)
+            taken |= b
+            ring[o + c] = t
+    elif k <= SCAN_FANOUT:
+        for c in range(k):
+            j = d - k + c
+            t = np.int64(draw_at(key, base, j) % np.uint64(j + 1))
+            hit = False
+            for q in range(c):
+                hit |= ring[o + q] == t
+            if hit:
+                t = j
+            ring[o + c] = t
+    else:
+        _draw_row_bitmap(key, base, d, k, ring, o, bits)
 
 
 @njit(inline="always", cache=True)

@@ -15,7 +15,8 @@ from twopgraph.core.protocols import SAMPLERS
 from twopgraph.core.rng import mix_key
 from twopgraph.errors import ConfigError
 from twopgraph.graph.data import CSRGraph
-from twopgraph.sampler import kernels
+from twopgraph.runtime.prefetch import fits_in_cache
+from twopgraph.sampler import batch_kernels, kernels
 
 # Keys of calls without an explicit key are mix_key(_FRESH_STREAM, 0, 1, 2, ...): a stream of
 # their own, apart from the loader's mix_key(epoch, batch) keys.
@@ -176,6 +177,8 @@ class NeighborSampler:
         self._deg = deg.astype(np.float32)
         self._tls = threading.local()
         self._fresh = itertools.count()
+        # how the fused batch kernel reads rows: in order when the CSR fits in the cache
+        self._resident = fits_in_cache(graph.indptr.nbytes + graph.indices.nbytes)
 
     @property
     def num_layers(self) -> int:
@@ -206,6 +209,9 @@ class NeighborSampler:
 
     def _sample(self, seeds: np.ndarray, key: int, parallel: bool = True) -> MiniBatch:
         g = self.graph
+        table = self._table()
+        if not parallel and isinstance(table, NodeMap):
+            return self._sample_fused(seeds, key, table)
         sample_neighbors = kernels.sample_neighbors if parallel else \
             kernels.sample_neighbors_serial
 
@@ -237,6 +243,31 @@ class NeighborSampler:
         finally:
             table.clear(count, nodes if done else None)
         self._settle(table)
+        return self._minibatch(seeds, nodes, raw_blocks)
+
+    def _sample_fused(self, seeds: np.ndarray, key: int, table: NodeMap) -> MiniBatch:
+        """:meth:`_sample` on the calling thread through an N-sized map: every hop sampled
+        and relabelled in one compiled call
+        (:func:`~twopgraph.sampler.batch_kernels.sample_hops_mapped`); the same batch."""
+        g = self.graph
+        hops = len(self.fanouts)
+        fanouts = np.asarray(self.fanouts[::-1], dtype=np.int64)
+        keys = np.asarray([mix_key(self.seed, key, hop) for hop in range(hops)],
+                          dtype=np.uint64)
+        try:
+            nodes, sizes, offs, locs = batch_kernels.sample_hops_mapped(
+                g.indptr, g.indices, seeds, fanouts, keys, table.map, self._resident)
+        except BaseException:
+            table.clear(0)  # the kernel stopped part-way: forget every entry
+            raise
+        sizes = sizes.tolist()
+        raw_blocks = [(sizes[h + 1], sizes[h], offs[h], locs[h], None) for h in range(hops)]
+        return self._minibatch(seeds, nodes, raw_blocks)
+
+    def _minibatch(self, seeds: np.ndarray, nodes: np.ndarray, raw_blocks: list) -> MiniBatch:
+        """The batch of ``seeds`` whose vertices are ``nodes`` (global id of each local id)
+        from its hops' ``(num_src, num_dst, offsets, local, edge_weight or None)``, hop 0
+        (the seeds' own neighbours) first."""
         deg = torch.from_numpy(kernels.take(self._deg, nodes))
         blocks = [Block(num_src, num_dst, torch.from_numpy(offsets), torch.from_numpy(local),
                         deg[:num_src], deg[:num_dst],
