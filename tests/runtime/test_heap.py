@@ -142,3 +142,47 @@ def test_the_environment_turns_the_batch_heap_off(monkeypatch):
     with heap.BatchHeap() as h:
         h.step()
         assert not h.active and h.trims == 0
+
+
+def test_small_epochs_skip_the_costly_calls(monkeypatch):
+    """Under KEEP_MIN free bytes no step reads the memory available (the default keep) and
+    no trim runs; past it the keep is computed once; an epoch ending with under EXIT_KEEP
+    free bytes is not trimmed, one ending with more is."""
+    calls = {"trim": 0, "keep": 0}
+    free = [0]
+
+    class Info:
+        @property
+        def fordblks(self):
+            return free[0]
+
+    class FakeLibc:
+        def mallopt(self, param, value):
+            return 1
+
+        def mallinfo2(self):
+            return Info()
+
+        def malloc_trim(self, pad):
+            calls["trim"] += 1
+
+    def keep():
+        calls["keep"] += 1
+        return heap.KEEP_MIN * 2
+
+    monkeypatch.setattr(heap, "_libc", lambda: FakeLibc())
+    monkeypatch.setattr(heap, "default_keep", keep)
+    for var in ("MALLOC_MMAP_MAX_", "MALLOC_TRIM_THRESHOLD_"):
+        monkeypatch.delenv(var, raising=False)
+    with heap.BatchHeap() as h:
+        free[0] = heap.EXIT_KEEP // 2
+        h.step()
+        h.step()
+    assert h.keep is None and calls == {"trim": 0, "keep": 0}
+    with heap.BatchHeap() as h:
+        free[0] = heap.KEEP_MIN + 1  # past the floor, under the keep
+        h.step()
+        free[0] = heap.KEEP_MIN * 2 + 1  # past the keep
+        h.step()
+        h.step()
+    assert calls == {"trim": 3, "keep": 1}  # two steps, and the epoch's end
