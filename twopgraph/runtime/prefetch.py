@@ -30,6 +30,8 @@ Example::
 
 from __future__ import annotations
 
+import os
+
 import numba
 import numpy as np
 from llvmlite import ir
@@ -96,7 +98,6 @@ _SIZE_UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 def last_level_cache_bytes(root: str = "/sys/devices/system/cpu/cpu0/cache") -> int:
     """Bytes of the largest data (or unified) cache of CPU 0, read from sysfs (``index*/size``
     of the highest ``level``); :data:`DEFAULT_LLC_BYTES` when it cannot be read."""
-    import os
     best = (0, 0)
     try:
         entries = sorted(os.listdir(root))

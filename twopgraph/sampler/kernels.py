@@ -58,8 +58,9 @@ RING_ROWS = 8
 @njit(cache=True)
 def _draw_row_bitmap(key, base, d, k, ring, o, bits):
     """Floyd's draws of a row of more than ``SCAN_FANOUT`` taken positions (see
-    :func:`_draw_row`), duplicates found in ``bits``. Not inlined: rare, and its code in the
-    sampling loops of the common rows cost them 10-15% (measured on 34k-100k vertex graphs)."""
+    :func:`_draw_row`), duplicates found in ``bits``. Not inlined: rare, and kept out of the
+    sampling loops of the common rows (the in-order reading of coauthor_physics' batches,
+    1.03-1.07 ms with it inlined, 1.00-1.01 ms without)."""
     for c in range(k):
         j = d - k + c
         t = np.int64(draw_at(key, base, j) % np.uint64(j + 1))
