@@ -195,6 +195,29 @@ def test_readme_block_is_rewritten_between_the_markers_and_nothing_else(tree):
     assert report(tree) == 0 and tree["readme"].read_text() == text  # idempotent
 
 
+def test_the_headline_follows_the_latest_record_of_the_default_dataset(tmp_path):
+    """A later record of the same row replaces the earlier one in the README's table; a later
+    record of another graph does not."""
+    later = sampling_records()[0]
+    later["figures"] = {**later["figures"], "speedup_vs_dgl": 4.5}
+    later["spread"] = {"speedup_vs_dgl": [4.25, 4.75]}
+    later["time"] = "2031-03-01T00:00:00Z"
+    other = json.loads(json.dumps(later))
+    other["params"]["graph"] = "scaled:2000000"
+    other["figures"]["speedup_vs_dgl"] = 9.0
+    res = write_results(tmp_path / "results", {
+        "sampling.jsonl": sampling_records() + [later, other], "train.jsonl": train_records()})
+    tree = {"results": res, "out": tmp_path / "docs" / "benchmarks.md",
+            "readme": tmp_path / "README.md"}
+    tree["readme"].write_text(README)
+    assert report(tree) == 0
+    block = tree["readme"].read_text().split(START)[1].split(END)[0]
+    rows = [ln for ln in block.splitlines() if ln.startswith("| [")]
+    assert "**4.50x**" in rows[0] and "4.25x–4.75x" in rows[0] and "2031-03-01" in rows[0]
+    assert "synthetic-small" in rows[0] and "9.00x" not in block
+    assert "**6.50x**" in rows[1]  # the locality row had no later record
+
+
 def test_a_readme_without_markers_is_left_alone(tree, capsys):
     tree["readme"].write_text("# Project\n\nNo markers here.\n")
     assert report(tree) == 0
