@@ -128,6 +128,31 @@ def check_sample_hops_mapped(kernel, twin):
         np.testing.assert_array_equal(want[0][: seeds.shape[0]], seeds)
 
 
+def check_label_balanced(kernel, twin):
+    """The same cluster order as the NumPy twin, bit for bit: many labels (past 128, NumPy's
+    pairwise block), a pool wider than the clusters, ties (identical clusters: the first
+    minimum), one cluster; its sums in NumPy's order, bit for bit, at every length."""
+    from twopgraph.locality.kernels import _numpy_sum
+    rng = np.random.default_rng(6)
+    for n in range(1, 400):
+        x = rng.standard_normal(n + 3) * 10.0 ** rng.uniform(-3, 3)
+        assert _numpy_sum(x, 3, n) == x[3:].sum(), n
+    cases = [(600, 47, 16, 1024), (120, 172, 16, 512), (40, 3, 4, 100), (7, 5, 16, 10),
+             (1, 2, 16, 5), (30, 4, 8, 64)]
+    for trial, (c, k, pool, batch) in enumerate(cases):
+        counts = rng.integers(0, 30, (c, k))
+        counts[:, 0] += 1
+        if trial == len(cases) - 1:
+            counts[:] = counts[0]  # every cluster alike: ties everywhere
+        size = counts.sum(1)
+        target = counts.sum(0) / counts.sum()
+        order = rng.permutation(c)
+        got = kernel(order, counts, size, target, batch, pool)
+        want = twin(order, counts, size, target, batch, pool)
+        np.testing.assert_array_equal(got, want)
+        assert sorted(got.tolist()) == list(range(c))
+
+
 def check_relabel(kernel, twin):
     rng = np.random.default_rng(0)
     n = 100
@@ -874,6 +899,7 @@ CHECKS = {
     "twopgraph.locality.contract.heavy_edges": check_heavy_edges,
     "twopgraph.locality.coarsen.greedy_pack": check_greedy_pack,
     "twopgraph.locality.kernels.ball_seeds": check_ball_seeds,
+    "twopgraph.locality.kernels.label_balanced": check_label_balanced,
     "twopgraph.locality.kernels.edge_chunks": check_edge_chunks,
     "twopgraph.locality.kernels.halo_masks": check_halo_masks,
     "twopgraph.locality.kernels.shared_edges": check_shared_edges,

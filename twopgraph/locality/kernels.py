@@ -1,6 +1,7 @@
 """Partitioning kernels: cluster BFS order (renumbering), METIS sparsification, edge cut,
 BFS balls of training vertices (the ``--schedule auto`` probe), the halos of self-dependence
-partitions (``halo_masks``, ``shared_edges``: eight parts per byte of a vertex mask).
+partitions (``halo_masks``, ``shared_edges``: eight parts per byte of a vertex mask); and the
+locality schedule's label-balanced cluster order (``label_balanced``).
 
 Each kernel is parallel over clusters or vertices (``ball_seeds``: serial) and has a plain
 NumPy/Python twin registered in :mod:`twopgraph.runtime.jit`. Graphs are CSR (``indptr`` int64,
@@ -387,6 +388,163 @@ def ball_seeds_ref(indptr: np.ndarray, indices: np.ndarray, is_train: np.ndarray
     return np.asarray(seeds, dtype=np.int64)
 
 
+# -- the locality schedule's cluster order ---------------------------------------------------------
+@njit(inline="always", cache=True)
+def _numpy_block_sum(a, lo, n):
+    """NumPy's sum of ``a[lo:lo + n]`` for ``n <= 128``: sequential below 8 entries, else
+    eight running sums combined pairwise, then the remainder."""
+    if n < 8:
+        res = 0.0
+        for i in range(n):
+            res += a[lo + i]
+        return res
+    r0, r1, r2, r3 = a[lo], a[lo + 1], a[lo + 2], a[lo + 3]
+    r4, r5, r6, r7 = a[lo + 4], a[lo + 5], a[lo + 6], a[lo + 7]
+    i = 8
+    while i < n - (n % 8):
+        r0 += a[lo + i]
+        r1 += a[lo + i + 1]
+        r2 += a[lo + i + 2]
+        r3 += a[lo + i + 3]
+        r4 += a[lo + i + 4]
+        r5 += a[lo + i + 5]
+        r6 += a[lo + i + 6]
+        r7 += a[lo + i + 7]
+        i += 8
+    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+    while i < n:
+        res += a[lo + i]
+        i += 1
+    return res
+
+
+@njit(inline="always", cache=True)
+def _numpy_split(n):
+    """Where NumPy's pairwise sum splits ``n > 128`` entries: half, down to a multiple of 8."""
+    half = n // 2
+    return half - half % 8
+
+
+@njit(cache=True)
+def _numpy_sum(a, lo, n):
+    """``a[lo:lo + n].sum()`` in NumPy's own order (pairwise: blocks of up to 128 entries,
+    :func:`_numpy_block_sum`, summed as NumPy's recursion halves them), so that a kernel's
+    float results equal its NumPy twin's bit for bit (checked against ``ndarray.sum`` for
+    lengths 1-2000). The recursion is unrolled on a stack (a recursive numba function cannot
+    be loaded back from numba's cache)."""
+    if n <= 128:
+        return _numpy_block_sum(a, lo, n)
+    los = np.empty(64, dtype=np.int64)
+    ns = np.empty(64, dtype=np.int64)
+    left = np.empty(64)
+    state = np.empty(64, dtype=np.int64)  # 0: not split yet, 1: left half pending, 2: right
+    top = 0
+    los[0], ns[0], state[0] = lo, n, 0
+    while True:
+        if ns[top] > 128:
+            state[top] = 1
+            los[top + 1], ns[top + 1], state[top + 1] = los[top], _numpy_split(ns[top]), 0
+            top += 1
+            continue
+        v = _numpy_block_sum(a, los[top], ns[top])
+        while True:  # hand v to the parent
+            if top == 0:
+                return v
+            top -= 1
+            if state[top] == 1:  # its left half done: sum the right one next
+                left[top] = v
+                state[top] = 2
+                half = _numpy_split(ns[top])
+                los[top + 1], ns[top + 1], state[top + 1] = los[top] + half, ns[top] - half, 0
+                top += 1
+                break
+            v = left[top] + v
+
+
+@njit(nogil=True, cache=True)
+def label_balanced(order, counts, size, target, batch_size, pool):
+    """The locality schedule's cluster order (:func:`label_balanced_ref`, its twin): each next
+    cluster is the one among the first ``pool`` pending ones of ``order`` whose label counts
+    bring the current batch's closest (L1, per vertex) to ``target`` x the batch's fill.
+    ``counts`` (C x K int64: training vertices per cluster and label), ``size`` (C int64),
+    ``target`` (K float64: the training set's label shares). The same order as the twin, bit
+    for bit (its float sums in NumPy's order, :func:`_numpy_sum`). O(C x pool x K)."""
+    nc = order.shape[0]
+    k = counts.shape[1]
+    out = np.empty_like(order)
+    wlen = min(pool, nc)
+    window = np.empty(max(wlen, 1), dtype=order.dtype)
+    for w in range(wlen):
+        window[w] = order[w]
+    nxt = wlen
+    cur = np.zeros(k)
+    row = np.empty(k)
+    fill = 0.0
+    for i in range(nc):
+        j = 0
+        best = np.inf
+        for w in range(wlen):
+            c = window[w]
+            f = fill + size[c]
+            for q in range(k):
+                row[q] = abs(cur[q] + counts[c, q] - f * target[q])
+            err = _numpy_sum(row, 0, k) / f
+            if err < best:
+                best = err
+                j = w
+        c = window[j]
+        out[i] = c
+        for q in range(k):
+            cur[q] += counts[c, q]
+        fill += size[c]
+        if fill >= batch_size:  # the cluster's tail opens the next batch (pro rata labels)
+            keep = (fill - batch_size) % batch_size
+            share = keep / size[c]
+            for q in range(k):
+                cur[q] = counts[c, q] * share
+            fill = keep
+        if nxt < nc:
+            window[j] = order[nxt]
+            nxt += 1
+        else:
+            for w in range(j, wlen - 1):
+                window[w] = window[w + 1]
+            wlen -= 1
+    return out
+
+
+def label_balanced_ref(order: np.ndarray, counts: np.ndarray, size: np.ndarray,
+                       target: np.ndarray, batch_size: int, pool: int) -> np.ndarray:
+    """NumPy twin of :func:`label_balanced`: greedy reordering of ``order``: next = the
+    cluster among the first ``pool`` pending ones that brings the current batch's label
+    counts closest (L1) to ``target`` x fill."""
+    out = np.empty_like(order)
+    window = list(order[:pool])
+    nxt = min(pool, order.shape[0])
+    cur = np.zeros(counts.shape[1])
+    fill = 0.0
+    for i in range(order.shape[0]):
+        cand = np.asarray(window)
+        f = fill + size[cand]
+        err = np.abs(cur + counts[cand] - f[:, None] * target).sum(1) / f
+        j = int(np.argmin(err))
+        c = window[j]
+        out[i] = c
+        cur += counts[c]
+        fill += size[c]
+        if fill >= batch_size:  # the cluster's tail opens the next batch (pro rata labels)
+            keep = (fill - batch_size) % batch_size
+            cur = counts[c] * (keep / size[c])
+            fill = keep
+        if nxt < order.shape[0]:
+            window[j] = order[nxt]
+            nxt += 1
+        else:
+            window.pop(j)
+    return out
+
+
+register(label_balanced, label_balanced_ref)
 register(cluster_bfs_order, cluster_bfs_order_ref)
 register(sparsify_csr, sparsify_csr_ref)
 register(cut_edges, cut_edges_ref)

@@ -13,6 +13,7 @@ import numpy as np
 
 from twopgraph.core.protocols import SCHEDULERS, Scheduler
 from twopgraph.errors import ConfigError
+from twopgraph.locality.kernels import label_balanced
 
 
 @SCHEDULERS.register("random")
@@ -130,8 +131,8 @@ class LocalityScheduler(RandomScheduler):
         order = rng.permutation(self.num_clusters)
         if self._counts is None:
             return order
-        return _label_balanced(order, self._counts, self._size, self._target,
-                               self.batch_size, self.balance)
+        return label_balanced(order, self._counts, self._size, self._target,
+                              self.batch_size, self.balance)
 
     def epoch_order(self, epoch: int) -> np.ndarray:
         rng = np.random.default_rng(self.seed + epoch)
@@ -140,36 +141,6 @@ class LocalityScheduler(RandomScheduler):
         shuffled = rng.permutation(self.train_idx.shape[0])  # seed order inside a cluster
         by_cluster = shuffled[np.argsort(rank[self._cluster[shuffled]], kind="stable")]
         return self.train_idx[by_cluster]
-
-
-def _label_balanced(order: np.ndarray, counts: np.ndarray, size: np.ndarray,
-                    target: np.ndarray, batch_size: int, pool: int) -> np.ndarray:
-    """Greedy reordering of ``order``: next = the cluster among the first ``pool`` pending
-    ones that brings the current batch's label counts closest (L1) to ``target`` x fill."""
-    out = np.empty_like(order)
-    window = list(order[:pool])
-    nxt = min(pool, order.shape[0])
-    cur = np.zeros(counts.shape[1])
-    fill = 0.0
-    for i in range(order.shape[0]):
-        cand = np.asarray(window)
-        f = fill + size[cand]
-        err = np.abs(cur + counts[cand] - f[:, None] * target).sum(1) / f
-        j = int(np.argmin(err))
-        c = window[j]
-        out[i] = c
-        cur += counts[c]
-        fill += size[c]
-        if fill >= batch_size:  # the cluster's tail opens the next batch (pro rata labels)
-            keep = (fill - batch_size) % batch_size
-            cur = counts[c] * (keep / size[c])
-            fill = keep
-        if nxt < order.shape[0]:
-            window[j] = order[nxt]
-            nxt += 1
-        else:
-            window.pop(j)
-    return out
 
 
 CLUSTER_OPTIONS = ("parts", "labels", "balance")
