@@ -13,7 +13,7 @@ import numpy as np
 
 from twopgraph.core.protocols import SCHEDULERS, Scheduler
 from twopgraph.errors import ConfigError
-from twopgraph.locality.kernels import label_balanced
+from twopgraph.locality.kernels import group_order, label_balanced
 
 
 @SCHEDULERS.register("random")
@@ -139,7 +139,7 @@ class LocalityScheduler(RandomScheduler):
         rank = np.empty(self.num_clusters, dtype=np.int64)
         rank[self._order(rng)] = np.arange(self.num_clusters)
         shuffled = rng.permutation(self.train_idx.shape[0])  # seed order inside a cluster
-        by_cluster = shuffled[np.argsort(rank[self._cluster[shuffled]], kind="stable")]
+        by_cluster = shuffled[group_order(rank[self._cluster[shuffled]], self.num_clusters)]
         return self.train_idx[by_cluster]
 
 
