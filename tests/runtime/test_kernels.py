@@ -153,18 +153,6 @@ def check_label_balanced(kernel, twin):
         assert sorted(got.tolist()) == list(range(c))
 
 
-def check_group_order(kernel, twin):
-    """NumPy's stable argsort of small integer keys: ties in input order, keys absent, one
-    key, no keys."""
-    rng = np.random.default_rng(7)
-    for n, num_keys in [(0, 3), (1, 1), (50, 1), (1000, 7), (40000, 2048), (300, 5000)]:
-        for dtype in (np.int64, np.int32):
-            keys = rng.integers(0, num_keys, n).astype(dtype)
-            got = kernel(keys, num_keys)
-            np.testing.assert_array_equal(got, twin(keys, num_keys))
-            assert got.dtype == np.int64
-
-
 def check_relabel(kernel, twin):
     rng = np.random.default_rng(0)
     n = 100
@@ -912,7 +900,6 @@ CHECKS = {
     "twopgraph.locality.coarsen.greedy_pack": check_greedy_pack,
     "twopgraph.locality.kernels.ball_seeds": check_ball_seeds,
     "twopgraph.locality.kernels.label_balanced": check_label_balanced,
-    "twopgraph.locality.kernels.group_order": check_group_order,
     "twopgraph.locality.kernels.edge_chunks": check_edge_chunks,
     "twopgraph.locality.kernels.halo_masks": check_halo_masks,
     "twopgraph.locality.kernels.shared_edges": check_shared_edges,

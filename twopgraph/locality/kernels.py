@@ -1,8 +1,7 @@
 """Partitioning kernels: cluster BFS order (renumbering), METIS sparsification, edge cut,
 BFS balls of training vertices (the ``--schedule auto`` probe), the halos of self-dependence
 partitions (``halo_masks``, ``shared_edges``: eight parts per byte of a vertex mask); and the
-locality schedule's label-balanced cluster order and seed grouping (``label_balanced``,
-``group_order``).
+locality schedule's label-balanced cluster order (``label_balanced``).
 
 Each kernel is parallel over clusters or vertices (``ball_seeds``: serial) and has a plain
 NumPy/Python twin registered in :mod:`twopgraph.runtime.jit`. Graphs are CSR (``indptr`` int64,
@@ -545,33 +544,7 @@ def label_balanced_ref(order: np.ndarray, counts: np.ndarray, size: np.ndarray,
     return out
 
 
-@njit(nogil=True, cache=True)
-def group_order(keys, num_keys):
-    """``np.argsort(keys, kind="stable")`` for integer ``keys`` in ``[0, num_keys)`` (not
-    checked: the callers' keys are cluster ranks): a counting sort, O(len(keys) + num_keys)
-    -- the locality schedule's seeds grouped by their cluster's rank each epoch (40k seeds
-    into 2,048 clusters: 2.0 ms by NumPy's stable sort)."""
-    n = keys.shape[0]
-    start = np.zeros(num_keys + 1, dtype=np.int64)
-    for i in range(n):
-        start[keys[i] + 1] += 1
-    for k in range(num_keys):
-        start[k + 1] += start[k]
-    out = np.empty(n, dtype=np.int64)
-    for i in range(n):
-        k = keys[i]
-        out[start[k]] = i
-        start[k] += 1
-    return out
-
-
-def group_order_ref(keys: np.ndarray, num_keys: int) -> np.ndarray:
-    """NumPy twin of :func:`group_order`."""
-    return np.argsort(np.asarray(keys), kind="stable").astype(np.int64)
-
-
 register(label_balanced, label_balanced_ref)
-register(group_order, group_order_ref)
 register(cluster_bfs_order, cluster_bfs_order_ref)
 register(sparsify_csr, sparsify_csr_ref)
 register(cut_edges, cut_edges_ref)

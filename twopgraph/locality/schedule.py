@@ -13,7 +13,8 @@ import numpy as np
 
 from twopgraph.core.protocols import SCHEDULERS, Scheduler
 from twopgraph.errors import ConfigError
-from twopgraph.locality.kernels import group_order, label_balanced
+from twopgraph.locality.contract import group_by
+from twopgraph.locality.kernels import label_balanced
 
 
 @SCHEDULERS.register("random")
@@ -139,7 +140,10 @@ class LocalityScheduler(RandomScheduler):
         rank = np.empty(self.num_clusters, dtype=np.int64)
         rank[self._order(rng)] = np.arange(self.num_clusters)
         shuffled = rng.permutation(self.train_idx.shape[0])  # seed order inside a cluster
-        by_cluster = shuffled[group_order(rank[self._cluster[shuffled]], self.num_clusters)]
+        # seeds grouped by their cluster's rank, in shuffled order within a cluster (a
+        # counting sort: NumPy's stable argsort took 2 ms for 40k seeds)
+        _, grouped = group_by(rank[self._cluster[shuffled]], self.num_clusters)
+        by_cluster = shuffled[grouped]
         return self.train_idx[by_cluster]
 
 

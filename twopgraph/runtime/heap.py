@@ -24,9 +24,9 @@ time. :class:`BatchHeap` (``with BatchHeap() as heap: ... heap.step()`` around t
 turns mapping off and trimming off for the epoch, so a batch reuses the pages the last one
 freed, and returns them to the system (``malloc_trim``) whenever the free bytes the arenas
 hold pass ``keep`` (:data:`KEEP_SHARE` of the memory still available when they first pass
-:data:`KEEP_MIN`, at least :data:`KEEP_MIN`) and once more when the epoch ends (unless they are under
-:data:`EXIT_KEEP`). The anonymous memory of an epoch therefore stays within its largest batch's
-working set plus ``keep``.
+:data:`KEEP_MIN`, at least :data:`KEEP_MIN`) and once more when the epoch ends (unless they
+are under :data:`EXIT_KEEP`). The anonymous memory of an epoch therefore stays within its
+largest batch's working set plus ``keep``.
 
 Example::
 

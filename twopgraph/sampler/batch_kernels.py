@@ -18,8 +18,9 @@ Two ways of reading the rows, the same output:
   (each row's positions drawn and prefetched ``RING_ROWS`` rows before it is read).
 
 Each hop is two passes: the rows into a hop-sized array of global ids, then their relabelling
-with the map entries prefetched ahead (a relabelling fused into the row reading waits on each
-map entry: measured slower on every graph above 25k vertices).
+(:func:`~twopgraph.sampler.kernels.relabel`, the map entries prefetched ahead; a relabelling
+fused into the row reading waits on each map entry: measured slower on every graph above 25k
+vertices).
 """
 
 from __future__ import annotations
@@ -28,13 +29,14 @@ import numpy as np
 from numba import njit
 
 from twopgraph.runtime.jit import register
-from twopgraph.runtime.prefetch import MAP_PREFETCH_DIST, PREFETCH_DIST, prefetch
+from twopgraph.runtime.prefetch import PREFETCH_DIST, prefetch
 from twopgraph.sampler.kernels import (
     RING_ROWS,
     SCAN_FANOUT,
     _draw_row,
     _row_pass,
     _take_rows,
+    relabel,
     relabel_ref,
     sample_neighbors_ref,
 )
@@ -47,7 +49,8 @@ RESIDENT_AHEAD = 4
 def _take_rows_in_order(key, indices, nodes, ndst, starts, degs, offsets, nbrs, ring, bits):
     """The sampled neighbours (global ids) of the dsts ``nodes[:ndst]`` into ``nbrs``, rows
     read in order (the CSR in cache): each sampled row's positions drawn just before it is
-    read, the first entry of the row ``RESIDENT_AHEAD`` rows ahead prefetched."""
+    read, the first entry of the row ``RESIDENT_AHEAD`` rows ahead prefetched. (The copy loops
+    are written out as in ``_take_rows``: one inlined helper for both made them 1.4x slower.)"""
     for i in range(ndst):
         if i + RESIDENT_AHEAD < ndst:
             prefetch(indices, starts[i + RESIDENT_AHEAD])
@@ -59,27 +62,6 @@ def _take_rows_in_order(key, indices, nodes, ndst, starts, degs, offsets, nbrs, 
             _draw_row(key, nodes[i], d, k, ring, 0, bits)
             for q in range(k):
                 nbrs[o + q] = indices[st + ring[q]]
-
-
-@njit(inline="always", cache=True)
-def _relabel_into(nbrs, node_map, nodes, count, local):
-    """:func:`~twopgraph.sampler.kernels.relabel` of a hop's neighbours: ``local[e]`` the
-    local id of ``nbrs[e]``, new vertices appended at ``nodes[count:]`` (which needs one slot
-    past them: branch-free, the slot is written either way); returns the new count."""
-    m = nbrs.shape[0]
-    for e in range(m):
-        if e + MAP_PREFETCH_DIST < m:
-            prefetch(node_map, nbrs[e + MAP_PREFETCH_DIST])
-        g = nbrs[e]
-        x = np.int64(node_map[g])
-        new = x < 0
-        if new:
-            x = count
-        node_map[g] = x
-        nodes[count] = g
-        count += np.int64(new)
-        local[e] = x
-    return count
 
 
 @njit(nogil=True, cache=True)
@@ -105,7 +87,7 @@ def sample_hops_mapped(indptr, indices, seeds, fanouts, keys, node_map, resident
     """
     nseeds = seeds.shape[0]
     nhops = fanouts.shape[0]
-    nodes = np.empty(nseeds + 1, dtype=np.int64)
+    nodes = np.empty(nseeds, dtype=np.int64)
     for i in range(nseeds):
         node_map[seeds[i]] = i
         nodes[i] = seeds[i]
@@ -123,8 +105,8 @@ def sample_hops_mapped(indptr, indices, seeds, fanouts, keys, node_map, resident
         maxd = _row_pass(indptr, nodes, 0, ndst, fanout, starts, degs, counts, PREFETCH_DIST)
         offsets = np.cumsum(counts)
         m = offsets[ndst]
-        if nodes.shape[0] < ndst + m + 1:  # room for every neighbour being new, plus one
-            grown = np.empty(ndst + m + 1, dtype=np.int64)
+        if nodes.shape[0] < ndst + m:  # room for every neighbour being new
+            grown = np.empty(ndst + m, dtype=np.int64)
             grown[:ndst] = nodes[:ndst]
             nodes = grown
         nbrs = np.empty(m, dtype=indices.dtype)
@@ -135,8 +117,9 @@ def sample_hops_mapped(indptr, indices, seeds, fanouts, keys, node_map, resident
                                 bits)
         else:
             _take_rows(key, indices, nodes, 0, ndst, starts, degs, offsets, nbrs, ring, bits)
-        local = np.empty(m, dtype=np.int64)
-        count = _relabel_into(nbrs, node_map, nodes, count, local)
+        # new vertices appended at nodes[count:] (relabel's frontier: m entries)
+        local, num_new = relabel(nbrs, node_map, count, nodes[count:])
+        count += num_new
         offs.append(offsets)
         locs.append(local)
     sizes[nhops] = count
