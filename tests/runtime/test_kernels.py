@@ -126,6 +126,16 @@ def check_sample_hops_mapped(kernel, twin):
                 assert a.dtype == np.int64
             assert (node_map == -1).all()
         np.testing.assert_array_equal(want[0][: seeds.shape[0]], seeds)
+    # a seed out of range or repeated stops the call: sizes[0] = -1 - its position, nothing
+    # sampled, the map as it was
+    g, hops, keys = big, np.asarray([3, 2], np.int64), np.asarray([1, 2], np.uint64)
+    for seeds, first in (([5, 7, 5, 9], 2), ([3, 5000, 4], 1), ([-1, 2], 0), ([8, 9, 9], 2)):
+        seeds = np.asarray(seeds, dtype=np.int64)
+        for fn in (kernel, twin):
+            node_map = np.full(g.num_nodes, -1, dtype=np.int32)
+            got = fn(g.indptr, g.indices, seeds, hops, keys, node_map, True)
+            assert got[1][0] == -1 - first and got[0].shape == (0,), (fn, seeds)
+            assert (node_map == -1).all()
 
 
 def check_label_balanced(kernel, twin):

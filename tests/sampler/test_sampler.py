@@ -143,7 +143,7 @@ def test_batch_parallel_sampling_gives_the_same_batches(workers):
     it.close()  # must not hang
 
 
-# -- the sampling law, over many keys ---------------------------------------------------------------
+# -- the sampling law, over many keys ----------------------------------------------------------
 @pytest.mark.parametrize("graph", ["power-law", "hub"])
 def test_sampling_law_inclusion_probability(graph):
     """Each neighbour of a dst vertex of degree d is taken with probability min(1, f / d), in
@@ -252,11 +252,18 @@ def test_fused_batches_equal_hop_by_hop_ones(resident, monkeypatch):
             assert torch.equal(x.indptr, y.indptr) and torch.equal(x.indices, y.indices)
             assert torch.equal(x.src_deg, y.src_deg) and torch.equal(x.dst_deg, y.dst_deg)
     table = fused._table()
-    table.map[:5] = 0  # as if a kernel had stopped part-way
 
     def stopped(*args):
         raise KeyboardInterrupt
 
+    # bad seeds: the same one-line errors as the hop-by-hop path, the map untouched
+    for seeds, msg in (([1, 2, 1], "unique"), ([3, 2000], "out of range"),
+                       ([-2, 4], "out of range")):
+        for s, parallel in ((fused, False), (plain, True)):
+            with pytest.raises(ConfigError, match=msg):
+                s.sample(np.asarray(seeds), key=0, parallel=parallel)
+        assert (table.map == -1).all() and isinstance(fused._table(), NodeMap)
+    table.map[:5] = 0  # as if a kernel had stopped part-way
     monkeypatch.setattr(batch_kernels, "sample_hops_mapped", stopped)
     with pytest.raises(KeyboardInterrupt):
         fused.sample(np.arange(10), key=0, parallel=False)

@@ -68,7 +68,10 @@ def _take_rows_in_order(key, indices, nodes, ndst, starts, degs, offsets, nbrs, 
 def sample_hops_mapped(indptr, indices, seeds, fanouts, keys, node_map, resident):
     """Sample and relabel every hop of a batch on the calling thread.
 
-    ``seeds`` (int64, unique) get local ids ``0..len(seeds)-1``. Hop ``h`` (``fanouts[h]``
+    ``seeds`` (int64, unique, in ``[0, N)``) get local ids ``0..len(seeds)-1``; the first
+    seed that is out of range or a repeat stops the call with nothing sampled and the map
+    as it was: ``sizes[0]`` is then ``-1 - i`` for it (``i``: its position), ``nodes`` empty.
+    Hop ``h`` (``fanouts[h]``
     neighbours per vertex, -1 = all; stream ``keys[h]``, uint64) samples the neighbours of
     every vertex numbered so far -- the dsts -- with
     :func:`~twopgraph.sampler.kernels.sample_neighbors`'s draws, and numbers the new ones
@@ -88,13 +91,20 @@ def sample_hops_mapped(indptr, indices, seeds, fanouts, keys, node_map, resident
     nseeds = seeds.shape[0]
     nhops = fanouts.shape[0]
     nodes = np.empty(nseeds, dtype=np.int64)
-    for i in range(nseeds):
-        node_map[seeds[i]] = i
-        nodes[i] = seeds[i]
-    count = np.int64(nseeds)
     sizes = np.empty(nhops + 1, dtype=np.int64)
     offs = []
     locs = []
+    n = node_map.shape[0]
+    for i in range(nseeds):
+        s = seeds[i]
+        if s < 0 or s >= n or node_map[s] >= 0:  # out of range, or a repeat
+            for q in range(i):
+                node_map[nodes[q]] = -1
+            sizes[0] = -1 - i
+            return nodes[:0].copy(), sizes, offs, locs
+        node_map[s] = i
+        nodes[i] = s
+    count = np.int64(nseeds)
     for h in range(nhops):
         fanout, key, ndst = fanouts[h], keys[h], count
         sizes[h] = ndst
@@ -135,6 +145,12 @@ def sample_hops_mapped_ref(indptr: np.ndarray, indices: np.ndarray, seeds: np.nd
     """Twin of :func:`sample_hops_mapped`: the twins of ``sample_neighbors`` and ``relabel``
     hop by hop (``resident`` changes no result)."""
     nodes = np.asarray(seeds, dtype=np.int64)
+    n = node_map.shape[0]
+    for i, s in enumerate(nodes.tolist()):
+        if not 0 <= s < n or s in nodes[:i]:
+            sizes = np.empty(len(fanouts) + 1, dtype=np.int64)
+            sizes[0] = -1 - i
+            return nodes[:0].copy(), sizes, [], []
     node_map[nodes] = np.arange(nodes.shape[0])
     sizes, offs, locs = [], [], []
     for fanout, key in zip(np.asarray(fanouts).tolist(), np.asarray(keys).tolist()):

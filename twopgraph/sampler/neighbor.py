@@ -26,13 +26,27 @@ _FRESH_STREAM = 0x46524553480A
 def check_seeds(seeds: np.ndarray | torch.Tensor, n: int) -> np.ndarray:
     """``seeds`` as a contiguous int64 array, refused (ConfigError) unless it is a non-empty
     1-D array of unique vertex ids in ``[0, n)``."""
+    a = seed_array(seeds)
+    if a.min() < 0 or a.max() >= n:
+        raise ConfigError(seeds_out_of_range(n))
+    if np.unique(a).shape[0] != a.shape[0]:
+        raise ConfigError(SEEDS_NOT_UNIQUE)
+    return a
+
+
+SEEDS_NOT_UNIQUE = "seeds must be unique"
+
+
+def seeds_out_of_range(n: int) -> str:
+    return f"seed ids out of range [0, {n})"
+
+
+def seed_array(seeds: np.ndarray | torch.Tensor) -> np.ndarray:
+    """``seeds`` as a contiguous int64 array, refused (ConfigError) unless it is a non-empty
+    1-D array; their range and uniqueness are :func:`check_seeds`' (or the batch kernel's)."""
     a = np.ascontiguousarray(np.asarray(seeds, dtype=np.int64))
     if a.ndim != 1 or a.shape[0] == 0:
         raise ConfigError("seeds must be a non-empty 1-D array of vertex ids")
-    if a.min() < 0 or a.max() >= n:
-        raise ConfigError(f"seed ids out of range [0, {n})")
-    if np.unique(a).shape[0] != a.shape[0]:
-        raise ConfigError("seeds must be unique")
     return a
 
 
@@ -202,16 +216,18 @@ class NeighborSampler:
         hand-written loop gets new neighbours in every batch). ``parallel=False`` keeps
         the work on the calling thread (for :func:`~twopgraph.sampler.stream.sampled_batches`
         with several workers, each sampling whole batches); the result is the same."""
-        seeds = check_seeds(seeds, self.graph.num_nodes)
         if key is None:
             key = mix_key(_FRESH_STREAM, next(self._fresh))  # itertools.count: thread-safe
+        table = self._table()
+        if not parallel and isinstance(table, NodeMap):
+            # the batch kernel checks the seeds' range and uniqueness as it places them (a
+            # sort of the seeds per batch saved: 0.05 ms of a 0.8 ms coauthor_cs batch)
+            return self._sample_fused(seed_array(seeds), int(key), table)
+        seeds = check_seeds(seeds, self.graph.num_nodes)
         return self._sample(seeds, int(key), parallel)
 
     def _sample(self, seeds: np.ndarray, key: int, parallel: bool = True) -> MiniBatch:
         g = self.graph
-        table = self._table()
-        if not parallel and isinstance(table, NodeMap):
-            return self._sample_fused(seeds, key, table)
         sample_neighbors = kernels.sample_neighbors if parallel else \
             kernels.sample_neighbors_serial
 
@@ -261,6 +277,10 @@ class NeighborSampler:
             table.clear(0)  # the kernel stopped part-way: forget every entry
             raise
         sizes = sizes.tolist()
+        if sizes[0] < 0:  # a seed out of range or repeated; the map untouched
+            bad = int(seeds[-1 - sizes[0]])
+            raise ConfigError(SEEDS_NOT_UNIQUE if 0 <= bad < g.num_nodes
+                              else seeds_out_of_range(g.num_nodes))
         raw_blocks = [(sizes[h + 1], sizes[h], offs[h], locs[h], None) for h in range(hops)]
         return self._minibatch(seeds, nodes, raw_blocks)
 
