@@ -68,7 +68,13 @@ def test_the_environment_wins(monkeypatch):
     monkeypatch.setenv("MALLOC_ARENA_MAX", "8")
     assert configure_heap() is True and asked == []
     monkeypatch.delenv("MALLOC_ARENA_MAX")
-    assert configure_heap() is True and asked == [(heap.M_ARENA_MAX, heap.ARENAS)]
+    assert configure_heap() is True and asked == [(heap.M_ARENA_MAX, heap.default_arenas())]
+
+
+def test_one_arena_per_core_plus_two_within_bounds(monkeypatch):
+    for cores, want in ((1, 3), (2, 4), (4, 6), (6, 8), (64, 8)):
+        monkeypatch.setattr(os, "sched_getaffinity", lambda pid, n=cores: set(range(n)))
+        assert heap.default_arenas() == want
 
 
 def test_the_cli_configures_the_heap_first(monkeypatch, tmp_path):

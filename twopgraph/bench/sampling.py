@@ -229,6 +229,8 @@ def measure_configs(configs: list[tuple[dict, BenchSamplerConfig]], data: GraphD
             if e >= a.warmup:
                 times.append(time.perf_counter() - t)
         log.info("sampling: epoch %d of %d done", e + 1, a.warmup + a.epochs)
+    for run in runs:  # their sampling threads end here, not when the loader is collected
+        run[3].close()
     rows = []
     for params, cfg, prep, loader, times, (stats,) in runs:
         epoch_s = statistics.median(times)
