@@ -143,56 +143,6 @@ def test_batch_parallel_sampling_gives_the_same_batches(workers):
     it.close()  # must not hang
 
 
-@pytest.mark.parametrize("workers", [2, 3])
-def test_the_calling_thread_samples_too(workers):
-    """``caller_samples``: the same batches in the same order, some of them sampled on the
-    calling thread; never more than ``2 x workers + 2`` sampled ahead of the consumer; a
-    failing batch raises in the caller; early close stops the pool."""
-    import threading
-    import time
-
-    from twopgraph.locality import RandomScheduler
-    from twopgraph.sampler import sampled_batches
-    g = random_graph(500, 4000, seed=3)
-    sched = RandomScheduler(np.arange(0, 500, 3), 8, seed=1)
-    sampled, consumed, ahead, where = [], [], [], set()
-
-    class Recording(NeighborSampler):
-        fail_at = None
-
-        def sample(self, seeds, key=None, parallel=True):
-            if key.batch == self.fail_at:
-                raise RuntimeError("batch failed")
-            mb = super().sample(seeds, key, parallel)
-            where.add(threading.get_ident())
-            sampled.append(key.batch)
-            ahead.append(len(sampled) - len(consumed))
-            time.sleep(0.002)
-            return mb
-
-    sampler = Recording(g, [4, 3], seed=5)
-    ref = [mb for mb, _ in sampled_batches(sched, NeighborSampler(g, [4, 3], seed=5), 2)]
-    got = []
-    for mb, _ in sampled_batches(sched, sampler, 2, workers=workers, caller_samples=True):
-        got.append(mb)
-        consumed.append(mb.batch_id)
-        time.sleep(0.004)  # a slow consumer: the workers run ahead, up to the bound
-    assert [m.batch_id for m in got] == list(range(sched.num_batches)) == sorted(sampled)
-    for a, b in zip(ref, got):
-        assert torch.equal(a.input_nodes, b.input_nodes)
-        for x, y in zip(a.blocks, b.blocks):
-            assert torch.equal(x.indptr, y.indptr) and torch.equal(x.indices, y.indices)
-    assert threading.get_ident() in where and len(where) >= 2
-    assert max(ahead) <= 2 * workers + 2
-    sampler.fail_at = 5
-    with pytest.raises(RuntimeError, match="batch failed"):
-        list(sampled_batches(sched, sampler, 2, workers=workers, caller_samples=True))
-    sampler.fail_at = None
-    it = sampled_batches(sched, sampler, 2, workers=workers, caller_samples=True)
-    next(it)
-    it.close()  # must not hang
-
-
 # -- the sampling law, over many keys ----------------------------------------------------------
 @pytest.mark.parametrize("graph", ["power-law", "hub"])
 def test_sampling_law_inclusion_probability(graph):

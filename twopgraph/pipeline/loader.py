@@ -312,15 +312,15 @@ class Loader:
         self.sampler_threads.close()
 
     def sample_epoch(self, epoch: int = 0) -> EpochStats:
-        """Sampling only (no features, no prefetch thread: every thread samples, this one
-        too); the figures of ``twopgraph bench sampler``."""
+        """Sampling only (no features, no prefetch thread: every thread samples); the figures
+        of ``twopgraph bench sampler``."""
         stats = EpochStats()
         # as in a training epoch (twopgraph.pipeline.epoch), batches reuse the pages the last ones
         # freed
         with thread_count(1), BatchHeap() as heap:
             for mb, secs in sampled_batches(self.scheduler, self._sampling(), epoch,
                                             self._all_workers(), self.thread_device,
-                                            self.sampler_threads, caller_samples=True):
+                                            self.sampler_threads):
                 _count_sampled(stats, mb, secs)
                 stats.feature_rows += int(mb.input_nodes.shape[0])
                 heap.step()
@@ -334,7 +334,7 @@ class Loader:
             return [mb.input_nodes.numpy() for mb, _ in
                     sampled_batches(self.scheduler, self._sampling(), epoch,
                                     self._all_workers(), self.thread_device,
-                                    self.sampler_threads, caller_samples=True)]
+                                    self.sampler_threads)]
 
     def _all_workers(self) -> int:
         """Sampling workers when sampling is all there is: every thread (numba), or one

@@ -20,7 +20,7 @@ import itertools
 import threading
 import time
 from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Iterator
 
 import torch
@@ -66,7 +66,7 @@ class SamplerThreads:
 
 def sampled_batches(scheduler: Scheduler, sampler: Sampler, epoch: int,
                     workers: int = 1, device: torch.device | str | None = None,
-                    threads: SamplerThreads | None = None, caller_samples: bool = False
+                    threads: SamplerThreads | None = None
                     ) -> Iterator[tuple[MiniBatch, float]]:
     """``(batch, seconds spent sampling it)`` for every batch of ``epoch``, in schedule order;
     ``batch.batch_id`` is its position in the epoch.
@@ -77,13 +77,6 @@ def sampled_batches(scheduler: Scheduler, sampler: Sampler, epoch: int,
     (kept for the next epoch), or, without it, threads started here and stopped at the end.
     Each of them makes ``device`` (default: the sampler's ``device``, if it has one) its
     current CUDA device first (:func:`use_device`; nothing for a CPU device).
-
-    ``caller_samples``: the calling thread is one of the ``workers`` (``workers - 1`` pool
-    threads): while the next batch in order is not ready it samples a later one itself --
-    for a caller that does little with each batch (sampling-only epochs), whose thread would
-    otherwise be a third thread on two cores that the pool waits on for its next jobs
-    (measured: coauthor_cs, 2 cores: the workers idled ~0.2 ms in some epochs of 5 ms).
-    Not with a CUDA ``device`` (the pool's threads set theirs; the caller keeps its own).
     """
     jobs = ((b, seeds, batch_key(epoch, b))
             for b, seeds in enumerate(scheduler.batches(epoch)))
@@ -100,9 +93,6 @@ def sampled_batches(scheduler: Scheduler, sampler: Sampler, epoch: int,
         return
     if device is None:
         device = getattr(sampler, "device", None)
-    if caller_samples and (device is None or torch.device(device).type != "cuda"):
-        yield from _with_caller(jobs, timed, workers, threads)
-        return
     own = threads is None
     pool = (SamplerThreads() if own else threads).pool(workers, device)
     pending: deque = deque(pool.submit(timed, *job) for job in itertools.islice(jobs, 2 * workers))
@@ -119,46 +109,6 @@ def sampled_batches(scheduler: Scheduler, sampler: Sampler, epoch: int,
         if own:
             pool.shutdown(wait=True)
         else:  # the batches being sampled finish before the caller goes on
-            wait(pending)
-
-
-def _with_caller(jobs: Iterator, timed, workers: int, threads: SamplerThreads | None
-                 ) -> Iterator[tuple[MiniBatch, float]]:
-    """:func:`sampled_batches` with the calling thread as one of ``workers`` (CPU only): the
-    pool's ``workers - 1`` threads keep two jobs each queued; whenever the next batch in
-    order is not done and fewer than ``2 x workers + 2`` are in flight, the caller samples
-    the next job itself. (Two more in flight than the pool alone: batches the caller
-    finished while the pool's next one in order was still running; with ``2 x workers``
-    the caller waited on it instead, ~0.2 ms in a 5 ms epoch of coauthor_cs.) Batches come
-    out in order; the same ones as from the pool alone."""
-    own = threads is None
-    pool = (SamplerThreads() if own else threads).pool(workers - 1, None)
-    depth, queued = 2 * workers + 2, 2 * (workers - 1)
-    pending: deque = deque()
-    job = next(jobs, None)
-    try:
-        while pending or job is not None:
-            if pending and pending[0].done():
-                yield pending.popleft().result()
-                continue
-            running = sum(not f.done() for f in pending)
-            while job is not None and running < queued and len(pending) < depth:
-                pending.append(pool.submit(timed, *job))
-                running += 1
-                job = next(jobs, None)
-            if job is not None and len(pending) < depth and not pending[0].done():
-                done: Future = Future()
-                done.set_result(timed(*job))
-                pending.append(done)
-                job = next(jobs, None)
-            elif pending:
-                yield pending.popleft().result()
-    finally:
-        for fut in pending:
-            fut.cancel()
-        if own:
-            pool.shutdown(wait=True)
-        else:
             wait(pending)
 
 
