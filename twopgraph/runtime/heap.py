@@ -26,10 +26,10 @@ time. :class:`BatchHeap` (``with BatchHeap() as heap: ... heap.step()`` around t
 turns mapping off and trimming off for the epoch, so a batch reuses the pages the last one
 freed, and returns them to the system (``malloc_trim``) whenever the free bytes the arenas
 hold pass ``keep`` (:data:`KEEP_SHARE` of the memory still available when they first pass
-:data:`KEEP_MIN`, at least :data:`KEEP_MIN`) and once more when the epoch ends (unless they
-are under :data:`EXIT_KEEP`, which is also glibc's trim threshold between epochs). The anonymous
-memory of an epoch therefore stays within its largest batch's working set plus ``keep``, and
-between epochs within :data:`EXIT_KEEP` free bytes at the top of each arena.
+:data:`KEEP_MIN`, at least :data:`KEEP_MIN`), and once more when the epoch ends if they
+still do. The anonymous memory of an epoch therefore stays within its largest batch's working
+set plus ``keep``, and between epochs within about ``keep`` free bytes (glibc's trim threshold
+then), which the next epoch reuses.
 
 Example::
 
@@ -63,13 +63,15 @@ TRIM_THRESHOLD_DEFAULT = 128 * 1024
 #: available when it starts, and at least this many bytes.
 KEEP_SHARE = 0.05
 KEEP_MIN = 256 << 20
-#: Free bytes the arenas may keep when an epoch ends (below them the end-of-epoch trim, which
-#: walks every arena and makes the next epoch fault its pages in again, is skipped: 0.6 ms of
-#: an 8 ms sampling epoch of an 18k-vertex graph). Also glibc's trim threshold between epochs
-#: (instead of its 128 KiB default): the last batches of an epoch are freed after it ends, and
-#: with the default their pages went back to the system there and were faulted in again by
-#: the next epoch's first batches (coauthor_cs, two workers: one to three of 11 batches took
-#: 1.25 ms instead of 0.75 ms; epochs 6.0-7.0 ms, 5.3-5.9 ms without).
+#: Free bytes under which an epoch's end skips even the check against ``keep`` (reading
+#: ``keep``'s default costs 0.3 ms), and the least glibc trim threshold between epochs.
+#: Between epochs the arenas keep up to the epoch's ``keep`` free bytes (glibc's trim
+#: threshold, instead of its 128 KiB default): the last batches of an epoch are freed after it
+#: ends, and with the default their pages went back to the system there and were faulted in
+#: again by the next epoch's first batches (coauthor_cs, two workers: one to three of 11
+#: batches took 1.25 ms instead of 0.75 ms; epochs 6.0-7.0 ms, 5.3-5.9 ms without); an
+#: end-of-epoch trim of synthetic-small's ~60 MiB of freed batches made the first three
+#: batches of the next epoch take 6-7 ms instead of 4 ms.
 EXIT_KEEP = 16 << 20
 #: Blocks of at least this many bytes are mapped and unmapped on their own (never kept in an
 #: arena after they are freed).
@@ -150,8 +152,10 @@ class BatchHeap:
     bytes (default: :data:`KEEP_SHARE` of :func:`~twopgraph.runtime.memory.available_host_bytes`, at
     least :data:`KEEP_MIN`); see the module's text. A context manager: entering turns
     ``mmap`` and trimming off, :meth:`step` (once per batch) trims when the free bytes pass
-    ``keep``, leaving puts glibc's mmap default back, sets its trim threshold to
-    :data:`EXIT_KEEP` and trims above that. ``MALLOC_MMAP_MAX_`` or
+    ``keep``, leaving puts glibc's mmap default back, trims if they hold more than ``keep``
+    (and more than :data:`EXIT_KEEP`) and sets glibc's trim threshold to ``keep`` (at least
+    :data:`EXIT_KEEP`; :data:`KEEP_MIN` while no keep was computed), so that the next epoch
+    finds the pages this one freed. ``MALLOC_MMAP_MAX_`` or
     ``MALLOC_TRIM_THRESHOLD_`` in the environment, or a libc other than glibc 2.33+: nothing
     changes (``active`` False). ``trims`` counts the trims inside the epoch."""
 
@@ -195,8 +199,12 @@ class BatchHeap:
         self.active = False
         libc = self._libc
         libc.mallopt(M_MMAP_MAX, MMAP_MAX_DEFAULT)
-        libc.mallopt(M_TRIM_THRESHOLD, max(TRIM_THRESHOLD_DEFAULT, EXIT_KEEP))
-        if libc.mallinfo2().fordblks > EXIT_KEEP:
+        free = libc.mallinfo2().fordblks
+        if free > EXIT_KEEP and self._over_keep(free):
             libc.malloc_trim(0)
+        # between epochs the arenas keep what they may keep inside one (glibc trims an
+        # arena's top above this threshold when a block is freed)
+        bound = self.keep if self.keep is not None else KEEP_MIN
+        libc.mallopt(M_TRIM_THRESHOLD, min(2**31 - 1, max(EXIT_KEEP, bound)))
         if self.trims:
             log.debug("epoch heap: %d trims at %.0f MiB free", self.trims, self.keep / 2**20)
