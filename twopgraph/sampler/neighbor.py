@@ -23,6 +23,15 @@ from twopgraph.sampler import batch_kernels, kernels
 _FRESH_STREAM = 0x46524553480A
 
 
+#: The one-line error of a batch whose seeds repeat a vertex.
+SEEDS_NOT_UNIQUE = "seeds must be unique"
+
+
+def seeds_out_of_range(n: int) -> str:
+    """The one-line error of a batch with a seed outside ``[0, n)``."""
+    return f"seed ids out of range [0, {n})"
+
+
 def check_seeds(seeds: np.ndarray | torch.Tensor, n: int) -> np.ndarray:
     """``seeds`` as a contiguous int64 array, refused (ConfigError) unless it is a non-empty
     1-D array of unique vertex ids in ``[0, n)``."""
@@ -32,13 +41,6 @@ def check_seeds(seeds: np.ndarray | torch.Tensor, n: int) -> np.ndarray:
     if np.unique(a).shape[0] != a.shape[0]:
         raise ConfigError(SEEDS_NOT_UNIQUE)
     return a
-
-
-SEEDS_NOT_UNIQUE = "seeds must be unique"
-
-
-def seeds_out_of_range(n: int) -> str:
-    return f"seed ids out of range [0, {n})"
 
 
 def seed_array(seeds: np.ndarray | torch.Tensor) -> np.ndarray:
