@@ -425,19 +425,31 @@ def _numpy_split(n):
     return half - half % 8
 
 
+#: Depth of :func:`_numpy_sum`'s stack: NumPy's halving of up to 2**64 entries.
+SUM_STACK = 64
+
+
 @njit(cache=True)
 def _numpy_sum(a, lo, n):
+    """``a[lo:lo + n].sum()`` in NumPy's own order (:func:`_numpy_sum_on`, with a stack of its
+    own)."""
+    if n <= 128:
+        return _numpy_block_sum(a, lo, n)
+    return _numpy_sum_on(a, lo, n, np.empty((3, SUM_STACK), dtype=np.int64),
+                         np.empty(SUM_STACK))
+
+
+@njit(cache=True)
+def _numpy_sum_on(a, lo, n, stack, left):
     """``a[lo:lo + n].sum()`` in NumPy's own order (pairwise: blocks of up to 128 entries,
     :func:`_numpy_block_sum`, summed as NumPy's recursion halves them), so that a kernel's
     float results equal its NumPy twin's bit for bit (checked against ``ndarray.sum`` for
     lengths 1-2000). The recursion is unrolled on a stack (a recursive numba function cannot
-    be loaded back from numba's cache)."""
+    be loaded back from numba's cache): ``stack`` (3 x :data:`SUM_STACK` int64) and ``left``
+    (:data:`SUM_STACK` float64) are its scratch, allocated once by a caller that sums often."""
     if n <= 128:
         return _numpy_block_sum(a, lo, n)
-    los = np.empty(64, dtype=np.int64)
-    ns = np.empty(64, dtype=np.int64)
-    left = np.empty(64)
-    state = np.empty(64, dtype=np.int64)  # 0: not split yet, 1: left half pending, 2: right
+    los, ns, state = stack[0], stack[1], stack[2]  # state 0: not split, 1: left pending, 2: right
     top = 0
     los[0], ns[0], state[0] = lo, n, 0
     while True:
@@ -468,7 +480,7 @@ def label_balanced(order, counts, size, target, batch_size, pool):
     bring the current batch's closest (L1, per vertex) to ``target`` x the batch's fill.
     ``counts`` (C x K int64: training vertices per cluster and label), ``size`` (C int64),
     ``target`` (K float64: the training set's label shares). The same order as the twin, bit
-    for bit (its float sums in NumPy's order, :func:`_numpy_sum`). O(C x pool x K)."""
+    for bit (its float sums in NumPy's order, :func:`_numpy_sum_on`). O(C x pool x K)."""
     nc = order.shape[0]
     k = counts.shape[1]
     out = np.empty_like(order)
@@ -479,6 +491,7 @@ def label_balanced(order, counts, size, target, batch_size, pool):
     nxt = wlen
     cur = np.zeros(k)
     row = np.empty(k)
+    stack, left = np.empty((3, SUM_STACK), dtype=np.int64), np.empty(SUM_STACK)
     fill = 0.0
     for i in range(nc):
         j = 0
@@ -488,7 +501,9 @@ def label_balanced(order, counts, size, target, batch_size, pool):
             f = fill + size[c]
             for q in range(k):
                 row[q] = abs(cur[q] + counts[c, q] - f * target[q])
-            err = _numpy_sum(row, 0, k) / f
+            total = _numpy_block_sum(row, 0, k) if k <= 128 else \
+                _numpy_sum_on(row, 0, k, stack, left)
+            err = total / f
             if err < best:
                 best = err
                 j = w
