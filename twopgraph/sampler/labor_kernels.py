@@ -92,22 +92,33 @@ def _pi_of(dmin, t, k):
 @njit(inline="always", cache=True)
 def _keep_row_dense(indices, st, d, ci, buf, key0, key1, ca, cb, smooth, nbrs, weights, o):
     """Keep the row ``indices[st:st+d]``'s neighbours with scale ``ci`` and the row's ``pi``
-    in ``buf`` (a certain edge draws no variate), writing them and their normalised inverse
-    probabilities from ``o`` on; returns how many were kept."""
-    m = 0
-    total = 0.0
-    for j in range(d):
-        t = indices[st + j]
-        if ci == np.inf:
-            p = 1.0
-        else:
+    in ``buf`` (a certain edge keeps whatever its variate), writing them and their
+    normalised inverse probabilities from ``o`` on (``nbrs`` and ``weights`` have room for
+    ``d`` entries there); returns how many were kept. Branch-free: every neighbour is
+    written at the next free slot with its probability, and the slot is taken only when the
+    neighbour is kept (a kept edge is ~1 in 10 on a large layer, so a branch on it
+    mispredicts); the kept ones' inverse probabilities are then summed in row order."""
+    if ci == np.inf:
+        for j in range(d):
+            nbrs[o + j] = indices[st + j]
+            weights[o + j] = 1.0
+        m = d
+    else:
+        m = 0
+        for j in range(d):
+            t = indices[st + j]
             p = ci * buf[j]
-            if p >= 1.0:  # a variate is below 1: a certain edge needs none
-                p = 1.0
-            elif variate(key0, key1, ca, cb, smooth, t) > p:
-                continue
-        total = _keep(nbrs, weights, o + m, t, 1.0 / p, total)
-        m += 1
+            sure = p >= 1.0
+            p = 1.0 if sure else p
+            keep = sure | (variate(key0, key1, ca, cb, smooth, t) <= p)
+            nbrs[o + m] = t
+            weights[o + m] = p
+            m += keep
+    total = 0.0
+    for q in range(o, o + m):
+        w = 1.0 / weights[q]
+        weights[q] = w
+        total += w
     _normalise(weights, o, m, total)
     return m
 
@@ -279,6 +290,24 @@ def labor_sample_dense_serial(indptr, indices, nodes, fanout, dmin, key0, key1, 
     return offsets, nbrs[:o], weights[:o]
 
 
+@njit(inline="always", cache=True)
+def _by_degree(deg, maxd):
+    """The indices of ``deg`` (ints in ``[0, maxd]``) by ascending value, equal values in
+    index order (a counting sort: ``O(n + maxd)``, ``maxd`` at most the layer's edges)."""
+    n = deg.shape[0]
+    at = np.zeros(maxd + 2, dtype=np.int64)
+    for i in range(n):
+        at[deg[i] + 1] += 1
+    for q in range(maxd + 1):
+        at[q + 1] += at[q]
+    order = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        q = deg[i]
+        order[at[q]] = i
+        at[q] += 1
+    return order
+
+
 @njit(nogil=True, cache=True)
 def labor_sample_dense_onepass(indptr, indices, nodes, fanout, dmin, key0, key1, ca, cb,
                                smooth):
@@ -292,8 +321,10 @@ def labor_sample_dense_onepass(indptr, indices, nodes, fanout, dmin, key0, key1,
     ``t``'s smallest dst degree is already final as far as ``s``'s ``pi_t`` goes --
     ``min(dmin[t], d_s)``, and ``dmin[t]`` only changes on ``t``'s first visit. Each row is
     read once (the two-pass kernels read it twice, with a random ``dmin`` access each time);
-    its kept edges go to a scratch in visiting order, then move to the dsts' order. Memory:
-    one id per in-edge (``touched``'s capacity), the kept edges twice, four int64 per dst."""
+    its kept edges go to a scratch in visiting order, then move to the dsts' order. ``pi``
+    comes from a table indexed by the smallest degree (no division per edge). Memory: one id
+    per in-edge (``touched``'s capacity), the kept edges twice, four int64 per dst, two
+    floats per degree up to the largest dst's."""
     n = nodes.shape[0]
     rst = np.empty(n, dtype=np.int64)
     rdeg = np.empty(n, dtype=np.int64)
@@ -307,8 +338,11 @@ def labor_sample_dense_onepass(indptr, indices, nodes, fanout, dmin, key0, key1,
         rdeg[i] = indptr[v + 1] - rst[i]
         m_all += rdeg[i]
         maxd = max(maxd, rdeg[i])
-    order = np.argsort(rdeg)
+    order = _by_degree(rdeg, maxd)
     buf = np.empty(maxd, dtype=np.float64)
+    pid = np.empty(maxd + 1, dtype=np.float64)  # pi of each smallest dst degree
+    for q in range(maxd + 1):
+        pid[q] = _pi_deg(q, fanout)
     touched = np.empty(m_all, dtype=indices.dtype)
     count = 0
     at = np.empty(n, dtype=np.int64)  # where each dst's kept edges start in the scratch
@@ -325,17 +359,17 @@ def labor_sample_dense_onepass(indptr, indices, nodes, fanout, dmin, key0, key1,
         nbrs, weights = _room(nbrs, weights, o, d)
         rest = 0.0
         pmax = 0.0
-        for j in range(d):
+        for j in range(d):  # branch-free: a first visit is ~1 edge in 4, unpredictable
             if j + PREFETCH_DIST < d:
                 prefetch(dmin, indices[st + j + PREFETCH_DIST])
             t = indices[st + j]
             q = dmin[t]
-            if q == 0:  # t's first dst: the smallest degree it will see
-                touched[count] = t
-                count += 1
-                dmin[t] = d
-                q = d
-            p = _pi_deg(q, fanout)
+            first = q == 0  # t's first dst: the smallest degree it will see
+            touched[count] = t  # kept only on a first visit
+            count += first
+            q = d if first else q
+            dmin[t] = q
+            p = pid[q]
             buf[j] = p
             rest += p
             pmax = max(pmax, p)
@@ -487,17 +521,19 @@ def _keep_row_uniform(indices, start, d, p, key0, nbrs, weights, o):
     ``p`` (< 1 or 1): neighbour ``t`` is kept iff its variate ``(draw(key0, t, 0) >> 11) /
     2**53 <= p``, decided exactly in integers as ``draw >> 11 <= floor(p 2**53)`` (the
     variate is a 53-bit integer over a power of two); kept ones go to ``nbrs[o:]`` with weight
-    ``1 / p`` in ``weights``. Returns how many and the sum of their weights (summed one by
-    one, as the general path does)."""
+    ``1 / p`` in ``weights`` (both have room for ``d`` entries there). Returns how many and
+    the sum of their weights (summed one by one, as the general path does)."""
     thr = np.uint64(math.floor(p * 9007199254740992.0))
     w = 1.0 / p
     m = 0
-    total = 0.0
-    for j in range(d):
+    for j in range(d):  # branch-free: every neighbour written, the slot taken if kept
         t = indices[start + j]
-        if (draw(key0, t, 0) >> np.uint64(11)) <= thr:
-            total = _keep(nbrs, weights, o + m, t, w, total)
-            m += 1
+        nbrs[o + m] = t
+        m += (draw(key0, t, 0) >> np.uint64(11)) <= thr
+    total = 0.0
+    for q in range(o, o + m):
+        weights[q] = w
+        total += w
     return m, total
 
 
