@@ -90,6 +90,24 @@ def _pi_of(dmin, t, k):
 
 
 @njit(inline="always", cache=True)
+def _mark_row_dense(indices, st, d, ci, buf, key0, key1, ca, cb, smooth, nbrs, weights, o):
+    """:func:`_keep_row_dense`'s choice of a row with a finite scale ``ci``: every neighbour
+    written at the next free slot of ``nbrs`` with its probability ``min(1, ci buf[j])`` in
+    ``weights``, the slot taken when it is kept; returns how many were."""
+    m = 0
+    for j in range(d):
+        t = indices[st + j]
+        p = ci * buf[j]
+        sure = p >= 1.0
+        p = 1.0 if sure else p
+        keep = sure | (variate(key0, key1, ca, cb, smooth, t) <= p)
+        nbrs[o + m] = t
+        weights[o + m] = p
+        m += keep
+    return m
+
+
+@njit(inline="always", cache=True)
 def _keep_row_dense(indices, st, d, ci, buf, key0, key1, ca, cb, smooth, nbrs, weights, o):
     """Keep the row ``indices[st:st+d]``'s neighbours with scale ``ci`` and the row's ``pi``
     in ``buf`` (a certain edge keeps whatever its variate), writing them and their
@@ -103,17 +121,12 @@ def _keep_row_dense(indices, st, d, ci, buf, key0, key1, ca, cb, smooth, nbrs, w
             nbrs[o + j] = indices[st + j]
             weights[o + j] = 1.0
         m = d
-    else:
-        m = 0
-        for j in range(d):
-            t = indices[st + j]
-            p = ci * buf[j]
-            sure = p >= 1.0
-            p = 1.0 if sure else p
-            keep = sure | (variate(key0, key1, ca, cb, smooth, t) <= p)
-            nbrs[o + m] = t
-            weights[o + m] = p
-            m += keep
+    elif smooth:
+        m = _mark_row_dense(indices, st, d, ci, buf, key0, key1, ca, cb, True, nbrs, weights,
+                            o)
+    else:  # a loop of its own: the smooth variates' calls would crowd its registers
+        m = _mark_row_dense(indices, st, d, ci, buf, key0, key1, ca, cb, False, nbrs,
+                            weights, o)
     total = 0.0
     for q in range(o, o + m):
         w = 1.0 / weights[q]
@@ -363,11 +376,11 @@ def labor_sample_dense_onepass(indptr, indices, nodes, fanout, dmin, key0, key1,
             if j + PREFETCH_DIST < d:
                 prefetch(dmin, indices[st + j + PREFETCH_DIST])
             t = indices[st + j]
-            q = dmin[t]
-            first = q == 0  # t's first dst: the smallest degree it will see
+            q0 = dmin[t]
+            first = np.int64(q0 == 0)  # t's first dst: the smallest degree it will see
             touched[count] = t  # kept only on a first visit
             count += first
-            q = d if first else q
+            q = q0 + d * first  # (no select: LLVM makes it a branch)
             dmin[t] = q
             p = pid[q]
             buf[j] = p
