@@ -806,7 +806,7 @@ def check_labor_sample(kernel, twin):
 
 
 def check_labor_min_degree(kernel, twin):
-    from twopgraph.sampler.labor_kernels import _pi_of
+    from twopgraph.sampler.labor_dense import _pi_of
     from twopgraph.sampler.labor_pi import labor_pi_ref
     for dtype in (None, np.int64):
         for g, nodes, cand, num_cand, seed in _labor_layers(dtype):
@@ -827,7 +827,7 @@ def check_labor_min_degree(kernel, twin):
 
 
 def check_labor_sample_dense(kernel, twin):
-    from twopgraph.sampler.labor_kernels import labor_min_degree_ref
+    from twopgraph.sampler.labor_dense import labor_min_degree_ref
     for dtype in (None, np.int64):
         for g, nodes, cand, num_cand, seed in _labor_layers(dtype):
             dmin = np.zeros(g.num_nodes, dtype=np.int32)
@@ -891,10 +891,10 @@ CHECKS = {
     "twopgraph.sampler.labor_variates.labor_variates_serial": check_labor_variates,
     "twopgraph.sampler.labor_kernels.labor_sample": check_labor_sample,
     "twopgraph.sampler.labor_kernels.labor_sample_serial": check_labor_sample,
-    "twopgraph.sampler.labor_kernels.labor_min_degree": check_labor_min_degree,
-    "twopgraph.sampler.labor_kernels.labor_sample_dense": check_labor_sample_dense,
-    "twopgraph.sampler.labor_kernels.labor_sample_dense_serial": check_labor_sample_dense,
-    "twopgraph.sampler.labor_kernels.labor_sample_dense_onepass":
+    "twopgraph.sampler.labor_dense.labor_min_degree": check_labor_min_degree,
+    "twopgraph.sampler.labor_dense.labor_sample_dense": check_labor_sample_dense,
+    "twopgraph.sampler.labor_dense.labor_sample_dense_serial": check_labor_sample_dense,
+    "twopgraph.sampler.labor_dense.labor_sample_dense_onepass":
         check_labor_sample_dense_onepass,
     "twopgraph.cache.kernels.window_announce": check_window_announce,
     "twopgraph.cache.kernels.window_consume": check_window_consume,

@@ -52,6 +52,7 @@ KERNEL_MODULES = (
     "twopgraph.sampler.labor_variates",
     "twopgraph.sampler.labor_pi",
     "twopgraph.sampler.labor_kernels",
+    "twopgraph.sampler.labor_dense",
     "twopgraph.cache.kernels",
     "twopgraph.locality.kernels",
     "twopgraph.locality.labelprop",

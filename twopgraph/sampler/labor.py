@@ -8,7 +8,8 @@ neighbours in expectation; ``pi`` is uniform (LABOR-0, ``iterations=0``) or the 
 few fixed-point rounds (LABOR-*, ``iterations >= 1``) that raise the importance of vertices
 many dsts share. Every kept edge carries its inverse inclusion probability, normalised per dst,
 in :attr:`~twopgraph.core.minibatch.Block.edge_weight` (SAGE's mean and GCN's normalisation read
-it: an estimator of the full-neighbour mean). The kernels are in :mod:`.labor_kernels`.
+it: an estimator of the full-neighbour mean). The kernels are in :mod:`.labor_kernels`
+(LABOR-1 from each vertex's smallest dst degree: :mod:`.labor_dense`).
 
 Variates are counter-based (:mod:`twopgraph.core.rng`), keyed by (seed, batch, layer, vertex) --
 never by dst: ``layer_dependency`` drops the layer (the same variates in every layer: a vertex
@@ -35,7 +36,7 @@ from twopgraph.core.protocols import SAMPLERS
 from twopgraph.core.rng import mix_key
 from twopgraph.errors import ConfigError
 from twopgraph.graph.data import CSRGraph
-from twopgraph.sampler import kernels, labor_kernels, labor_pi, labor_variates
+from twopgraph.sampler import kernels, labor_dense, labor_kernels, labor_pi, labor_variates
 from twopgraph.sampler.neighbor import NeighborSampler, NodeMap, RelabelTable, check_seeds, settled
 
 # Stream tags of the variate keys: the loader's (epoch, batch) keys, plain int keys, key-less
@@ -115,7 +116,7 @@ class LaborSampler(NeighborSampler):
 
     def _dense_scratch(self) -> "np.ndarray | None":
         """This thread's vertex-indexed scratch for LABOR-1 (each vertex's smallest dst
-        degree in a layer, :func:`~.labor_kernels.labor_min_degree`; zero between layers),
+        degree in a layer, :func:`~.labor_dense.labor_min_degree`; zero between layers),
         or None while the thread numbers candidates through its table instead. The thread
         switches once its candidate table has been as large (:meth:`_maybe_densify`), so its
         state stays min(4 N bytes (8 N from 2**31 vertices), the table's ~40 bytes per
@@ -261,12 +262,12 @@ class LaborSampler(NeighborSampler):
         return self._expand(seeds, draw)
 
     def _draw_dense(self, nodes, fanout, dmin, parallel, key0, key1, ca, cb):
-        """One LABOR-1 layer through the vertex-indexed scratch (:func:`~.labor_kernels.
-        labor_min_degree` then :func:`~.labor_kernels.labor_sample_dense` in parallel,
-        :func:`~.labor_kernels.labor_sample_dense_onepass` on one thread): the same kept edges
+        """One LABOR-1 layer through the vertex-indexed scratch (:func:`~.labor_dense.
+        labor_min_degree` then :func:`~.labor_dense.labor_sample_dense` in parallel,
+        :func:`~.labor_dense.labor_sample_dense_onepass` on one thread): the same kept edges
         and weights as the numbered path. The scratch is zeroed again afterwards; if anything
         fails in between, the thread drops it (it then numbers candidates again)."""
-        g, lk = self.graph, labor_kernels
+        g, lk = self.graph, labor_dense
         try:
             if parallel:
                 touched = lk.labor_min_degree(g.indptr, g.indices, nodes, dmin)
