@@ -22,7 +22,13 @@ from numba import njit, prange
 
 from twopgraph.runtime.jit import register
 from twopgraph.runtime.prefetch import MAP_PREFETCH_DIST, PREFETCH_DIST, prefetch
-from twopgraph.sampler.labor_kernels import _keep, _normalise, _room, labor_sample_ref
+from twopgraph.sampler.labor_kernels import (
+    _keep,
+    _kept_buffers,
+    _normalise,
+    _room,
+    labor_sample_ref,
+)
 from twopgraph.sampler.labor_pi import (
     _ROWS_AHEAD,
     _SOLVE_CHUNK,
@@ -244,8 +250,7 @@ def labor_sample_dense_serial(indptr, indices, nodes, fanout, dmin, key0, key1, 
     buf = np.empty(maxd, dtype=np.float64)
     offsets = np.empty(n + 1, dtype=np.int64)
     offsets[0] = 0
-    nbrs = np.empty(16 * n + 64, dtype=indices.dtype)
-    weights = np.empty(16 * n + 64, dtype=np.float64)
+    nbrs, weights = _kept_buffers(indices, n)
     o = 0
     for i in range(n):
         _prefetch_row(indptr, indices, nodes, i + _ROWS_AHEAD)
@@ -318,8 +323,7 @@ def labor_sample_dense_onepass(indptr, indices, nodes, fanout, dmin, key0, key1,
     count = 0
     at = np.empty(n, dtype=np.int64)  # where each dst's kept edges start in the scratch
     kept = np.empty(n, dtype=np.int64)
-    nbrs = np.empty(16 * n + 64, dtype=indices.dtype)
-    weights = np.empty(16 * n + 64, dtype=np.float64)
+    nbrs, weights = _kept_buffers(indices, n)
     o = 0
     for r in range(n):
         if r + _ROWS_AHEAD < n:

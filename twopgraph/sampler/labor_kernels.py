@@ -36,6 +36,18 @@ from twopgraph.sampler.labor_pi import (
 )
 from twopgraph.sampler.labor_variates import variate, variate_ref
 
+#: Kept edges per dst that a kernel's output arrays first have room for (they double when a
+#: row might not fit: :func:`_room`).
+_KEPT_PER_DST = 16
+
+
+@njit(inline="always", cache=True)
+def _kept_buffers(indices, n):
+    """``(nbrs, weights)``: the first output arrays of a kernel over ``n`` dsts, room for
+    ``_KEPT_PER_DST`` kept edges per dst (``nbrs`` in ``indices``' dtype, float64 weights)."""
+    size = _KEPT_PER_DST * n + 64
+    return np.empty(size, dtype=indices.dtype), np.empty(size, dtype=np.float64)
+
 
 @njit(inline="always", cache=True)
 def _room(nbrs, weights, o, d):
@@ -181,8 +193,7 @@ def labor_sample_serial(indptr, indices, nodes, c, pi, cand, rv, key0, key1, ca,
     n = nodes.shape[0]
     offsets = np.empty(n + 1, dtype=np.int64)
     offsets[0] = 0
-    nbrs = np.empty(16 * n + 64, dtype=indices.dtype)
-    weights = np.empty(16 * n + 64, dtype=np.float64)
+    nbrs, weights = _kept_buffers(indices, n)
     o = 0
     ce0 = 0
     for i in range(n):
