@@ -3,6 +3,7 @@ batches whatever the plan, and the announce-before-gather contract of feature so
 
 from __future__ import annotations
 
+import sys
 import threading
 
 import numba
@@ -14,6 +15,7 @@ from twopgraph.cache import FeatureCache, HostFeatures, PolicyContext, make_poli
 from twopgraph.graph.data import CSRGraph
 from twopgraph.locality import RandomScheduler
 from twopgraph.pipeline.loader import Loader, ThreadPlan
+from twopgraph.runtime.priority import BACKGROUND_NICE, thread_nice
 from twopgraph.sampler import NeighborSampler
 
 
@@ -78,6 +80,51 @@ def test_sampling_workers_run_serial_with_one_numba_thread():
     names = {name for name, _, _ in spy.calls}
     assert len(names) > 1 and threading.current_thread().name not in names
     assert all(n == 1 and not par for _, n, par in spy.calls)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="per-thread nice values: Linux")
+@pytest.mark.parametrize("threads", [2, 8])
+def test_a_cpu_epochs_background_threads_give_way_to_the_step(threads):
+    """CPU training: the threads that sample ahead (the prefetch thread with 2 threads, the
+    workers with 8) run at BACKGROUND_NICE; the caller's thread (the step's) keeps its own."""
+    main = thread_nice()
+    if main >= BACKGROUND_NICE:
+        pytest.skip("this process already runs at the background nice value")
+    g = _graph()
+    nices = []
+
+    class Recording(NeighborSampler):
+        def sample(self, seeds, key=None, parallel=True):
+            nices.append(thread_nice())
+            return super().sample(seeds, key, parallel)
+
+    loader = Loader(RandomScheduler(np.arange(600), 40, seed=0), Recording(g, [4, 4]),
+                    HostFeatures(torch.randn(g.num_nodes, 3)), threads=threads)
+    assert loader.background_nice == BACKGROUND_NICE
+    assert sum(1 for _ in loader.epoch(0)) == 15
+    loader.close()
+    assert len(nices) == 15 and set(nices) == {BACKGROUND_NICE}
+    assert thread_nice() == main
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="per-thread nice values: Linux")
+def test_sampling_workers_take_the_nice_value_they_are_given():
+    """Workers started from the caller's thread (which keeps its own value) take ``nice``."""
+    from twopgraph.sampler.stream import sampled_batches
+    if thread_nice() >= 7:
+        pytest.skip("this process already runs at nice 7")
+    g = _graph()
+    nices = []
+
+    class Recording(NeighborSampler):
+        def sample(self, seeds, key=None, parallel=True):
+            nices.append(thread_nice())
+            return super().sample(seeds, key, parallel)
+
+    main = thread_nice()
+    got = list(sampled_batches(RandomScheduler(np.arange(600), 40, seed=0), Recording(g, [4]),
+                               0, workers=2, nice=7))
+    assert len(got) == len(nices) == 15 and set(nices) == {7} and thread_nice() == main
 
 
 @pytest.mark.parametrize("threads, prefetch", [(1, 0), (2, 2), (3, 1), (8, 4)])

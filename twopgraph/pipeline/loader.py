@@ -33,7 +33,10 @@ whole process keeps busy -- see :class:`ThreadPlan`. The loader sets numba's thr
 inside every thread it starts (numba's count is per thread) and checks at start-up that numba
 uses a thread-safe threading layer (:func:`twopgraph.runtime.jit.configure_threading`). Sampling is
 deterministic per (seed, epoch, batch), so neither the thread count nor the lookahead changes
-the batches. Times and row/byte counts of each stage go into :class:`EpochStats`.
+the batches. Times and row/byte counts of each stage go into :class:`EpochStats`. When the model
+computes on the host's cores (no CUDA device), the prefetch thread and the sampling workers run
+at the nice value :data:`~twopgraph.runtime.priority.BACKGROUND_NICE`: they give way to the
+step's threads and take the moments those leave a core idle (:mod:`twopgraph.runtime.priority`).
 
 CUDA device of the threads: every thread the loader starts (the prefetch thread, the sampling
 workers) makes the loader's CUDA device its current device before its first CUDA call
@@ -71,6 +74,7 @@ from twopgraph.core.protocols import FeatureSource, Sampler, Scheduler
 from twopgraph.runtime.gputime import gpu_span
 from twopgraph.runtime.heap import BatchHeap
 from twopgraph.runtime.jit import configure_threading, thread_count
+from twopgraph.runtime.priority import background_nice, lower_priority
 from twopgraph.sampler.stream import SamplerThreads, sampled_batches, use_device
 from twopgraph.store import mapped as livemap
 
@@ -254,6 +258,9 @@ class Loader:
         self.thread_device: torch.device | None = (
             self.device if self.cuda else
             self.sampler_device if self.sampler_device.type == "cuda" else None)
+        #: the nice value of the prefetch thread and the sampling workers of training epochs
+        #: (:func:`~twopgraph.runtime.priority.background_nice`)
+        self.background_nice = background_nice(self.device, self.sampler_device)
         self.copy_stream = torch.cuda.Stream(self.device) if self.cuda else None
         self.sample_stream = (torch.cuda.Stream(self.sampler_device)
                               if self.sampler_device.type == "cuda" else None)
@@ -286,7 +293,8 @@ class Loader:
             it = ((mb, None) for mb in batches)
         if self.cuda:
             it = self._copied(it)
-        for mb, ready in _prefetch(it, self.prefetch, self._live_queue, self.thread_device):
+        for mb, ready in _prefetch(it, self.prefetch, self._live_queue, self.thread_device,
+                                   self.background_nice):
             livemap.check()  # a store file truncated or rewritten under the run: one line
             yield self._consumed(mb, ready)
 
@@ -356,7 +364,8 @@ class Loader:
             sampler = AdvisingSampler(sampler, self.features.advise)
             before = ra.counts()
         for mb, secs in sampled_batches(self.scheduler, sampler, epoch, self.plan.workers,
-                                        self.thread_device, self.sampler_threads):
+                                        self.thread_device, self.sampler_threads,
+                                        self.background_nice):
             _count_sampled(stats, mb, secs)
             if ra is not None:
                 now = ra.counts()
@@ -515,14 +524,15 @@ _DONE = object()
 
 def _prefetch(it: Iterator, depth: int,
               live: Callable[[queue.Queue | None], None] | None = None,
-              device: torch.device | None = None) -> Iterator:
+              device: torch.device | None = None, nice: int = 0) -> Iterator:
     """Run ``it`` in a background thread (numba: one thread there), ``depth`` items ahead;
     ``depth`` 0 runs it inline. Exceptions are re-raised in the consumer; closing the consumer
     stops the producer. ``live`` is handed the queue while it runs (its ``maxsize`` may be
     lowered then) and None after. A CUDA ``device`` is made the background thread's current
     device before ``it`` runs there (:func:`~twopgraph.sampler.stream.use_device`); inline,
     each step of ``it`` runs under a device guard of it instead (the caller's thread keeps
-    its own current device between the items)."""
+    its own current device between the items). The background thread takes the nice value
+    ``nice`` (:func:`~twopgraph.runtime.priority.lower_priority`; 0: unchanged)."""
     if depth <= 0:
         if device is None or device.type != "cuda":
             yield from it
@@ -548,6 +558,7 @@ def _prefetch(it: Iterator, depth: int,
     def produce():
         try:
             use_device(device)  # before the first CUDA call of this thread
+            lower_priority(nice)
             with thread_count(1):
                 for item in it:
                     while not stop.is_set():

@@ -28,6 +28,7 @@ import torch
 from twopgraph.core.minibatch import MiniBatch
 from twopgraph.core.protocols import Sampler, Scheduler
 from twopgraph.core.rng import batch_key
+from twopgraph.runtime.priority import lower_priority
 
 
 class SamplerThreads:
@@ -37,23 +38,26 @@ class SamplerThreads:
     N-sized map it settles to) and the pages of its malloc arena -- which fresh threads would
     build again every epoch (measured: the first two batches of a fresh thread take 2-3x a
     warm one's time on a 200,000-vertex graph, a quarter of a 16-batch epoch). One pool per
-    ``(workers, device)``; :meth:`close` stops them (idle threads also end when this object
-    is collected)."""
+    ``(workers, device, nice)``; :meth:`close` stops them (idle threads also end when this
+    object is collected)."""
 
     def __init__(self) -> None:
         self._pools: dict[tuple[int, str], ThreadPoolExecutor] = {}
         self._lock = threading.Lock()
 
-    def pool(self, workers: int, device: torch.device | str | None) -> ThreadPoolExecutor:
+    def pool(self, workers: int, device: torch.device | str | None,
+             nice: int = 0) -> ThreadPoolExecutor:
         """The pool of ``workers`` threads whose current CUDA device is ``device``
-        (:func:`use_device`), made on first use."""
-        key = (int(workers), str(device))
+        (:func:`use_device`) and whose nice value is at least ``nice``
+        (:func:`~twopgraph.runtime.priority.lower_priority`; 0: as the process's), made on
+        first use."""
+        key = (int(workers), str(device), int(nice))
         with self._lock:
             pool = self._pools.get(key)
             if pool is None:
                 pool = self._pools[key] = ThreadPoolExecutor(
                     workers, thread_name_prefix="twopgraph-sampler",
-                    initializer=functools.partial(_worker_setup, device))
+                    initializer=functools.partial(_worker_setup, device, nice))
             return pool
 
     def close(self) -> None:
@@ -66,7 +70,7 @@ class SamplerThreads:
 
 def sampled_batches(scheduler: Scheduler, sampler: Sampler, epoch: int,
                     workers: int = 1, device: torch.device | str | None = None,
-                    threads: SamplerThreads | None = None
+                    threads: SamplerThreads | None = None, nice: int = 0
                     ) -> Iterator[tuple[MiniBatch, float]]:
     """``(batch, seconds spent sampling it)`` for every batch of ``epoch``, in schedule order;
     ``batch.batch_id`` is its position in the epoch.
@@ -76,7 +80,9 @@ def sampled_batches(scheduler: Scheduler, sampler: Sampler, epoch: int,
     batches in flight, stopped when the iterator is closed: the threads of ``threads``
     (kept for the next epoch), or, without it, threads started here and stopped at the end.
     Each of them makes ``device`` (default: the sampler's ``device``, if it has one) its
-    current CUDA device first (:func:`use_device`; nothing for a CPU device).
+    current CUDA device first (:func:`use_device`; nothing for a CPU device), and takes the
+    nice value ``nice`` (:func:`~twopgraph.runtime.priority.lower_priority`: workers that
+    sample beside a model computing on the same cores give way to it; 0: unchanged).
     """
     jobs = ((b, seeds, batch_key(epoch, b))
             for b, seeds in enumerate(scheduler.batches(epoch)))
@@ -94,7 +100,7 @@ def sampled_batches(scheduler: Scheduler, sampler: Sampler, epoch: int,
     if device is None:
         device = getattr(sampler, "device", None)
     own = threads is None
-    pool = (SamplerThreads() if own else threads).pool(workers, device)
+    pool = (SamplerThreads() if own else threads).pool(workers, device, nice)
     pending: deque = deque(pool.submit(timed, *job) for job in itertools.islice(jobs, 2 * workers))
     try:
         while pending:
@@ -128,10 +134,12 @@ def use_device(device: torch.device | str | None) -> bool:
     return True
 
 
-def _worker_setup(device: torch.device | str | None) -> None:
-    """A sampling worker thread: its CUDA device (:func:`use_device`), then serial numba:
-    worker threads run serial kernels; a parallel one (a sampler of a user's) gets one thread
-    instead of numba's default of every core (numba's count is per thread)."""
+def _worker_setup(device: torch.device | str | None, nice: int = 0) -> None:
+    """A sampling worker thread: its CUDA device (:func:`use_device`), its nice value
+    (:func:`~twopgraph.runtime.priority.lower_priority`), then serial numba: worker threads
+    run serial kernels; a parallel one (a sampler of a user's) gets one thread instead of
+    numba's default of every core (numba's count is per thread)."""
     use_device(device)
+    lower_priority(nice)
     import numba
     numba.set_num_threads(1)
