@@ -42,7 +42,7 @@ class SamplerThreads:
     object is collected)."""
 
     def __init__(self) -> None:
-        self._pools: dict[tuple[int, str], ThreadPoolExecutor] = {}
+        self._pools: dict[tuple[int, str, int], ThreadPoolExecutor] = {}
         self._lock = threading.Lock()
 
     def pool(self, workers: int, device: torch.device | str | None,
