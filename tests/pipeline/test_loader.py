@@ -82,6 +82,18 @@ def test_sampling_workers_run_serial_with_one_numba_thread():
     assert all(n == 1 and not par for _, n, par in spy.calls)
 
 
+class NiceRecording(NeighborSampler):
+    """A sampler that records the nice value of the thread of every call."""
+
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        self.nices = []
+
+    def sample(self, seeds, key=None, parallel=True):
+        self.nices.append(thread_nice())
+        return super().sample(seeds, key, parallel)
+
+
 @pytest.mark.skipif(sys.platform != "linux", reason="per-thread nice values: Linux")
 @pytest.mark.parametrize("threads", [2, 8])
 def test_a_cpu_epochs_background_threads_give_way_to_the_step(threads):
@@ -91,19 +103,13 @@ def test_a_cpu_epochs_background_threads_give_way_to_the_step(threads):
     if main >= BACKGROUND_NICE:
         pytest.skip("this process already runs at the background nice value")
     g = _graph()
-    nices = []
-
-    class Recording(NeighborSampler):
-        def sample(self, seeds, key=None, parallel=True):
-            nices.append(thread_nice())
-            return super().sample(seeds, key, parallel)
-
-    loader = Loader(RandomScheduler(np.arange(600), 40, seed=0), Recording(g, [4, 4]),
+    spy = NiceRecording(g, [4, 4])
+    loader = Loader(RandomScheduler(np.arange(600), 40, seed=0), spy,
                     HostFeatures(torch.randn(g.num_nodes, 3)), threads=threads)
     assert loader.background_nice == BACKGROUND_NICE
     assert sum(1 for _ in loader.epoch(0)) == 15
     loader.close()
-    assert len(nices) == 15 and set(nices) == {BACKGROUND_NICE}
+    assert len(spy.nices) == 15 and set(spy.nices) == {BACKGROUND_NICE}
     assert thread_nice() == main
 
 
@@ -114,17 +120,12 @@ def test_sampling_workers_take_the_nice_value_they_are_given():
     if thread_nice() >= 7:
         pytest.skip("this process already runs at nice 7")
     g = _graph()
-    nices = []
-
-    class Recording(NeighborSampler):
-        def sample(self, seeds, key=None, parallel=True):
-            nices.append(thread_nice())
-            return super().sample(seeds, key, parallel)
-
     main = thread_nice()
-    got = list(sampled_batches(RandomScheduler(np.arange(600), 40, seed=0), Recording(g, [4]),
-                               0, workers=2, nice=7))
-    assert len(got) == len(nices) == 15 and set(nices) == {7} and thread_nice() == main
+    spy = NiceRecording(g, [4])
+    got = list(sampled_batches(RandomScheduler(np.arange(600), 40, seed=0), spy, 0,
+                               workers=2, nice=7))
+    assert len(got) == len(spy.nices) == 15 and set(spy.nices) == {7}
+    assert thread_nice() == main
 
 
 @pytest.mark.parametrize("threads, prefetch", [(1, 0), (2, 2), (3, 1), (8, 4)])
