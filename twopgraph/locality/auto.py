@@ -67,14 +67,19 @@ AUTO_THRESHOLD = 0.6
 #: clusters per batch 0.54: 3.1, 8 per batch 0.44: 0.2, 16 per batch 0.31: 0.1; a 1.2M-vertex
 #: graph of 100 classes with weaker communities 8 per batch 0.60: 14.1, 16 per batch 0.49:
 #: 1.6, 32 per batch 0.35: 0.2 -- the threshold sits between 0.44 (kept) and 0.49 (lost).
-#: Checked on synthetic-products (not used to choose it): docs/architecture.md.
+#: Checked on synthetic-products (not used to choose it): docs/architecture.md. It guards
+#: against large losses; the finer trade (a tenth of a point against input vertices) is the
+#: first candidate below.
 LABEL_SKEW_THRESHOLD = 0.46
 #: Clusters per batch ``--schedule auto`` tries on a large graph under ``--num-clusters 0``
 #: (:func:`choose_clusters`), in order: the first whose batches' label skew is at most
 #: :data:`LABEL_SKEW_THRESHOLD` is kept (more clusters per batch: more classes in a batch, more
-#: input vertices). On the 100-class graph of :data:`LABEL_SKEW_THRESHOLD`'s table 8 and 16
-#: per batch are too skewed and 32 per batch keep locality at 0.52x random's input vertices.
-CLUSTERS_PER_BATCH_CANDIDATES = (8, 16, 32)
+#: input vertices). The first is the default count
+#: (:data:`~twopgraph.locality.cluster.DEFAULT_CLUSTERS_PER_BATCH`, 12: how it was chosen is
+#: in :func:`~twopgraph.locality.cluster.default_num_clusters`). On the 100-class graph of
+#: :data:`LABEL_SKEW_THRESHOLD`'s table 8 and 16 per batch are too skewed and 32 per batch
+#: keep locality at 0.52x random's input vertices.
+CLUSTERS_PER_BATCH_CANDIDATES = (12, 16, 32)
 #: batches of epoch 0 measured per scheduler (fewer when an epoch has fewer)
 AUTO_BATCHES = 8
 #: The probe before clustering (:func:`probe_locality`): batches of seeds that are close in

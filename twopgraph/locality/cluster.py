@@ -57,7 +57,7 @@ log = logging.getLogger("twopgraph")
 CACHE_FORMAT = 3
 # Default cluster count (see default_num_clusters): on a graph much larger than what one batch
 # reaches, a batch is DEFAULT_CLUSTERS_PER_BATCH whole clusters ...
-DEFAULT_CLUSTERS_PER_BATCH = 8
+DEFAULT_CLUSTERS_PER_BATCH = 12
 # ... where "much larger" means at least LOCALITY_NODES_PER_SEED vertices per seed of a batch
 # (a 3-layer 15,10,5 batch of B random seeds reaches ~540 x B distinct vertices on
 # synthetic-products); on smaller graphs a batch reaches most of the graph whatever the order,
@@ -135,11 +135,15 @@ def default_num_clusters(num_nodes: int, num_train: int, batch_size: int,
 
     Large graphs (``num_nodes >= LOCALITY_NODES_PER_SEED * batch_size``): ``clusters_per_batch``
     clusters per batch, i.e. ``clusters_per_batch * ceil(num_train / batch_size)`` clusters.
-    Chosen on scaled:2000000 (157 batches, LABOR, 2 epochs; test accuracy, input vertices
-    per batch): 4 clusters per batch 0.8235 and 58,712, 8 per batch 0.8530 and 65,035, 16 per
-    batch 0.8540 and 75,934, random order 0.8547 and 214,877 (issue 41; 4 per batch were the
-    default before, chosen on synthetic-products at 3 epochs). Where even 8 per batch leave
-    a batch with too few classes, ``--schedule auto`` takes random order
+    Chosen on scaled:2000000 (157 batches, LABOR-1, 2 epochs, seeds 0-2; mean test
+    accuracy, input vertices per batch, epoch on 2 cores): 8 clusters per batch 0.8518 (sd
+    0.0014), 65,035 and 9.95 s; 12 per batch 0.8534 (sd 0.0002), 70,780 and 10.33 s; 16 per
+    batch 0.8539 (sd 0.0002), 75,930 and 11.24 s; random order 0.8549, 214,700 and 26.2 s;
+    DGL 1.1.3 (random, neighbour sampling) 0.8537. 12 per batch reach DGL's accuracy within
+    a seed's spread for 4% of epoch time over 8 (16: 13%). Issue 41: 4 per batch were the
+    default before 8 (chosen on synthetic-products at 3 epochs; 0.8235 here), 8 before 12.
+    Where even these leave a batch with too few classes, ``--schedule auto`` tries more
+    (:data:`~twopgraph.locality.auto.CLUSTERS_PER_BATCH_CANDIDATES`) or takes random order
     (:data:`~twopgraph.locality.auto.LABEL_SKEW_THRESHOLD`).
 
     Small graphs: at least ``min(min_clusters, num_nodes // 8)`` clusters (and at least
