@@ -77,8 +77,8 @@ LABEL_SKEW_THRESHOLD = 0.46
 #: input vertices). The first is the default count
 #: (:data:`~twopgraph.locality.cluster.DEFAULT_CLUSTERS_PER_BATCH`, 12: how it was chosen is
 #: in :func:`~twopgraph.locality.cluster.default_num_clusters`). On the 100-class graph of
-#: :data:`LABEL_SKEW_THRESHOLD`'s table 8 and 16 per batch are too skewed and 32 per batch
-#: keep locality at 0.52x random's input vertices.
+#: :data:`LABEL_SKEW_THRESHOLD`'s table 12 (skew 0.54) and 16 per batch (0.49) are too skewed
+#: and 32 per batch keep locality at 0.52x random's input vertices.
 CLUSTERS_PER_BATCH_CANDIDATES = (12, 16, 32)
 #: batches of epoch 0 measured per scheduler (fewer when an epoch has fewer)
 AUTO_BATCHES = 8
