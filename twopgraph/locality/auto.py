@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from twopgraph.core.protocols import Graph, Sampler
+from twopgraph.locality.cluster import DEFAULT_CLUSTERS_PER_BATCH
 from twopgraph.locality.schedule import make_scheduler
 from twopgraph.sampler.auto import input_vertices  # noqa: F401  (also this module's name)
 
@@ -74,12 +75,12 @@ LABEL_SKEW_THRESHOLD = 0.46
 #: Clusters per batch ``--schedule auto`` tries on a large graph under ``--num-clusters 0``
 #: (:func:`choose_clusters`), in order: the first whose batches' label skew is at most
 #: :data:`LABEL_SKEW_THRESHOLD` is kept (more clusters per batch: more classes in a batch, more
-#: input vertices). The first is the default count
-#: (:data:`~twopgraph.locality.cluster.DEFAULT_CLUSTERS_PER_BATCH`, 12: how it was chosen is
-#: in :func:`~twopgraph.locality.cluster.default_num_clusters`). On the 100-class graph of
-#: :data:`LABEL_SKEW_THRESHOLD`'s table 12 (skew 0.54) and 16 per batch (0.49) are too skewed
-#: and 32 per batch keep locality at 0.52x random's input vertices.
-CLUSTERS_PER_BATCH_CANDIDATES = (12, 16, 32)
+#: input vertices). The first is the default count, so that auto and ``--schedule locality``
+#: cluster alike where it passes (:data:`~twopgraph.locality.cluster.DEFAULT_CLUSTERS_PER_BATCH`,
+#: 12: how it was chosen is in :func:`~twopgraph.locality.cluster.default_num_clusters`). On
+#: the 100-class graph of :data:`LABEL_SKEW_THRESHOLD`'s table 12 (skew 0.54) and 16 per batch
+#: (0.49) are too skewed and 32 per batch keep locality at 0.52x random's input vertices.
+CLUSTERS_PER_BATCH_CANDIDATES = (DEFAULT_CLUSTERS_PER_BATCH, 16, 32)
 #: batches of epoch 0 measured per scheduler (fewer when an epoch has fewer)
 AUTO_BATCHES = 8
 #: The probe before clustering (:func:`probe_locality`): batches of seeds that are close in

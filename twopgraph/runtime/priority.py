@@ -43,11 +43,10 @@ def lower_priority(nice: int = BACKGROUND_NICE) -> bool:
     refuses (the thread then runs on at its priority)."""
     if nice <= 0 or sys.platform != "linux":
         return False
-    tid = threading.get_native_id()
     try:
-        if os.getpriority(os.PRIO_PROCESS, tid) >= nice:
+        if thread_nice() >= nice:
             return False
-        os.setpriority(os.PRIO_PROCESS, tid, min(int(nice), 19))
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), min(int(nice), 19))
     except OSError:
         return False
     return True
