@@ -135,13 +135,13 @@ def default_num_clusters(num_nodes: int, num_train: int, batch_size: int,
 
     Large graphs (``num_nodes >= LOCALITY_NODES_PER_SEED * batch_size``): ``clusters_per_batch``
     clusters per batch, i.e. ``clusters_per_batch * ceil(num_train / batch_size)`` clusters.
-    Chosen on scaled:2000000 (157 batches, LABOR-1, 2 epochs, seeds 0-2; mean test
-    accuracy, input vertices per batch, epoch on 2 cores): 8 clusters per batch 0.8518 (sd
-    0.0014), 65,035 and 9.95 s; 12 per batch 0.8534 (sd 0.0002), 70,780 and 10.33 s; 16 per
-    batch 0.8539 (sd 0.0002), 75,930 and 11.24 s; random order 0.8549, 214,700 and 26.2 s;
-    DGL 1.1.3 (random, neighbour sampling) 0.8536. 12 per batch reach DGL's accuracy within
-    a seed's spread for 4% of epoch time over 8 (16: 13%; over six seeds 12 per batch 0.8534,
-    16 per batch 0.8539). Issue 41: 4 per batch were the
+    Chosen on scaled:2000000 (157 batches, LABOR-1, 2 epochs, seeds 0-5; `twopgraph bench
+    train --variants` with ``--num-clusters`` 1256 / 1884 / 2512, benchmarks/results/train.jsonl;
+    mean test accuracy, input vertices per batch, epoch on 2 cores): 8 clusters per batch
+    0.8517 (sd 0.0011), 65,102 and 10.25 s; 12 per batch 0.8533 (sd 0.0005), 70,678 and
+    11.24 s; 16 per batch 0.8539 (sd 0.0001), 75,878 and 11.46 s; DGL 1.1.3 (random order,
+    neighbour sampling, seeds 0-2) 0.8536. 12 per batch come within 0.03 point of DGL's
+    accuracy; 16 per batch are above it on every seed. Issue 41: 4 per batch were the
     default before 8 (chosen on synthetic-products at 3 epochs; 0.8235 here), 8 before 12.
     Where even these leave a batch with too few classes, ``--schedule auto`` tries more
     (:data:`~twopgraph.locality.auto.CLUSTERS_PER_BATCH_CANDIDATES`) or takes random order
