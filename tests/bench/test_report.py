@@ -127,6 +127,22 @@ def test_page_has_a_section_per_benchmark_with_figures_spread_and_provenance(tre
            "benchmarks/results/sampling.jsonl" in page
 
 
+def test_a_flag_whose_value_differs_names_its_values_with_a_plain_placeholder(tmp_path):
+    """Records with and without a peer in one file: the command shows ``--peers PEERS`` (not
+    the choice list's metavar) and the note names each value, none included."""
+    recs = train_records()
+    recs.append(record("train", {"graph": "synthetic-small", "epochs": 3, "peers": [],
+                                 "system": "twopgraph", "variant": "alone"},
+                       {"train_epoch_s": 5.0, "test_acc": 0.83}, time="2031-02-05T10:00:00Z"))
+    tree = {"results": write_results(tmp_path / "results", {"train.jsonl": recs}),
+            "out": tmp_path / "benchmarks.md", "readme": tmp_path / "README.md"}
+    tree["readme"].write_text(README)
+    assert report(tree) == 0
+    page = tree["out"].read_text()
+    assert "--peers PEERS" in page and "with `PEERS` each of: dgl, (none)" in page
+    assert "{dgl}" not in page
+
+
 def test_records_of_different_runs_are_labelled_and_unknown_benchmarks_kept(tree):
     other = dict(MACHINE, host="second-host", gpu=None)
     recs = train_records(dirty=False)

@@ -341,9 +341,11 @@ def command(benchmark: str, records: list[dict], file: str) -> list[str]:
         elif len(values) == 1:
             out += [flag, shlex.quote(values[0])]
         else:
-            meta = act.metavar or act.dest.upper()
+            meta = act.metavar if re.fullmatch(r"[A-Z][A-Z0-9_]*", act.metavar or "") \
+                else act.dest.upper()  # not a choice list's `{dgl}[,...]`
             out += [flag, meta]
-            notes.append(f"with `{meta}` each of: {', '.join(values)}")
+            shown = [v if v else "(none)" for v in values]
+            notes.append(f"with `{meta}` each of: {', '.join(shown)}")
     rep = max(int(r.get("repeat") or 1) for r in records)
     if rep > 1:
         out += ["--repeat", str(rep)]
