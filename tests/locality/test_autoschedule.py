@@ -171,8 +171,8 @@ def test_label_tv_of_batches():
 
 
 def test_choose_clusters_takes_the_first_count_with_mixed_labels():
-    """64 classes in contiguous blocks, clusters = contiguous blocks: 12 or 16 clusters per
-    batch see at most 12 or 16 of the 64 classes (skewed), 32 per batch pass."""
+    """64 classes in contiguous blocks, clusters = contiguous blocks: 14 or 16 clusters per
+    batch see at most 14 or 16 of the 64 classes (skewed), 32 per batch pass."""
     from types import SimpleNamespace
     n, batch = 65536, 128  # a large graph: >= 512 x batch vertices
     train = np.arange(0, n, 8)  # 8192 training vertices, 64 batches
@@ -183,24 +183,24 @@ def test_choose_clusters_takes_the_first_count_with_mixed_labels():
         asked.append(k)
         return SimpleNamespace(parts=np.arange(n) * k // n)
     k, tried = choose_clusters(n, train, labels, batch, 0, cluster)
-    assert asked == [12 * 64, 16 * 64, 32 * 64] and k == 32 * 64
-    assert [t["clusters_per_batch"] for t in tried] == [12, 16, 32]
+    assert asked == [14 * 64, 16 * 64, 32 * 64] and k == 32 * 64
+    assert [t["clusters_per_batch"] for t in tried] == [14, 16, 32]
     skews = [t["label_skew"] for t in tried]
     assert skews[0] > skews[1] > LABEL_SKEW_THRESHOLD >= skews[2]
     assert skews[2] == pytest.approx(label_skew(train, batch, 0, parts=np.arange(n) * k // n,
                                                 labels=labels))
     line = describe_clusters(k, tried)
-    assert line.startswith(f"12 per batch -> label skew {skews[0]:.2f}, 16 per batch")
+    assert line.startswith(f"14 per batch -> label skew {skews[0]:.2f}, 16 per batch")
     assert line.endswith(f"32 per batch -> label skew {skews[2]:.2f}; kept {k} clusters")
     # none passes: the first count (the decision then keeps random order)
     asked.clear()
     k, tried = choose_clusters(n, train, labels, batch, 0, cluster, threshold=0.01)
-    assert k == 12 * 64 and len(tried) == 3
+    assert k == 14 * 64 and len(tried) == 3
     # small graph, or no labels: the default count, nothing clustered here
     asked.clear()
     assert choose_clusters(4000, train[:400], labels, batch, 0, cluster) == (
-        max(12 * 4, 500), [])
-    assert choose_clusters(n, train, None, batch, 0, cluster) == (12 * 64, [])
+        max(14 * 4, 500), [])
+    assert choose_clusters(n, train, None, batch, 0, cluster) == (14 * 64, [])
     assert asked == []
 
 

@@ -122,12 +122,12 @@ def test_cluster_graph_rejects_bad_counts(cdata):
 
 
 def test_default_num_clusters():
-    assert default_num_clusters(2_449_029, 195_922, 1024) == 2304  # large: 12 clusters a batch
+    assert default_num_clusters(2_449_029, 195_922, 1024) == 2688  # large: 14 clusters a batch
     assert default_num_clusters(2_449_029, 195_922, 1024, clusters_per_batch=2) == 384
     assert default_num_clusters(7650, 4590, 1024) == 956  # small graph: the floor N/8
     assert default_num_clusters(100_000, 20_000, 1024) == 2048  # the floor min_clusters
-    assert default_num_clusters(100, 50, 8) == 84  # 12 per batch beat the floor N/8 = 12
-    assert default_num_clusters(20, 1000, 1024) == 12  # one batch: 12 clusters
+    assert default_num_clusters(100, 50, 8) == 98  # 14 per batch beat the floor N/8 = 12
+    assert default_num_clusters(20, 1000, 1024) == 14  # one batch: 14 clusters
     assert default_num_clusters(5, 1000, 1024) == 5  # at most one cluster per vertex
 
 

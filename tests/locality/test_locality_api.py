@@ -59,4 +59,4 @@ def test_clusters_renumbering_and_schedule(tmp_path):
     def clusters_per_batch(s):
         return np.mean([len(np.unique(prep.clustering.parts[b])) for b in s.batches(0)])
     assert clusters_per_batch(sched) <= 3 < clusters_per_batch(rnd)
-    assert default_num_clusters(10**7, 10**6, 1000) == 12 * 1000  # 12 clusters per batch
+    assert default_num_clusters(10**7, 10**6, 1000) == 14 * 1000  # 14 clusters per batch

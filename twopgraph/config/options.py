@@ -86,6 +86,6 @@ def num_clusters_option(help_extra: str = "") -> Field:
     automatic); ``help_extra`` is appended to the help text."""
     return option(0, "METIS clusters of the locality scheduler and of --renumber, cached under "
                      "DATA_ROOT/clusters; fewer = more locality, less batch diversity; 0 = "
-                     "automatic (12 clusters per batch on graphs of >= 512 x batch-size "
+                     "automatic (14 clusters per batch on graphs of >= 512 x batch-size "
                      "vertices, else at least min(2048, N/8) clusters)" + help_extra,
                   result=True)

@@ -77,8 +77,8 @@ LABEL_SKEW_THRESHOLD = 0.46
 #: :data:`LABEL_SKEW_THRESHOLD` is kept (more clusters per batch: more classes in a batch, more
 #: input vertices). The first is the default count, so that auto and ``--schedule locality``
 #: cluster alike where it passes (:data:`~twopgraph.locality.cluster.DEFAULT_CLUSTERS_PER_BATCH`,
-#: 12: how it was chosen is in :func:`~twopgraph.locality.cluster.default_num_clusters`). On
-#: the 100-class graph of :data:`LABEL_SKEW_THRESHOLD`'s table 12 (skew 0.54) and 16 per batch
+#: 14: how it was chosen is in :func:`~twopgraph.locality.cluster.default_num_clusters`). On
+#: the 100-class graph of :data:`LABEL_SKEW_THRESHOLD`'s table 14 (skew 0.52) and 16 per batch
 #: (0.49) are too skewed and 32 per batch keep locality at 0.52x random's input vertices.
 CLUSTERS_PER_BATCH_CANDIDATES = (DEFAULT_CLUSTERS_PER_BATCH, 16, 32)
 #: batches of epoch 0 measured per scheduler (fewer when an epoch has fewer)

@@ -142,7 +142,7 @@ def twopgraph_scheduler(name: str, *, undirected: Any, nodes: np.ndarray,
     ``sampler`` (the loader's own: ``sample(positions, key, parallel)``) and keeps the one
     :func:`~twopgraph.locality.auto.choose_schedule` picks. Under ``auto`` with
     ``num_clusters`` 0 and labels, the number of clusters is
-    :func:`~twopgraph.locality.auto.choose_clusters`' (12, 16, then 32 clusters per batch, the
+    :func:`~twopgraph.locality.auto.choose_clusters`' (14, 16, then 32 clusters per batch, the
     first whose batches' label skew passes), as ``twopgraph train`` chooses it.
     """
     from twopgraph.locality import LocalityScheduler, RandomScheduler
