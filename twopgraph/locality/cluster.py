@@ -141,10 +141,11 @@ def default_num_clusters(num_nodes: int, num_train: int, batch_size: int,
     per batch 0.8517 (sd 0.0011), 65,102; 12 per batch 0.8533 (sd 0.0005), 70,678; 14 per
     batch 0.8537 (sd 0.0002), 73,241; 16 per batch 0.8539 (sd 0.0001), 75,878; DGL 1.1.3
     (random order, neighbour sampling, seeds 0-2) 0.8536. The epoch follows the input
-    vertices: 16 per batch cost 7 % more than 12 (10.88 against 11.84 s, the two alternated
-    over 3 repeats), 14 per batch half of that. 14 is the fewest clusters per batch at DGL's
-    accuracy (12 per batch are 0.03 point under it). Checked on synthetic-products (not used to
-    choose; seeds 0, 1): 14 per batch 0.8541, 0.8544 against 12 per batch's 0.8537, 0.8537.
+    vertices: against 12 per batch, alternated over 3 repeats (the median of the repeats'
+    ratios, their range), 16 per batch cost 7 % more (6-12 %), 14 per batch 4 % (3-10 %).
+    14 is the fewest clusters per batch at DGL's accuracy (12 per batch are 0.03 point under
+    it). Checked on synthetic-products (not used to choose; seeds 0, 1): 14 per batch 0.8541,
+    0.8544 against 12 per batch's 0.8537, 0.8537.
     Issue 41: 4 per batch were the default before 8 (chosen on synthetic-products at 3 epochs;
     0.8235 here), 8 before 12, 12 before 14.
     Where even these leave a batch with too few classes, ``--schedule auto`` tries more
