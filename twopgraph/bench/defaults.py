@@ -69,7 +69,7 @@ RECIPES: dict[str, dict] = {
 }
 #: the shared real datasets (NAME.npz in ``--dataset-dir``)
 DATASETS = ("cora", "citeseer", "amazon_photo", "coauthor_cs", "coauthor_physics",
-            "facebook_pagepage", "actor", "squirrel_filtered", "tolokers")
+            "facebook_pagepage", "actor", "squirrel_filtered", "tolokers", "twitch_de")
 #: the most a dataset's leave-one-out recipe may score below its best candidate, in points
 TOLERANCE_PT = 0.5
 
@@ -117,7 +117,7 @@ class DefaultsBenchmark(Benchmark):
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
         p.add_argument("--datasets", default=",".join(DATASETS),
                        help="comma-separated dataset names (NAME.npz in --dataset-dir, else as "
-                            "`train --dataset` takes it) or .npz paths (default: the nine "
+                            "`train --dataset` takes it) or .npz paths (default: the ten "
                             f"shared real datasets, {','.join(DATASETS)})")
         p.add_argument("--dataset-dir", default=None, metavar="DIR",
                        help="the folder of NAME.npz files (default: ../shared/datasets beside "
