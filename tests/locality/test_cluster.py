@@ -121,6 +121,16 @@ def test_cluster_graph_rejects_bad_counts(cdata):
     assert (cluster_graph(cdata.graph, 1).parts == 0).all()
 
 
+def test_num_clusters_help_states_the_default_constants():
+    """``--num-clusters``' help text spells the automatic count out; it must follow the
+    constants of :func:`default_num_clusters` when they change."""
+    from twopgraph.config.options import num_clusters_option
+    text = num_clusters_option().metadata["help"]
+    assert f"({cluster_mod.DEFAULT_CLUSTERS_PER_BATCH} clusters per batch" in text
+    assert f">= {cluster_mod.LOCALITY_NODES_PER_SEED} x batch-size" in text
+    assert f"min({cluster_mod.DEFAULT_MIN_CLUSTERS}, N/8)" in text
+
+
 def test_default_num_clusters():
     assert default_num_clusters(2_449_029, 195_922, 1024) == 2688  # large: 14 clusters a batch
     assert default_num_clusters(2_449_029, 195_922, 1024, clusters_per_batch=2) == 384
